@@ -1,0 +1,58 @@
+"""`deltalens` command line: one subcommand per module in interp/commands/.
+
+Each command module exposes `register(subparsers)`, which adds its parser and sets `func`.
+User errors (DeltalensError) print one line on stderr and exit 2; `--debug` shows the traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from tasks.errors import DeltalensError
+
+# Subcommands in the order `--help` lists them; a module that is missing is skipped, so the
+# CLI keeps working while a room is still being built.
+COMMANDS = ["demo", "trace", "train", "eval", "reproduce", "probe", "intervene", "belief"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+        self.exit(2, f"deltalens: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="deltalens", description="State tracking in linear RNNs: traces, models, probes.")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"interp.commands.{name}")
+        except ModuleNotFoundError as err:
+            if err.name == f"interp.commands.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except DeltalensError as err:
+        if args.debug:
+            raise
+        print(f"deltalens: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("deltalens: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
