@@ -1,0 +1,36 @@
+"""`deltalens train CONFIG [table.key=value ...] --out DIR [--resume]`."""
+from __future__ import annotations
+
+import json
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="train a model from a TOML config",
+        description="Train a model by next-token prediction on REPL traces, from a TOML config "
+        "(tables task, model, optim, run) with table.key=value overrides.",
+    )
+    parser.add_argument("config", help="TOML config file (e.g. checkpoints/s3-deltanet-neg-statement/train.toml)")
+    parser.add_argument("overrides", nargs="*", help="overrides such as run.steps=200 optim.lr=1e-3 task.group=S5")
+    parser.add_argument("--out", required=True, help="run directory (its checkpoint is OUT/last)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--json", action="store_true", help="print the final result as one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from training.config import load_config
+    from training.loop import train
+
+    config = load_config(args.config, args.overrides)
+    result = train(config, args.out, resume=args.resume, progress=not args.no_progress)
+    final = result.history[-1]
+    if args.json:
+        print(json.dumps({"checkpoint": str(result.checkpoint), "step": result.step,
+                          "wall_time_s": round(result.wall_time_s, 1), **final}))
+    else:
+        print(f"checkpoint {result.checkpoint}: step {result.step}, {result.wall_time_s:.0f} s, "
+              f"held-out reveal accuracy {final['reveal_accuracy']:.4f}")
+    return 0

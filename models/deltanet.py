@@ -1,0 +1,420 @@
+"""HookedDeltaNet: fla's DeltaNetForCausalLM, weight for weight, as a TransformerLens HookedRootModule.
+
+The module tree mirrors `fla.models.DeltaNetForCausalLM` so that `state_dict()` keys and shapes are
+identical and weights move both ways (`save_pretrained` / `from_pretrained`, HF format):
+
+    model.embeddings                      nn.Embedding(vocab, d_model)
+    model.layers.{l}.attn_norm            RMSNorm(d_model)
+    model.layers.{l}.attn                 DeltaNetMixer (q/k/v/b/g/o projections, short convs, o_norm)
+    model.layers.{l}.mlp_norm             RMSNorm(d_model)
+    model.layers.{l}.mlp                  gate_proj / up_proj / down_proj (SwiGLU)
+    model.norm                            RMSNorm(d_model)
+    lm_head                               nn.Linear(d_model, vocab), tied to the embedding if asked
+
+Hooks carry TransformerLens names instead of module paths (see models/hook_names.py):
+`setup()` is overridden so that HookPoint.name, `hook_dict` and `mod_dict` use
+hook_embed, blocks.{l}.hook_resid_pre, blocks.{l}.attn.hook_q, ..., ln_final.hook_normalized.
+Residual stream of block l (fla's pre-norm block, written out):
+
+    resid_mid  = resid_pre + attn(attn_norm(resid_pre))
+    resid_post = resid_mid + mlp(mlp_norm(resid_mid))
+
+Interventions: `set_beta_range(layer, head, lo, hi)` rescales a head's write strength beta (paper:
+[0, 1] vs [0, 2]); a hook on blocks.{l}.attn.hook_beta or hook_state that edits a value changes
+everything after it; `state_edit(layer, fn)` applies fn(t, S) -> S after every step of one layer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from transformer_lens import HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from models.deltanet_mixer import DeltaNetMixer
+from models.hook_names import lens_name
+from models.rms_norm import RMSNorm
+
+__all__ = ["HookedDeltaNet", "DeltaNetBlock", "DeltaNetMLP"]
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+
+
+class DeltaNetMLP(nn.Module):
+    """fla `GatedMLP` with hidden_act='swish': down_proj(silu(gate_proj(x)) * up_proj(x))."""
+
+    def __init__(self, hidden_size: int, hidden_ratio: Optional[float] = None, intermediate_size: Optional[int] = None,
+                 hidden_act: str = "swish") -> None:
+        super().__init__()
+        if hidden_act != "swish":
+            raise NotImplementedError(
+                f"hidden_act={hidden_act!r} is not implemented by HookedDeltaNet; use 'swish' (fla's default)."
+            )
+        if hidden_ratio is None:
+            hidden_ratio = 4
+        if intermediate_size is None:
+            # fla: 2/3 * hidden_ratio * hidden_size, rounded up to a multiple of 256
+            intermediate_size = int(hidden_size * hidden_ratio * 2 / 3)
+            intermediate_size = 256 * ((intermediate_size + 256 - 1) // 256)
+        self.intermediate_size = intermediate_size
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model) -> (B, T, d_model)
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DeltaNetBlock(nn.Module):
+    """fla `DeltaNetBlock`: pre-norm delta-rule mixer, then pre-norm SwiGLU MLP, both residual."""
+
+    def __init__(self, config, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.attn_norm = RMSNorm(config.hidden_size, eps=config.norm_eps)
+        self.attn = DeltaNetMixer(config, layer_idx)
+        self.mlp_norm = RMSNorm(config.hidden_size, eps=config.norm_eps)
+        self.mlp = DeltaNetMLP(config.hidden_size, config.hidden_ratio, config.intermediate_size, config.hidden_act)
+        self.hook_resid_pre = HookPoint()  # (B, T, d_model)
+        self.hook_attn_out = HookPoint()  # (B, T, d_model)
+        self.hook_resid_mid = HookPoint()  # (B, T, d_model)
+        self.hook_mlp_out = HookPoint()  # (B, T, d_model)
+        self.hook_resid_post = HookPoint()  # (B, T, d_model)
+
+    def forward(self, resid_pre: torch.Tensor) -> torch.Tensor:
+        resid_pre = self.hook_resid_pre(resid_pre)
+        attn_out = self.hook_attn_out(self.attn(self.attn_norm(resid_pre)))
+        resid_mid = self.hook_resid_mid(resid_pre + attn_out)
+        mlp_out = self.hook_mlp_out(self.mlp(self.mlp_norm(resid_mid)))
+        return self.hook_resid_post(resid_mid + mlp_out)
+
+
+class DeltaNetBackbone(nn.Module):
+    """fla `DeltaNetModel`'s parameters (embeddings, layers, norm) plus the two outer hooks."""
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
+        self.layers = nn.ModuleList([DeltaNetBlock(config, i) for i in range(config.num_hidden_layers)])
+        self.norm = RMSNorm(config.hidden_size, eps=config.norm_eps)
+        self.hook_embed = HookPoint()  # (B, T, d_model), named "hook_embed"
+        self.hook_normalized = HookPoint()  # (B, T, d_model), named "ln_final.hook_normalized"
+
+
+def _check_supported(config) -> None:
+    unsupported = []
+    if getattr(config, "attn", None) is not None:
+        unsupported.append("hybrid softmax-attention layers (config.attn)")
+    if getattr(config, "attnres_block_size", None) is not None:
+        unsupported.append("attention residuals (config.attnres_block_size)")
+    if unsupported:
+        raise NotImplementedError(
+            "HookedDeltaNet implements pure DeltaNet stacks; this config asks for "
+            + " and ".join(unsupported) + ". Set them to None."
+        )
+
+
+def _atomic_write_bytes(path: Path, write: Callable[[str], None]) -> None:
+    """Write through a temp file in the same directory, then rename over `path`."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+class HookedDeltaNet(HookedRootModule):
+    """DeltaNet language model with TransformerLens hooks; weights interchangeable with fla's.
+
+    Args:
+        config: a `fla.models.DeltaNetConfig` (hidden_size, num_heads, num_hidden_layers,
+            vocab_size, expand_k/v, use_gate, use_short_conv, conv_size, use_beta, allow_neg_eigval,
+            qk_activation, qk_norm, norm_eps, hidden_ratio/intermediate_size, tie_word_embeddings...).
+
+    `model(tokens)` maps a LongTensor [B, T] to logits [B, T, vocab]. The delta rule runs on fla's
+    Triton kernels for CUDA tensors and on the pure-torch chunked kernel elsewhere.
+    """
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        _check_supported(config)
+        self.config = config
+        self.model = DeltaNetBackbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embeddings.weight
+        self.init_weights()
+        self.setup()
+
+    # ---- construction ----------------------------------------------------------------------
+
+    def init_weights(self) -> None:
+        """fla's initialisation: N(0, initializer_range) for linear, conv and embedding weights."""
+        std = self.config.initializer_range
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+            elif hasattr(module, "reset_parameters") and not isinstance(module, HookPoint):
+                module.reset_parameters()
+
+    def setup(self) -> None:
+        """HookedRootModule.setup with TransformerLens names instead of fla's module paths.
+
+        Every module gets `.name` = lens_name(path); `mod_dict` maps those names to modules and
+        `hook_dict` the HookPoints among them, so run_with_cache keys, run_with_hooks / hooks()
+        names and `hook.name` inside hook functions are all e.g. 'blocks.0.attn.hook_beta'.
+        """
+        self.mod_dict = {}
+        self.hook_dict = {}
+        for path, module in self.named_modules():
+            if path == "":
+                continue
+            name = lens_name(path)
+            module.name = name
+            self.mod_dict[name] = module
+            if isinstance(module, HookPoint):
+                self.hook_dict[name] = module
+
+    # ---- shape helpers ---------------------------------------------------------------------
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        return self.model.layers
+
+    @property
+    def n_layers(self) -> int:
+        return self.config.num_hidden_layers
+
+    @property
+    def n_heads(self) -> int:
+        return self.config.num_heads
+
+    @property
+    def d_model(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def d_k(self) -> int:
+        """Key (and query) dimension per head."""
+        return self.model.layers[0].attn.head_k_dim if self.n_layers else 0
+
+    @property
+    def d_v(self) -> int:
+        """Value dimension per head."""
+        return self.model.layers[0].attn.head_v_dim if self.n_layers else 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    # ---- forward ---------------------------------------------------------------------------
+
+    def forward(self, tokens: torch.Tensor, return_type: Optional[str] = "logits") -> Any:
+        """tokens [B, T] (LongTensor) -> logits [B, T, vocab].
+
+        return_type: "logits" (default), "loss" (mean next-token cross-entropy), "both"
+        ((logits, loss)) or None (run for the hooks only; returns None).
+        """
+        if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.long, torch.int, torch.int32):
+            raise TypeError(
+                "HookedDeltaNet takes token ids as an integer tensor [batch, pos]; encode text with the "
+                "task's tokenizer first."
+            )
+        if tokens.ndim == 1:
+            tokens = tokens[None]
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}.")
+        if return_type not in ("logits", "loss", "both", None):
+            raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}.")
+        tokens = tokens.to(self.device)
+
+        x = self.model.hook_embed(self.model.embeddings(tokens))  # (B, T, d_model)
+        for block in self.model.layers:
+            x = block(x)
+        x = self.model.hook_normalized(self.model.norm(x))
+        if return_type is None:
+            return None
+        logits = self.lm_head(x)  # (B, T, vocab)
+        if return_type == "logits":
+            return logits
+        loss = F.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1)
+        )
+        return loss if return_type == "loss" else (logits, loss)
+
+    # ---- interventions ---------------------------------------------------------------------
+
+    def _mixers(self, layer: Optional[int]) -> list[DeltaNetMixer]:
+        if layer is None:
+            return [block.attn for block in self.model.layers]
+        if not -self.n_layers <= layer < self.n_layers:
+            raise IndexError(f"layer {layer} is out of range for a model with {self.n_layers} layers.")
+        return [self.model.layers[layer].attn]
+
+    def set_beta_range(
+        self, layer: Optional[int], head: Union[int, Sequence[int], None], lo: float, hi: float
+    ) -> None:
+        """beta = lo + (hi - lo) * sigmoid(b_proj(x)) for that layer and head (None = all of them).
+
+        E.g. set_beta_range(11, 3, 0.0, 1.0) takes head 3 of layer 11 from [0, 2] back to [0, 1].
+        lo and hi are buffers outside the state_dict; `reset_beta_range()` restores the config's.
+        """
+        for mixer in self._mixers(layer):
+            mixer.set_beta_range(lo, hi, head)
+
+    def reset_beta_range(self, layer: Optional[int] = None) -> None:
+        """Restore [0, 2] (allow_neg_eigval) or [0, 1] for one layer or, by default, all layers."""
+        for mixer in self._mixers(layer):
+            mixer.reset_beta_range()
+
+    def beta_range(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(lo, hi), each [n_heads], of one layer."""
+        mixer = self._mixers(layer)[0]
+        return mixer.beta_lo.clone(), mixer.beta_hi.clone()
+
+    @contextmanager
+    def state_edit(self, layer: int, edit: Callable[[int, torch.Tensor], torch.Tensor]) -> Iterator["HookedDeltaNet"]:
+        """Within the block, layer `layer` runs the reference recurrence with S_t := edit(t, S_t).
+
+        edit gets t and S_t [batch, head, d_k, d_v] after every update and returns the state the
+        recurrence continues from (token by token, so slower than the chunked kernel).
+        """
+        mixer = self._mixers(layer)[0]
+        previous, mixer.state_edit = mixer.state_edit, edit
+        try:
+            yield self
+        finally:
+            mixer.state_edit = previous
+
+    def set_kernel(self, use_fla: Optional[bool] = None, chunk_size: int = 64) -> None:
+        """Choose the delta-rule kernel: use_fla None (auto: fla on CUDA), True, or False (torch)."""
+        for mixer in self._mixers(None):
+            mixer.use_fla = use_fla
+            mixer.chunk_size = chunk_size
+
+    # ---- fla / HF interchange ----------------------------------------------------------------
+
+    @classmethod
+    def from_fla(cls, fla_model: nn.Module) -> "HookedDeltaNet":
+        """A HookedDeltaNet with the weights of an `fla.models.DeltaNetForCausalLM`."""
+        model = cls(fla_model.config)
+        model.load_state_dict(fla_model.state_dict())
+        return model.to(next(fla_model.parameters()).device)
+
+    def to_fla(self) -> nn.Module:
+        """An `fla.models.DeltaNetForCausalLM` with these weights (same config object)."""
+        from fla.models import DeltaNetForCausalLM
+
+        fla_model = DeltaNetForCausalLM(self.config)
+        fla_model.load_state_dict(self.state_dict())
+        return fla_model.to(self.device)
+
+    def save_pretrained(self, save_directory: Union[str, os.PathLike], extra_config: Optional[dict] = None) -> None:
+        """Write `config.json` + `model.safetensors` that fla's `from_pretrained` loads.
+
+        extra_config: extra top-level keys for config.json (e.g. {"deltalens": {...}}); they must
+        not shadow a DeltaNetConfig field. HF keeps unknown keys as config attributes, so
+        `DeltaNetForCausalLM.from_pretrained` still loads the directory. Each file is written
+        atomically (temp file + rename). As with HF, a tied lm_head.weight is not stored.
+        """
+        from safetensors.torch import save_file
+
+        directory = Path(save_directory)
+        directory.mkdir(parents=True, exist_ok=True)
+
+        config = self.config.to_dict()
+        if extra_config:
+            reserved = set(type(self.config)().to_dict()) | {"architectures", "model_type", "dtype", "torch_dtype"}
+            clash = sorted(set(extra_config) & reserved)
+            if clash:
+                raise ValueError(
+                    f"extra_config keys {clash} would overwrite DeltaNetConfig fields; nest them under "
+                    "your own key, e.g. extra_config={'deltalens': {...}}."
+                )
+            config.update(extra_config)
+        config["architectures"] = ["DeltaNetForCausalLM"]
+        config["model_type"] = "delta_net"
+        config["dtype"] = str(self.lm_head.weight.dtype).replace("torch.", "")
+
+        tensors = {}
+        for key, value in self.state_dict().items():
+            if key == "lm_head.weight" and self.config.tie_word_embeddings:
+                continue  # shares storage with model.embeddings.weight; HF re-ties on load
+            tensors[key] = value.detach().to("cpu").contiguous()
+
+        def write_config(tmp: str) -> None:
+            with open(tmp, "w") as f:
+                json.dump(config, f, indent=2, sort_keys=True)
+                f.write("\n")
+
+        _atomic_write_bytes(directory / WEIGHTS_NAME, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+        _atomic_write_bytes(directory / CONFIG_NAME, write_config)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: Union[str, os.PathLike],
+        device: Union[str, torch.device, None] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> "HookedDeltaNet":
+        """Load a directory written by this class's or fla's `save_pretrained` (safetensors only).
+
+        Extra keys in config.json (e.g. "deltalens") stay on `model.config` as attributes.
+        """
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        if not (directory / CONFIG_NAME).is_file():
+            raise FileNotFoundError(f"{directory} has no {CONFIG_NAME}; point from_pretrained at a saved model directory.")
+        from fla.models import DeltaNetConfig
+
+        with open(directory / CONFIG_NAME) as f:
+            raw = json.load(f)
+        if raw.get("model_type", "delta_net") != "delta_net":
+            raise ValueError(f"{directory / CONFIG_NAME} describes a {raw.get('model_type')!r} model, not delta_net.")
+        config = DeltaNetConfig.from_pretrained(str(directory))
+
+        index = directory / f"{WEIGHTS_NAME}.index.json"
+        if (directory / WEIGHTS_NAME).is_file():
+            state = load_file(str(directory / WEIGHTS_NAME))
+        elif index.is_file():
+            with open(index) as f:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+            state = {}
+            for shard in shards:
+                state.update(load_file(str(directory / shard)))
+        else:
+            raise FileNotFoundError(
+                f"{directory} has no {WEIGHTS_NAME}; only safetensors weights are loaded (never pickle "
+                "files such as pytorch_model.bin). Re-save the model with save_pretrained."
+            )
+
+        model = cls(config)
+        if config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+        if missing or unexpected:
+            raise ValueError(
+                f"{directory / WEIGHTS_NAME} does not match its config.json: missing {missing[:5]}, "
+                f"unexpected {unexpected[:5]}."
+            )
+        if dtype is not None:
+            model = model.to(dtype)
+        if device is not None:
+            model = model.to(device)
+        return model

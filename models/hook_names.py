@@ -1,0 +1,63 @@
+"""Hook names for HookedDeltaNet: TransformerLens-style names over fla's module tree.
+
+HookedDeltaNet's modules sit where fla's DeltaNetForCausalLM has them (model.embeddings,
+model.layers.{l}.attn, model.norm, lm_head) so that state_dicts are interchangeable. Its hooks and
+`mod_dict` keys use TransformerLens's vocabulary instead (blocks.{l}.attn.hook_q, ...), as
+DESIGN.md fixes them. `lens_name` maps a module path to that name; `deltanet_hook_names` lists the
+hooks of an n-layer model in forward order.
+
+    hook_embed                      (batch, pos, d_model)      token embedding
+    blocks.{l}.hook_resid_pre       (batch, pos, d_model)
+    blocks.{l}.attn.hook_q          (batch, pos, head, d_k)    after conv, activation and L2 norm
+    blocks.{l}.attn.hook_k          (batch, pos, head, d_k)    (scale K**-0.5 is applied later)
+    blocks.{l}.attn.hook_v          (batch, pos, head, d_v)
+    blocks.{l}.attn.hook_beta_logit (batch, pos, head)         b_proj(x); absent if use_beta=False
+    blocks.{l}.attn.hook_beta       (batch, pos, head)         lo + (hi - lo) * sigmoid(logit)
+    blocks.{l}.attn.hook_state      (batch, pos, head, d_k, d_v)  S_t after token t (on demand)
+    blocks.{l}.attn.hook_z          (batch, pos, head, d_v)    delta-rule output o_t, before o_norm
+    blocks.{l}.hook_attn_out        (batch, pos, d_model)      mixer output after o_proj
+    blocks.{l}.hook_resid_mid       (batch, pos, d_model)
+    blocks.{l}.hook_mlp_out         (batch, pos, d_model)
+    blocks.{l}.hook_resid_post      (batch, pos, d_model)
+    ln_final.hook_normalized        (batch, pos, d_model)      final RMSNorm output
+"""
+
+from __future__ import annotations
+
+__all__ = ["ATTN_HOOKS", "BLOCK_HOOKS", "lens_name", "deltanet_hook_names"]
+
+ATTN_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_beta_logit", "hook_beta", "hook_state", "hook_z")
+BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
+
+# Exact renames first, then prefix renames (fla module path -> TransformerLens name).
+_EXACT = {
+    "model.hook_embed": "hook_embed",
+    "model.hook_normalized": "ln_final.hook_normalized",
+    "model.embeddings": "embed",
+    "model.norm": "ln_final",
+    "model.layers": "blocks",
+    "lm_head": "unembed",
+}
+_PREFIX = (("model.layers.", "blocks."),)
+
+
+def lens_name(module_path: str) -> str:
+    """fla module path -> TransformerLens-style name ('model.layers.0.attn.hook_q' -> 'blocks.0.attn.hook_q')."""
+    if module_path in _EXACT:
+        return _EXACT[module_path]
+    for old, new in _PREFIX:
+        if module_path.startswith(old):
+            return new + module_path[len(old):]
+    return module_path
+
+
+def deltanet_hook_names(n_layers: int, use_beta: bool = True) -> list[str]:
+    """Every hook name of an n-layer HookedDeltaNet, in the order the forward pass fires them."""
+    names = ["hook_embed"]
+    for layer in range(n_layers):
+        attn = [h for h in ATTN_HOOKS if use_beta or h != "hook_beta_logit"]
+        names += [f"blocks.{layer}.hook_resid_pre"]
+        names += [f"blocks.{layer}.attn.{h}" for h in attn]
+        names += [f"blocks.{layer}.{h}" for h in BLOCK_HOOKS[1:]]
+    names.append("ln_final.hook_normalized")
+    return names

@@ -1,0 +1,83 @@
+"""Short causal depthwise convolution, parameter-compatible with fla's `ShortConvolution`.
+
+DeltaNet runs q, k and v through a width-W (default 4) causal convolution per channel before the
+delta rule, so each token's key already mixes in its W - 1 predecessors:
+
+    y[t, d] = act( sum_{w=0}^{W-1} weight[d, 0, w] * x[t - (W - 1) + w, d] + bias[d] ),  x[<0] = 0
+
+Tap w = W - 1 multiplies the current token (torch's `conv1d` is a cross-correlation, the same
+convention fla's Triton kernel follows). The parameters are exactly fla's: `weight` [D, 1, W],
+`bias` [D] only when `bias=True` (fla's default and DeltaNet's: no bias), and act = SiLU or none.
+fla's `ShortConvolution` subclasses `nn.Conv1d`; so does this class, so initialisation and
+state_dict keys match. `forward` returns a tensor (not fla's `(y, cache)` tuple): no decoding cache.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from einops import rearrange
+
+__all__ = ["ShortConvolution", "short_conv_ref"]
+
+
+def short_conv_ref(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, activation: Optional[str] = "silu"
+) -> torch.Tensor:
+    """Readable reference: x (B, T, D), weight (D, 1, W) -> (B, T, D), an explicit sum over taps."""
+    _, T, _ = x.shape
+    W = weight.shape[-1]
+    y = torch.zeros_like(x, dtype=torch.float32)
+    for w in range(W):
+        shift = W - 1 - w  # tap w looks `shift` tokens back
+        if shift >= T:
+            continue
+        shifted = F.pad(x.float(), (0, 0, shift, 0))[:, :T]  # x[t - shift], zeros before the start
+        y = y + shifted * weight[:, 0, w].float()
+    if bias is not None:
+        y = y + bias.float()
+    if activation in ("silu", "swish"):
+        y = F.silu(y)
+    return y.to(x.dtype)
+
+
+class ShortConvolution(nn.Conv1d):
+    """Causal depthwise conv1d + optional SiLU on [B, T, D] inputs (fla `ShortConvolution` params)."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        kernel_size: int,
+        bias: bool = False,
+        activation: Optional[str] = "silu",
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+        **kwargs,  # fla's `backend` / `use_fast_conv1d`: accepted for signature compatibility, unused
+    ) -> None:
+        super().__init__(
+            in_channels=hidden_size,
+            out_channels=hidden_size,
+            kernel_size=kernel_size,
+            padding=kernel_size - 1,
+            groups=hidden_size,
+            bias=bias,
+            device=device,
+            dtype=dtype,
+        )
+        if activation not in (None, "silu", "swish"):
+            raise ValueError(f"ShortConvolution supports activation 'silu'/'swish' or None, got {activation!r}.")
+        self.hidden_size = hidden_size
+        self.activation = activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, D)
+        T = x.shape[1]
+        # padding = W - 1 on both sides; keeping the first T outputs makes it causal.
+        y = F.conv1d(rearrange(x, "b t d -> b d t"), self.weight, self.bias, padding=self.padding, groups=self.groups)
+        y = rearrange(y[..., :T], "b d t -> b t d")
+        return F.silu(y) if self.activation is not None else y
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, activation={self.activation}"

@@ -1,0 +1,299 @@
+"""REPL traces: permutation composition written as a Python interactive session.
+
+A trace is real Python. Its ``>>> `` lines, fed to ``code.InteractiveConsole``, print exactly its
+output lines (``replay_transcript`` does this and the tests hold every trace to it)::
+
+    >>> a = 3                # init: one line per variable, values a permutation of 1..n
+    >>> b = 1
+    >>> c = 2
+    >>> a, b = b, a          # action sigma_1 (see tasks.groups for how it acts on the state)
+    >>> b, c = c, b          # action sigma_2
+    >>> print('a', a)        # reveal "one": a random variable ...
+    a 1                      # ... and its value, the token a model must predict
+    >>> print(a, b, c)       # reveal "all": every value, in variable order
+    1 2 3
+
+Paper notation -> code
+----------------------
+* ``TraceSpec.group`` / ``action_set``: the group G and the statements Sigma (tasks.groups).
+* ``TraceSpec.actions``: the number of actions m, fixed or drawn per trace from (lo, hi).
+* Reveal schedule ("supervision density"): ``spacing`` k reveals after actions k, 2k, 3k, ...
+  (floor(m / k) reveals); ``reveal_prob`` p reveals after each action with probability p;
+  both None: no reveals at all (only the init lines show values).
+* ``Trace.states[t]``: the state s_t after t actions (``states[0]`` is the initial state s_0).
+* ``Trace.reveals``: each output line, the variables it shows and their values (the answers).
+
+Randomness comes from one stream per seed, drawn in a fixed order (start, length, actions, then
+reveals), so two specs that differ only in their reveal schedule, reveal target or identity_init
+produce the same actions.
+"""
+from __future__ import annotations
+
+import code
+import contextlib
+import io
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, Union
+
+from tasks.errors import DeltalensError
+from tasks.groups import (
+    VARIABLE_NAMES,
+    Permutation,
+    apply_permutation,
+    get_action_set,
+    get_group,
+)
+
+ActionCount = Union[int, tuple[int, int]]
+
+REVEAL_TARGETS = ("one", "all")
+# what each line of a trace is (LineInfo.kind)
+LINE_INIT, LINE_ACTION, LINE_PRINT, LINE_OUTPUT = "init", "action", "print", "output"
+PROMPT = ">>> "
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """Everything that defines a family of traces; a seed then picks one trace from it."""
+
+    group: str = "S5"                  # G: S<n>, A<n>, Z<n> or D<n>, n from 2 to 10
+    action_set: str = "swaps"          # Sigma: swaps | cycles | full | generators
+    actions: ActionCount = 24          # m, or an inclusive range (lo, hi) drawn uniformly per trace
+    spacing: int | None = 4            # reveal after every k-th action ...
+    reveal_prob: float | None = None   # ... or after each action with probability p (set spacing=None);
+                                       # both None: never reveal
+    reveal: str = "one"                # "one": print('a', a) for a random variable; "all": print(a, b, ...)
+    identity_init: bool = False        # start from a = 1, b = 2, ...; otherwise a random permutation of 1..n
+
+    def __post_init__(self) -> None:
+        group = get_group(self.group)  # raises for unknown names and n out of range
+        object.__setattr__(self, "group", group.name)  # canonical spelling: "s_5" -> "S5"
+        get_action_set(group, self.action_set)  # raises when G has no such actions
+        object.__setattr__(self, "actions", _check_action_count(self.actions))
+        if self.spacing is not None and self.reveal_prob is not None:
+            raise DeltalensError(
+                f"the trace spec sets both spacing={self.spacing} and reveal_prob={self.reveal_prob}; "
+                "set spacing=None to reveal with a probability."
+            )
+        if self.spacing is not None and (_not_int(self.spacing) or self.spacing < 1):
+            raise DeltalensError(
+                f"reveal spacing must be a whole number of actions >= 1, got {self.spacing!r}."
+            )
+        if self.reveal_prob is not None:
+            if isinstance(self.reveal_prob, bool) or not isinstance(self.reveal_prob, (int, float)) \
+                    or not 0.0 < self.reveal_prob <= 1.0:
+                raise DeltalensError(
+                    f"reveal probability must be in (0, 1], got {self.reveal_prob!r}."
+                )
+            object.__setattr__(self, "reveal_prob", float(self.reveal_prob))
+        if self.reveal not in REVEAL_TARGETS:
+            raise DeltalensError(f"reveal target must be 'one' or 'all', got {self.reveal!r}.")
+        if not isinstance(self.identity_init, bool):
+            raise DeltalensError(f"identity_init must be True or False, got {self.identity_init!r}.")
+
+    @property
+    def n(self) -> int:
+        return get_group(self.group).n
+
+    @property
+    def schedule(self) -> str:
+        """"every" (spacing k), "prob" (reveal_prob p) or "never"."""
+        if self.spacing is not None:
+            return "every"
+        return "prob" if self.reveal_prob is not None else "never"
+
+    @property
+    def max_actions(self) -> int:
+        return self.actions if isinstance(self.actions, int) else self.actions[1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (a range becomes a list); ``TraceSpec.from_dict`` reads it back."""
+        out = asdict(self)
+        if isinstance(self.actions, tuple):
+            out["actions"] = list(self.actions)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TraceSpec:
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise DeltalensError(f"unknown trace spec field(s): {', '.join(sorted(unknown))}.")
+        return cls(**data)
+
+    def describe(self) -> str:
+        m = self.actions if isinstance(self.actions, int) else f"{self.actions[0]}-{self.actions[1]}"
+        if self.schedule == "every":
+            schedule = f"reveal every {self.spacing}"
+        elif self.schedule == "prob":
+            schedule = f"reveal with p={self.reveal_prob:g}"
+        else:
+            schedule = "no reveals"
+        init = ", identity init" if self.identity_init else ""
+        return f"{self.group} {self.action_set}, {m} actions, {schedule} ({self.reveal}){init}"
+
+
+def _not_int(x: object) -> bool:
+    return isinstance(x, bool) or not isinstance(x, int)
+
+
+def _check_action_count(actions: object) -> ActionCount:
+    if isinstance(actions, (list, tuple)) and len(actions) == 2 and not any(map(_not_int, actions)):
+        lo, hi = actions
+        if 1 <= lo <= hi:
+            return (lo, hi)
+        raise DeltalensError(f"action range {lo}-{hi} must satisfy 1 <= lo <= hi.")
+    if _not_int(actions) or actions < 1:  # type: ignore[operator]
+        raise DeltalensError(
+            f"the number of actions must be a whole number >= 1 or a range like 16-32, got {actions!r}."
+        )
+    return actions  # type: ignore[return-value]
+
+
+def parse_action_count(text: str) -> ActionCount:
+    """``"24"`` -> 24, ``"16-32"`` -> (16, 32) (for the CLI)."""
+    parts = str(text).strip().split("-")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) == 1:
+        return _check_action_count(values[0])
+    if len(values) == 2:
+        return _check_action_count(tuple(values))
+    raise DeltalensError(f"--actions takes a number like 24 or a range like 16-32, got {text!r}.")
+
+
+@dataclass(slots=True)  # not frozen: a trace makes one per line and frozen init is 4x slower
+class LineInfo:
+    """What one line of the transcript is."""
+
+    kind: str                # LINE_INIT | LINE_ACTION | LINE_PRINT | LINE_OUTPUT
+    actions_done: int        # actions completed once this line has been read (states[actions_done])
+    action: int = -1         # for action lines: index into Trace.actions
+    variables: tuple[int, ...] = ()  # init: the variable set; print/output: the variables shown
+
+
+@dataclass(frozen=True)
+class Reveal:
+    """One output line: which variables it shows and their values (the answers)."""
+
+    line: int                     # index of the output line in Trace.lines
+    after_action: int             # t: the reveal shows s_t
+    variables: tuple[int, ...]    # variable indices, in the order printed
+    values: tuple[int, ...]       # s_t[v] for each of them, 1..n
+
+
+@dataclass
+class Trace:
+    """One REPL transcript with its ground truth."""
+
+    spec: TraceSpec
+    seed: int
+    lines: list[str]                     # each ends with "\n"; "".join(lines) == text
+    line_info: list[LineInfo]
+    actions: list[Permutation]           # sigma_1 .. sigma_m
+    states: list[tuple[int, ...]]        # s_0 .. s_m (values 1..n per variable)
+    reveals: list[Reveal] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    @property
+    def n(self) -> int:
+        return len(self.states[0])
+
+    @property
+    def num_actions(self) -> int:
+        return len(self.actions)
+
+    @property
+    def variable_names(self) -> str:
+        return VARIABLE_NAMES[: self.n]
+
+
+def generate_trace(spec: TraceSpec, seed: int) -> Trace:
+    """The trace for ``seed`` (any int); the same (spec, seed) always gives the same trace."""
+    if _not_int(seed):
+        raise DeltalensError(f"a trace seed must be an integer, got {seed!r}.")
+    group = get_group(spec.group)
+    action_set = get_action_set(group, spec.action_set)
+    n = group.n
+    # One stream, drawn in a fixed order: start, length, all actions, then the reveals. The
+    # reveal draws come last, so the reveal schedule never changes the actions. A str seed goes
+    # through sha512: stable across runs, platforms and PYTHONHASHSEED.
+    rng = random.Random(f"deltalens:{seed}")
+    values = list(range(1, n + 1))
+    rng.shuffle(values)  # drawn even for identity_init, which then ignores it
+    state = tuple(range(1, n + 1)) if spec.identity_init else tuple(values)
+    m = spec.actions if isinstance(spec.actions, int) else rng.randint(*spec.actions)
+    actions = [action_set.sample(rng) for _ in range(m)]
+
+    schedule, spacing, prob = spec.schedule, spec.spacing, spec.reveal_prob
+    if schedule == "every":
+        reveal_after = [t % spacing == 0 for t in range(1, m + 1)]  # type: ignore[operator]
+    elif schedule == "prob":
+        reveal_after = [rng.random() < prob for _ in range(m)]  # type: ignore[operator]
+    else:
+        reveal_after = [False] * m
+
+    lines: list[str] = []
+    info: list[LineInfo] = []
+    for i, value in enumerate(state):
+        lines.append(f"{PROMPT}{VARIABLE_NAMES[i]} = {value}\n")
+        info.append(LineInfo(LINE_INIT, 0, variables=(i,)))
+    print_all = f"{PROMPT}print({', '.join(VARIABLE_NAMES[:n])})\n"
+    everyone = tuple(range(n))
+    states = [state]
+    reveals: list[Reveal] = []
+    for t, p in enumerate(actions, start=1):
+        state = apply_permutation(state, p)
+        states.append(state)
+        lines.append(action_set.line(p))
+        info.append(LineInfo(LINE_ACTION, t, action=t - 1))
+        if not reveal_after[t - 1]:
+            continue
+        if spec.reveal == "one":
+            v = rng.randrange(n)
+            name = VARIABLE_NAMES[v]
+            shown: tuple[int, ...] = (v,)
+            lines.append(f"{PROMPT}print('{name}', {name})\n")
+            lines.append(f"{name} {state[v]}\n")
+        else:
+            shown = everyone
+            lines.append(print_all)
+            lines.append(" ".join(map(str, state)) + "\n")
+        info.append(LineInfo(LINE_PRINT, t, variables=shown))
+        info.append(LineInfo(LINE_OUTPUT, t, variables=shown))
+        reveals.append(Reveal(len(lines) - 1, t, shown, tuple(state[v] for v in shown)))
+
+    return Trace(spec, seed, lines, info, actions, states, reveals)
+
+
+class _CapturingConsole(code.InteractiveConsole):
+    """InteractiveConsole whose error reports land in the transcript instead of stderr."""
+
+    def __init__(self, sink: io.StringIO):
+        super().__init__(locals={})
+        self._sink = sink
+
+    def write(self, data: str) -> None:
+        self._sink.write(data)
+
+
+def replay_transcript(text: str) -> str:
+    """Run the ``>>> `` lines of ``text`` in a fresh Python REPL and return the session it prints.
+
+    Output lines of ``text`` are ignored and regenerated by Python itself, so for a correct
+    trace ``replay_transcript(trace.text) == trace.text``.
+    """
+    sink = io.StringIO()
+    console = _CapturingConsole(sink)
+    with contextlib.redirect_stdout(sink):
+        for line in text.splitlines():
+            if line.startswith(PROMPT):
+                sink.write(line + "\n")
+                console.push(line[len(PROMPT):])
+        console.push("")  # close any block left open
+    return sink.getvalue()

@@ -1,0 +1,200 @@
+"""HookedDeltaNet against fla's DeltaNetForCausalLM: state_dict, HF save/load both ways, numerics.
+
+fla's model cannot run on CPU as shipped (its short conv, norms, SwiGLU and delta rule are Triton
+kernels). For the numerical test we run fla's own model code (its module wiring, residuals,
+activation choices, gating, fla's mode switch at 64 tokens) with those kernels swapped for torch
+stand-ins: fla's own torch references where fla has them (`fla.ops.delta_rule.naive`,
+`fla.modules.norm.layernorm.rms_norm_ref`, `fla.modules.norm.layernorm_gated.rms_norm_ref`) and
+two-line torch equivalents of the Triton conv and SwiGLU (nn.Conv1d's forward on fla's own
+parameters; silu(x) * y). None of our code is used on the fla side.
+"""
+
+import contextlib
+import json
+from unittest import mock
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from fla.models import DeltaNetConfig, DeltaNetForCausalLM
+
+from models.deltanet import HookedDeltaNet
+
+CONFIGS = {
+    "default": dict(),
+    "gate+neg": dict(use_gate=True, allow_neg_eigval=True),
+    "noconv+relu+unfused": dict(use_short_conv=False, qk_activation="relu", fuse_norm=False, fuse_swiglu=False),
+    "sum+elu+nobeta+tied": dict(qk_norm="sum", qk_activation="elu", use_beta=False, tie_word_embeddings=True),
+    "expand+conv2+identity": dict(expand_k=0.5, expand_v=2.0, conv_size=2, qk_activation="identity",
+                                  intermediate_size=48, allow_neg_eigval=True),
+}
+
+
+def config(**overrides):
+    kwargs = dict(hidden_size=32, num_heads=2, num_hidden_layers=2, vocab_size=37)
+    kwargs.update(overrides)
+    return DeltaNetConfig(**kwargs)
+
+
+def fla_model(cfg, seed=0):
+    """fla's model with weights large enough that every part of the layer moves the output."""
+    torch.manual_seed(seed)
+    model = DeltaNetForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1:  # norm weights
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.25)
+    return model
+
+
+# ---- fla's model on CPU, kernels swapped for torch references ------------------------------------
+
+
+def _l2(x):
+    return x / torch.sqrt(x.float().square().sum(-1, keepdim=True) + 1e-6)
+
+
+def _naive_delta_rule(q, k, v, beta, initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False,
+                      **unused):
+    from fla.ops.delta_rule.naive import delta_rule_recurrence
+
+    if use_qk_l2norm_in_kernel:
+        q, k = _l2(q), _l2(k)
+    o, S = delta_rule_recurrence(*(x.transpose(1, 2) for x in (q, k, v, beta)), initial_state=initial_state,
+                                 output_final_state=output_final_state)
+    return o.transpose(1, 2), S
+
+
+@contextlib.contextmanager
+def fla_runs_on_cpu():
+    import fla.layers.delta_net as fla_layer
+    import fla.modules.mlp as fla_mlp
+    from fla.modules import FusedRMSNormGated, RMSNorm, ShortConvolution
+    from fla.modules.norm.layernorm import rms_norm_ref
+    from fla.modules.norm.layernorm_gated import rms_norm_ref as gated_rms_norm_ref
+
+    def rms_forward(self, x, residual=None, prenorm=False, residual_in_fp32=False):
+        return rms_norm_ref(x, self.weight, self.bias, residual=residual, eps=self.eps, prenorm=prenorm, upcast=True)
+
+    def gated_forward(self, x, g, residual=None, prenorm=False, residual_in_fp32=False):
+        return gated_rms_norm_ref(x, self.weight, self.bias, z=g, eps=self.eps, norm_before_gate=True)
+
+    def conv_forward(self, x, residual=None, mask=None, cache=None, output_final_state=False, **unused):
+        y = nn.Conv1d.forward(self, x.transpose(1, 2))[..., : x.shape[1]].transpose(1, 2)
+        return (F.silu(y) if self.activation else y), None
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(fla_layer, "chunk_delta_rule", _naive_delta_rule))
+        stack.enter_context(mock.patch.object(fla_layer, "fused_recurrent_delta_rule", _naive_delta_rule))
+        stack.enter_context(mock.patch.object(RMSNorm, "forward", rms_forward))
+        stack.enter_context(mock.patch.object(FusedRMSNormGated, "forward", gated_forward))
+        stack.enter_context(mock.patch.object(ShortConvolution, "forward", conv_forward))
+        stack.enter_context(mock.patch.object(fla_mlp, "swiglu_linear", lambda x, y, w, b: F.linear(F.silu(x) * y, w, b)))
+        stack.enter_context(mock.patch.object(fla_mlp, "swiglu", lambda x, y: F.silu(x) * y))
+        yield
+
+
+# ---- tests ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_state_dict_keys_and_shapes_equal_fla(name):
+    cfg = config(**CONFIGS[name])
+    ours = HookedDeltaNet(cfg).state_dict()
+    theirs = DeltaNetForCausalLM(cfg).state_dict()
+    assert list(ours) == list(theirs)
+    for key in theirs:
+        assert ours[key].shape == theirs[key].shape and ours[key].dtype == theirs[key].dtype, key
+    assert ("model.layers.0.attn.g_proj.weight" in ours) == cfg.use_gate
+    assert ("model.layers.0.attn.q_conv1d.weight" in ours) == cfg.use_short_conv
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_logits_match_fla_model_run_on_torch_references(name):
+    cfg = config(**CONFIGS[name])
+    theirs = fla_model(cfg)
+    ours = HookedDeltaNet.from_fla(theirs)
+    toks = torch.randint(0, cfg.vocab_size, (2, 80), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), fla_runs_on_cpu():
+        ref_long = theirs(toks).logits  # fla's "chunk" mode (T > 64)
+        ref_short = theirs(toks[:, :30]).logits  # fla's "fused_recurrent" mode (T <= 64)
+    with torch.no_grad():
+        got = ours(toks)
+    assert ref_long.abs().max() > 1.0  # not a degenerate near-zero comparison
+    assert (got - ref_long).abs().max() <= 1e-4
+    assert (got[:, :30] - ref_short).abs().max() <= 1e-4
+    # negative control: a different beta range must show up as a mismatch
+    ours.set_beta_range(None, None, 0.0, 0.5)
+    with torch.no_grad():
+        assert (ours(toks) - ref_long).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_our_save_pretrained_loads_in_fla(tmp_path, tied):
+    cfg = config(use_gate=True, allow_neg_eigval=True, tie_word_embeddings=tied)
+    torch.manual_seed(0)
+    ours = HookedDeltaNet(cfg)
+    extra = {"deltalens": {"task": "S3 swaps", "tokenizer": {"vocab": ["a", "b"]}}}
+    ours.save_pretrained(tmp_path, extra_config=extra)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    raw = json.loads((tmp_path / "config.json").read_text())
+    assert raw["deltalens"] == extra["deltalens"] and raw["architectures"] == ["DeltaNetForCausalLM"]
+
+    theirs = DeltaNetForCausalLM.from_pretrained(tmp_path)
+    assert theirs.config.deltalens == extra["deltalens"]
+    ours_sd, theirs_sd = ours.state_dict(), theirs.state_dict()
+    assert list(ours_sd) == list(theirs_sd)
+    for key in ours_sd:
+        assert torch.equal(ours_sd[key], theirs_sd[key]), key
+    if tied:
+        assert theirs.lm_head.weight.data_ptr() == theirs.model.embeddings.weight.data_ptr()
+
+    again = HookedDeltaNet.from_pretrained(tmp_path)  # and back, extra section kept on the config
+    assert again.config.deltalens == extra["deltalens"]
+    for key, value in again.state_dict().items():
+        assert torch.equal(value, ours_sd[key]), key
+
+
+@pytest.mark.parametrize("name", ["default", "sum+elu+nobeta+tied"])
+def test_from_pretrained_loads_fla_save_pretrained(tmp_path, name):
+    theirs = fla_model(config(**CONFIGS[name]))
+    theirs.save_pretrained(tmp_path)
+    ours = HookedDeltaNet.from_pretrained(tmp_path)
+    theirs_sd = theirs.state_dict()
+    assert list(ours.state_dict()) == list(theirs_sd)
+    for key, value in ours.state_dict().items():
+        assert torch.equal(value, theirs_sd[key]), key
+    toks = torch.randint(0, 37, (1, 20))
+    with torch.no_grad():
+        assert torch.equal(ours(toks), HookedDeltaNet.from_fla(theirs)(toks))
+
+
+def test_save_pretrained_refuses_to_shadow_config_fields(tmp_path):
+    model = HookedDeltaNet(config())
+    with pytest.raises(ValueError, match="deltalens"):
+        model.save_pretrained(tmp_path, extra_config={"hidden_size": 64})
+
+
+def test_from_pretrained_errors_are_readable(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        HookedDeltaNet.from_pretrained(tmp_path)
+    HookedDeltaNet(config()).save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").rename(tmp_path / "pytorch_model.bin")
+    with pytest.raises(FileNotFoundError, match="pickle"):
+        HookedDeltaNet.from_pretrained(tmp_path)
+
+
+def test_to_fla_round_trip():
+    ours = HookedDeltaNet(config(use_gate=True))
+    theirs = ours.to_fla()
+    assert isinstance(theirs, DeltaNetForCausalLM)
+    for key, value in theirs.state_dict().items():
+        assert torch.equal(value, ours.state_dict()[key])
+
+
+def test_unsupported_configs_fail_clearly():
+    with pytest.raises(NotImplementedError, match="attnres"):
+        HookedDeltaNet(config(attnres_block_size=2))

@@ -1,0 +1,137 @@
+"""Training loop: exact resume, NaN stop, config overrides, evaluation on held-out traces."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import models
+from tasks import PAD_ID
+from tasks.errors import DeltalensError
+from training.config import TrainConfig, apply_overrides, dump_toml, load_config
+from training.data import TrainingData
+from training.evaluate import evaluate
+from training.loop import LAST, train
+
+
+def tiny_config(arch: str = "deltanet", steps: int = 6) -> TrainConfig:
+    model = {
+        "deltanet": {"arch": "deltanet", "hidden_size": 32, "num_hidden_layers": 1, "num_heads": 2,
+                     "allow_neg_eigval": True},
+        "lstm": {"arch": "lstm", "d_model": 32, "n_layers": 1},
+        "transformer": {"arch": "transformer", "d_model": 32, "n_layers": 1, "n_heads": 2, "n_ctx": 128},
+    }[arch]
+    return TrainConfig.from_dict({
+        "task": {"group": "S3", "actions": [4, 6], "spacing": [1, 2], "eval_spacing": 2},
+        "model": model,
+        "optim": {"batch_size": 4, "warmup_steps": 2, "lr": 3e-3},
+        "run": {"steps": steps, "eval_every": 3, "eval_traces": 8, "checkpoint_every": 3, "threads": 1},
+    })
+
+
+def test_resume_after_kill_matches_unbroken_run(tmp_path):
+    config = tiny_config(steps=6)
+    unbroken = train(config, tmp_path / "unbroken", progress=False)
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_four(step, loss):
+        if step == 4:  # the checkpoint of step 3 is on disk, step 4 is lost
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(config, tmp_path / "broken", progress=False, on_step=kill_after_four)
+    state = json.loads((tmp_path / "broken" / LAST / "trainer_state.json").read_text())
+    assert state["step"] == 3
+    resumed = train(config, tmp_path / "broken", resume=True, progress=False)
+    assert resumed.step == unbroken.step == 6
+    a = models.load(unbroken.checkpoint).state_dict()
+    b = models.load(resumed.checkpoint).state_dict()
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert [h["reveal_accuracy"] for h in resumed.history] == [h["reveal_accuracy"] for h in unbroken.history]
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+    config = tiny_config(arch="lstm", steps=8)
+    real_forward = None
+
+    def poison_after_step_4(step, loss):
+        nonlocal real_forward
+        if step == 4:  # from now on the model outputs NaN logits
+            model_cls = type(models.load(tmp_path / "run" / LAST))
+            real_forward = model_cls.forward
+            monkeypatch.setattr(model_cls, "forward", lambda self, tokens, *a, **k: real_forward(self, tokens) * float("nan"))
+
+    with pytest.raises(DeltalensError, match="loss became nan at step 5"):
+        train(config, tmp_path / "run", progress=False, on_step=poison_after_step_4)
+    state = json.loads((tmp_path / "run" / LAST / "trainer_state.json").read_text())
+    assert state["step"] == 3  # the last checkpoint written before the NaN, intact and loadable
+    monkeypatch.undo()
+    model = models.load(tmp_path / "run" / LAST)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_refuses_to_overwrite_or_resume_a_changed_config(tmp_path):
+    config = tiny_config(arch="lstm", steps=3)
+    train(config, tmp_path / "run", progress=False)
+    with pytest.raises(DeltalensError, match="already holds a run"):
+        train(config, tmp_path / "run", progress=False)
+    changed = tiny_config(arch="lstm", steps=3)
+    changed.optim.lr = 1e-4
+    with pytest.raises(DeltalensError, match="config differs"):
+        train(changed, tmp_path / "run", resume=True, progress=False)
+
+
+def test_config_file_and_overrides(tmp_path):
+    path = tmp_path / "train.toml"
+    path.write_text(dump_toml(tiny_config()))
+    config = load_config(path, ["task.group=S5", "optim.lr=1e-3", "run.steps=7", "task.spacing=4"])
+    assert config.task.group == "S5" and config.optim.lr == 1e-3 and config.run.steps == 7
+    assert config.task.spacing == [4, 4]
+    assert load_config(path).to_dict() == tiny_config().to_dict()  # dump -> load round trip
+    with pytest.raises(DeltalensError, match="unknown key"):
+        load_config(path, ["optim.learning_rate=1"])
+    with pytest.raises(DeltalensError, match="table.key=value"):
+        apply_overrides({}, ["lr=1"])
+
+
+def test_data_stream_is_a_function_of_seed_and_step():
+    data = TrainingData(tiny_config().task, seed=5)
+    a, b = data.train_batch(7, 4, 10), data.train_batch(7, 4, 10)
+    assert torch.equal(a["tokens"], b["tokens"])
+    assert not torch.equal(a["tokens"][:, :10], data.train_batch(8, 4, 10)["tokens"][:, :10])
+    # mixed spacing: both spacings 1 and 2 occur in a batch of 64 traces
+    batch = data.train_batch(0, 64, 10)
+    reveals, actions = batch["reveal_mask"].sum(1), (batch["kinds"] == 2).any(-1)
+    assert len(set(reveals.tolist())) > 1 and actions.all()
+
+
+def test_evaluate_scores_a_perfect_oracle_and_a_constant_model():
+    data = TrainingData(tiny_config().task, seed=0)
+    spec = data.eval_spec()
+    tokenizer = data.tokenizer
+
+    class Oracle(torch.nn.Module):
+        """Cheats by reading the answer tokens: logits put all mass on the next token."""
+
+        def forward(self, tokens):
+            nxt = torch.zeros_like(tokens)
+            nxt[:, :-1] = tokens[:, 1:]
+            return torch.nn.functional.one_hot(nxt, tokenizer.vocab_size).float()
+
+    oracle = evaluate(Oracle(), tokenizer, spec, n_traces=16)
+    assert oracle.reveal_accuracy == 1.0 and oracle.trace_accuracy == 1.0 and oracle.n_traces == 16
+
+    class Constant(torch.nn.Module):
+        def forward(self, tokens):
+            logits = torch.zeros(*tokens.shape, tokenizer.vocab_size)
+            logits[..., PAD_ID] = 1.0  # always predicts <pad>
+            return logits
+
+    constant = evaluate(Constant(), tokenizer, spec, n_traces=16)
+    assert constant.reveal_accuracy == 0.0 and constant.trace_accuracy == 0.0
+    assert sum(p["count"] for p in oracle.by_position) == oracle.n_reveals > 0

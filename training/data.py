@@ -1,0 +1,66 @@
+"""The training data stream: batch s is a pure function of (seed, s).
+
+That makes `--resume` exact without saving any data-loader state, and lets mixed reveal spacing
+and a length curriculum be drawn per trace from the step alone.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tasks import TraceSpec, collate, generate_trace, make_tokenizer, trace_seed
+from training.config import TaskConfig
+
+
+class TrainingData:
+    def __init__(self, task: TaskConfig, seed: int):
+        self.task = task
+        self.seed = seed
+        self.tokenizer = make_tokenizer(task.tokenizer, task.group, action_set=task.action_set)
+        self.eval_spec()  # validates group, action set and spacing before any training starts
+
+    def eval_spec(self, actions: int | None = None, spacing: int | None = None) -> TraceSpec:
+        """Held-out traces: the training length (or `actions`) at the evaluation spacing."""
+        return TraceSpec(
+            group=self.task.group,
+            action_set=self.task.action_set,
+            actions=actions if actions is not None else self.task.actions[1],
+            spacing=spacing if spacing is not None else self.task.eval_spacing,
+            reveal=self.task.reveal,
+        )
+
+    def task_dict(self) -> dict[str, Any]:
+        """What a checkpoint records about its task (read back by `task_config_from_meta`)."""
+        return {"config": vars(self.task).copy(), "eval_spec": self.eval_spec().to_dict()}
+
+    def max_actions(self, step: int, total_steps: int) -> int:
+        lo, hi = self.task.actions
+        if self.task.curriculum_steps <= 0 or step >= self.task.curriculum_steps:
+            return hi
+        start = max(lo, min(hi, self.task.curriculum_start))
+        return start + (hi - start) * step // self.task.curriculum_steps
+
+    def train_batch(self, step: int, batch_size: int, total_steps: int) -> dict[str, torch.Tensor]:
+        lo, _ = self.task.actions
+        hi = self.max_actions(step, total_steps)
+        spacing_lo, spacing_hi = self.task.spacing
+        encoded = []
+        for i in range(batch_size):
+            # train-split seeds never equal eval-split ones (tasks.trace_seed keeps them apart)
+            seed = trace_seed(self.seed, "train", step * batch_size + i)
+            spec = TraceSpec(
+                group=self.task.group,
+                action_set=self.task.action_set,
+                actions=(min(lo, hi), hi),
+                spacing=spacing_lo + (seed >> 8) % (spacing_hi - spacing_lo + 1),
+                reveal=self.task.reveal,
+            )
+            encoded.append(self.tokenizer.encode_trace(generate_trace(spec, seed)))
+        return collate(encoded, supervision=self.task.supervision)
+
+
+def task_config_from_meta(meta: dict[str, Any]) -> TaskConfig:
+    """The TaskConfig a checkpoint was trained with (from its deltalens metadata)."""
+    values = dict(meta["task"]["config"])
+    return TaskConfig(**values)

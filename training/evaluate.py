@@ -1,0 +1,135 @@
+"""Held-out evaluation the way the paper measures it: is every revealed value predicted?
+
+* reveal accuracy: fraction of revealed-value tokens whose argmax prediction (over the whole
+  vocabulary, from the previous position) is the true value;
+* trace accuracy: fraction of traces in which every reveal is right;
+* accuracy by position: reveal accuracy bucketed by how many actions precede the reveal, which
+  shows where tracking breaks down on traces longer than those seen in training.
+
+Evaluation traces come from the "eval" split, whose seeds never overlap the training stream.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from tasks import TraceSpec, make_batch, TokenKind
+
+
+@dataclass
+class EvalResult:
+    reveal_accuracy: float
+    trace_accuracy: float
+    n_traces: int
+    n_reveals: int
+    # [{"actions_from": a, "actions_to": b, "accuracy": x, "count": n}, ...]
+    by_position: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@torch.no_grad()
+def score_batch(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Per-token correctness at reveal positions, with the action count before each reveal."""
+    logits = model(batch["tokens"])
+    predicted = torch.zeros_like(batch["tokens"])
+    predicted[:, 1:] = logits[:, :-1].argmax(-1)  # prediction made for token t, from position t-1
+    reveal = batch["reveal_mask"].clone()
+    reveal[:, 0] = False
+    actions_before = (batch["kinds"] == TokenKind.ACTION).long().cumsum(1)
+    return {"correct": (predicted == batch["tokens"]) & reveal, "reveal": reveal, "actions_before": actions_before}
+
+
+def summarise(scores: list[dict[str, torch.Tensor]], bucket: int = 8) -> EvalResult:
+    correct = [s["correct"] for s in scores]
+    reveal = [s["reveal"] for s in scores]
+    n_reveals = int(sum(r.sum() for r in reveal))
+    n_correct = int(sum(c.sum() for c in correct))
+    # a trace counts as solved when none of its reveals is wrong; traces without reveals are skipped
+    solved = torch.cat([(c == r).all(1) & r.any(1) for c, r in zip(correct, reveal)])
+    has_reveal = torch.cat([r.any(1) for r in reveal])
+    counts: dict[int, list[int]] = {}
+    for s in scores:
+        positions = s["actions_before"][s["reveal"]] // bucket
+        for p, ok in zip(positions.tolist(), s["correct"][s["reveal"]].tolist()):
+            entry = counts.setdefault(p, [0, 0])
+            entry[0] += int(ok)
+            entry[1] += 1
+    by_position = [
+        {"actions_from": p * bucket, "actions_to": p * bucket + bucket - 1, "accuracy": c / n, "count": n}
+        for p, (c, n) in sorted(counts.items())
+    ]
+    return EvalResult(
+        reveal_accuracy=n_correct / max(1, n_reveals),
+        trace_accuracy=float(solved.sum()) / max(1, int(has_reveal.sum())),
+        n_traces=int(sum(r.shape[0] for r in reveal)),
+        n_reveals=n_reveals,
+        by_position=by_position,
+    )
+
+
+def evaluate(model, tokenizer, spec: TraceSpec, n_traces: int = 256, seed: int = 0, batch_size: int = 64) -> EvalResult:
+    """Accuracy on `n_traces` fresh held-out traces drawn from `spec`."""
+    was_training = model.training
+    model.eval()
+    scores = []
+    for start in range(0, n_traces, batch_size):
+        size = min(batch_size, n_traces - start)
+        batch = make_batch(spec, tokenizer, size, seed=seed * 1_000_003 + start, split="eval")
+        scores.append(score_batch(model, batch))
+    model.train(was_training)
+    return summarise(scores)
+
+
+def evaluate_checkpoint(
+    path, lengths: list[int] | None = None, spacing: int | None = None, n_traces: int = 512, seed: int = 0
+) -> dict[str, Any]:
+    """Accuracy of a checkpoint at several trace lengths (default 1x, 2x and 4x its training length).
+
+    The headline `reveal_accuracy` / `trace_accuracy` is the lowest over the lengths evaluated.
+    """
+    import models
+    from training.data import TrainingData, task_config_from_meta
+
+    meta = models.read_checkpoint_meta(path)
+    task = task_config_from_meta(meta)
+    data = TrainingData(task, seed=0)
+    model = models.load(path)
+    train_length = task.actions[1]
+    lengths = lengths or [train_length, 2 * train_length, 4 * train_length]
+    spacing = spacing or task.eval_spacing
+    rows = []
+    for actions in lengths:
+        result = evaluate(model, data.tokenizer, data.eval_spec(actions, spacing), n_traces=n_traces, seed=seed)
+        rows.append({"actions": actions, "x_train": actions / train_length, **result.to_dict()})
+    return {
+        "checkpoint": str(path),
+        "spacing": spacing,
+        "n_traces": n_traces,
+        "reveal_accuracy": min(r["reveal_accuracy"] for r in rows),
+        "trace_accuracy": min(r["trace_accuracy"] for r in rows),
+        "lengths": rows,
+    }
+
+
+def evaluate_text_file(path, traces_file) -> EvalResult:
+    """Accuracy of a checkpoint on code-format REPL traces written elsewhere (blank-line separated)."""
+    import models
+    from tasks import Tokenizer, collate, parse_trace
+    from tasks.errors import DeltalensError
+
+    meta = models.read_checkpoint_meta(path)
+    tokenizer = Tokenizer.from_spec(meta["tokenizer"])
+    if not traces_file.is_file():
+        raise DeltalensError(f"traces file {traces_file} does not exist")
+    blocks = [b for b in traces_file.read_text().split("\n\n") if b.strip()]
+    if not blocks:
+        raise DeltalensError(f"{traces_file} holds no traces (expected REPL transcripts separated by blank lines)")
+    model = models.load(path)
+    model.eval()
+    encoded = [tokenizer.encode_trace(parse_trace(b if b.endswith("\n") else b + "\n")) for b in blocks]
+    scores = [score_batch(model, collate(encoded[i:i + 64])) for i in range(0, len(encoded), 64)]
+    return summarise(scores)

@@ -1,0 +1,173 @@
+"""The training loop: next-token prediction on REPL traces, with resumable atomic checkpoints.
+
+A run directory holds `last/`, a checkpoint (models.save format) with the optimiser state and a
+`trainer_state.json` beside the weights. The data of step s depends only on (seed, s), so a run
+resumed from `last/` sees exactly the batches an unbroken run would have seen, and (on CPU, where
+torch is deterministic) ends with the same weights.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+import models
+from tasks.errors import DeltalensError
+from training.config import TrainConfig, dump_toml
+from training.data import TrainingData
+from training.evaluate import evaluate
+from training.optimizer_state import load_optimizer, save_optimizer
+from training.schedule import learning_rate
+
+LAST = "last"
+TRAINER_STATE = "trainer_state.json"
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int  # optimiser steps completed
+    wall_time_s: float  # training time summed over all sessions of this run
+    history: list[dict[str, Any]] = field(default_factory=list)  # one entry per evaluation
+    stopped_early: bool = False
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.run_dir / LAST
+
+
+def next_token_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked cross-entropy of logits[:, t-1] against tokens[:, t]; also the reveal accuracy."""
+    pred_logits = logits[:, :-1]  # (B, T-1, V): position t-1 predicts token t
+    targets = batch["tokens"][:, 1:]
+    mask = batch["loss_mask"][:, 1:]
+    losses = F.cross_entropy(pred_logits.reshape(-1, pred_logits.shape[-1]), targets.reshape(-1), reduction="none")
+    loss = (losses * mask.reshape(-1)).sum() / mask.sum().clamp(min=1)
+    reveal = batch["reveal_mask"][:, 1:]
+    correct = (pred_logits.argmax(-1) == targets) & reveal
+    accuracy = correct.sum().float() / reveal.sum().clamp(min=1)
+    return loss, accuracy
+
+
+def train(
+    config: TrainConfig,
+    run_dir: str | Path,
+    resume: bool = False,
+    progress: bool = True,
+    on_step: Callable[[int, float], None] | None = None,
+) -> TrainResult:
+    """Train `config` into `run_dir`; with `resume`, continue from `run_dir/last`.
+
+    `on_step(step, loss)` is called after every optimiser step (tests use it to simulate a kill).
+    """
+    run_dir = Path(run_dir)
+    if config.run.threads:
+        torch.set_num_threads(config.run.threads)
+    data = TrainingData(config.task, config.run.seed)
+    torch.manual_seed(config.run.seed)
+    model_kwargs = {k: v for k, v in config.model.items() if k != "arch"}
+    model = models.build(config.model["arch"], vocab_size=data.tokenizer.vocab_size, **model_kwargs)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas), weight_decay=config.optim.weight_decay
+    )
+    step, wall, history = 0, 0.0, []
+    last = run_dir / LAST
+    if resume:
+        if not (last / TRAINER_STATE).is_file():
+            raise DeltalensError(f"cannot resume: {last} holds no trainer state; start without --resume")
+        state = json.loads((last / TRAINER_STATE).read_text())
+        if state["config"] != config.to_dict():
+            raise DeltalensError(f"cannot resume: the config differs from the one {run_dir} was started with")
+        model.load_state_dict(models.load(last).state_dict())
+        load_optimizer(optimizer, last)
+        step, wall, history = state["step"], state["wall_time_s"], state["history"]
+    elif last.exists():
+        raise DeltalensError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "train.toml").write_text(dump_toml(config))
+
+    def save(metrics: dict[str, Any]) -> None:
+        extra = {
+            "tokenizer": data.tokenizer.to_spec(),
+            "task": data.task_dict(),
+            "training": {"config": config.to_dict(), "step": step, "wall_time_s": round(wall, 1)},
+            "metrics": metrics,
+        }
+        staging = run_dir / f".{LAST}.staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        models.save(model, staging, extra=extra)
+        save_optimizer(optimizer, staging)
+        (staging / TRAINER_STATE).write_text(
+            json.dumps({"step": step, "wall_time_s": wall, "history": history, "config": config.to_dict()})
+        )
+        _replace_dir(staging, last)
+
+    def run_eval() -> dict[str, Any]:
+        model.eval()
+        result = evaluate(
+            model, data.tokenizer, data.eval_spec(), n_traces=config.run.eval_traces, seed=config.run.seed
+        )
+        model.train()
+        entry = {"step": step, "reveal_accuracy": result.reveal_accuracy, "trace_accuracy": result.trace_accuracy}
+        history.append(entry)
+        return entry
+
+    total = config.run.steps
+    bar = tqdm(total=total, initial=step, disable=not progress, desc="train", dynamic_ncols=True)
+    stopped_early = False
+    model.train()
+    while step < total:
+        started = time.perf_counter()
+        lr = learning_rate(step, total, config.optim.lr, config.optim.warmup_steps, config.optim.min_lr_ratio)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batch = data.train_batch(step, config.optim.batch_size, total)
+        loss, accuracy = next_token_loss(model(batch["tokens"]), batch)
+        if not torch.isfinite(loss):
+            bar.close()
+            raise DeltalensError(
+                f"loss became {loss.item()} at step {step + 1}; stopped. The last good checkpoint "
+                f"({last if last.exists() else 'none yet'}) is kept: lower optim.lr or raise optim.warmup_steps"
+            )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.optim.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
+        optimizer.step()
+        step += 1
+        wall += time.perf_counter() - started
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{accuracy.item():.3f}", lr=f"{lr:.1e}")
+        if on_step is not None:
+            on_step(step, loss.item())
+        evaluated = config.run.eval_every and step % config.run.eval_every == 0
+        if evaluated:
+            entry = run_eval()
+            bar.write(f"step {step}: held-out reveal accuracy {entry['reveal_accuracy']:.4f}")
+            if config.run.early_stop_accuracy and entry["reveal_accuracy"] >= config.run.early_stop_accuracy:
+                stopped_early = True
+                break
+        if config.run.checkpoint_every and step % config.run.checkpoint_every == 0 and step < total:
+            save(history[-1] if history else {})
+    bar.close()
+    if not history or history[-1]["step"] != step:
+        run_eval()
+    save(history[-1])
+    return TrainResult(run_dir, step, wall, history, stopped_early)
+
+
+def _replace_dir(new: Path, target: Path) -> None:
+    """Move `new` to `target`, replacing it; at every moment one complete copy exists on disk."""
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    new.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
