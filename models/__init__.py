@@ -109,11 +109,11 @@ def _stamp(model, arch: str, model_config) -> None:
         model.model_config = model_config()
 
 
-def save(model, path, extra: dict[str, Any] | None = None):
-    """Write `model` to checkpoint directory `path` atomically; see models.checkpoint."""
+def save(model, path, extra: dict[str, Any] | None = None, files: dict[str, str] | None = None):
+    """Write `model` (and text `files` beside it) to checkpoint directory `path` atomically."""
     from .checkpoint import save_checkpoint
 
-    return save_checkpoint(model, path, extra)
+    return save_checkpoint(model, path, extra, files)
 
 
 def load(path, **model_config_overrides: Any):

@@ -64,18 +64,22 @@ _HF_BOOKKEEPING = (
 # ----------------------------------------------------------------------------- save
 
 
-def save_checkpoint(model, path, extra: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    model, path, extra: dict[str, Any] | None = None, files: dict[str, str] | None = None
+) -> Path:
     """Write `model` and its metadata to directory `path`, replacing an existing checkpoint atomically.
 
     `extra` holds the JSON-able "tokenizer", "task", "training" and "metrics" entries (dataclasses,
     numpy and torch scalars are converted); other keys are kept too, except the reserved
-    "format_version", "architecture" and "model_config". Returns the checkpoint path.
+    "format_version", "architecture" and "model_config". `files` are text files written beside the
+    weights in the same atomic step (a model card, the training config). Returns the checkpoint path.
     """
+    files = files or {}
     target = Path(os.path.abspath(path))  # normalises "." and trailing slashes; does not follow symlinks
     arch = _arch_of(model)
     section = _make_section(model, arch, extra or {})
 
-    if target.exists() and not _is_replaceable(target):
+    if target.exists() and not _is_replaceable(target, set(files)):
         raise DeltalensError(
             f"{target} exists and is not a checkpoint directory, so it will not be replaced; choose another path"
         )
@@ -83,6 +87,10 @@ def save_checkpoint(model, path, extra: dict[str, Any] | None = None) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.saving-", dir=target.parent))
     try:
         _write_checkpoint(model, arch, section, staging)
+        for name, text in files.items():
+            if name in (CONFIG_NAME, WEIGHTS_NAME) or Path(name).name != name:
+                raise DeltalensError(f"cannot write {name!r} beside the weights: use a plain file name of your own")
+            (staging / name).write_text(text)
         _fsync_dir(staging)
         _swap_into_place(staging, target)
     except BaseException:
@@ -217,11 +225,12 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _is_replaceable(target: Path) -> bool:
-    """Only a checkpoint directory (or an empty one) may be replaced; never a file or some other folder."""
+def _is_replaceable(target: Path, rewritten: set[str] = frozenset()) -> bool:
+    """Only a checkpoint directory may be replaced, or a folder holding nothing but files this save
+    rewrites (e.g. the train.toml a checkpoint is exported beside); never a file or other folder."""
     if not target.is_dir():
         return False
-    return (target / CONFIG_NAME).exists() or not any(target.iterdir())
+    return (target / CONFIG_NAME).exists() or all(entry.name in rewritten for entry in target.iterdir())
 
 
 def _swap_into_place(staging: Path, target: Path) -> None:

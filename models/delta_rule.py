@@ -170,7 +170,7 @@ def _chunk_forward(q, k, v, beta, initial_state, chunk_size: int, with_states: b
     S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.float()
     if T == 0:
         return v.new_zeros(B, 0, H, V), S, (v.new_zeros(B, 0, H, K, V) if with_states else None)
-    C = chunk_size
+    C = min(chunk_size, T)  # a short sequence is one chunk, not one padded to chunk_size
     pad = (-T) % C
     if pad:
         # Zero keys and zero beta make the padded steps the identity on S: u = 0, S unchanged.

@@ -30,7 +30,9 @@ import json
 import os
 import tempfile
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import torch
@@ -38,6 +40,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
+from transformer_lens.utilities import Slice
+from transformer_lens.utilities import remove_batch_dim as drop_batch_dim
 
 from models.deltanet_mixer import DeltaNetMixer
 from models.hook_names import lens_name
@@ -189,6 +193,34 @@ class HookedDeltaNet(HookedRootModule):
             if isinstance(module, HookPoint):
                 self.hook_dict[name] = module
 
+    def get_caching_hooks(
+        self,
+        names_filter=None,
+        incl_bwd: bool = False,
+        device=None,
+        remove_batch_dim: bool = False,
+        cache: Optional[dict] = None,
+        pos_slice=None,
+    ) -> tuple[dict, list, list]:
+        """HookedRootModule's caching hooks, except that `pos_slice` cuts hook_state along its
+        position axis (dim 1 of (batch, pos, head, d_k, d_v)); the generic rule would cut d_k."""
+        cache, fwd_hooks, bwd_hooks = super().get_caching_hooks(
+            names_filter, incl_bwd, device, remove_batch_dim=remove_batch_dim, cache=cache, pos_slice=pos_slice
+        )
+        positions = Slice.unwrap(pos_slice)
+
+        def save_state(tensor: torch.Tensor, hook: HookPoint, is_backward: bool = False) -> None:
+            stored = tensor.detach().to(device)
+            if remove_batch_dim:
+                stored = drop_batch_dim(stored)
+            cache[hook.name + ("_grad" if is_backward else "")] = positions.apply(stored, dim=-4)
+
+        def swap(hooks: list, is_backward: bool) -> list:
+            return [(name, partial(save_state, is_backward=is_backward) if name.endswith("hook_state") else fn)
+                    for name, fn in hooks]
+
+        return cache, swap(fwd_hooks, False), swap(bwd_hooks, True)
+
     # ---- shape helpers ---------------------------------------------------------------------
 
     @property
@@ -216,6 +248,15 @@ class HookedDeltaNet(HookedRootModule):
     def d_v(self) -> int:
         """Value dimension per head."""
         return self.model.layers[0].attn.head_v_dim if self.n_layers else 0
+
+    @property
+    def cfg(self) -> SimpleNamespace:
+        """TransformerLens-style summary (n_layers, n_heads, d_model, d_k, d_v, d_vocab, ...)."""
+        return SimpleNamespace(
+            model_type="deltanet", n_layers=self.n_layers, n_heads=self.n_heads, d_model=self.d_model,
+            d_k=self.d_k, d_v=self.d_v, d_head=self.d_v, d_vocab=self.config.vocab_size,
+            allow_neg_eigval=self.config.allow_neg_eigval, device=self.device,
+        )
 
     @property
     def device(self) -> torch.device:

@@ -7,6 +7,10 @@ This room imports nothing else of deltalens. Its public API, in data-flow order:
     make_tokenizer("code" | "statement", spec)   tasks.tokenizers
     TraceDataset(spec, tokenizer, size, seed, split), collate, make_batch   tasks.dataset
                                                  (torch: imported on first use)
+    ProbTraceSpec, generate_prob_trace, parse_prob_trace, ProbCodeTokenizer  tasks.probabilistic
+    PFSA, Action, Observation, joint_filter, marginal_filter                tasks.pfsa
+    adversarial_sequence                                                    tasks.adversary
+                                                 (numpy: imported on first use)
 """
 from tasks.errors import DeltalensError
 from tasks.groups import (
@@ -52,6 +56,7 @@ from tasks.traces import (
     TraceSpec,
     generate_trace,
     parse_action_count,
+    parse_trace,
     replay_transcript,
 )
 
@@ -60,11 +65,26 @@ from tasks.traces import (
 _LAZY = {"SPLITS", "TraceDataset", "collate", "encoded_to_item", "make_batch", "trace_seed"}
 
 
+# PFSA-SR (probabilistic traces, exact filtering, the adversary) needs numpy: also on first use.
+_LAZY_MODULES = {
+    **dict.fromkeys(("PFSA", "Action", "Observation", "RevealPosterior", "FilterResult", "LinearRun",
+                     "joint_filter", "marginal_filter", "enumerate_posteriors", "run_linear_joint",
+                     "run_linear_marginal"), "tasks.pfsa"),
+    **dict.fromkeys(("ProbTraceSpec", "ProbTrace", "ProbProgram", "ProbCodeTokenizer", "generate_prob_trace",
+                     "parse_prob_trace"), "tasks.probabilistic"),
+    **dict.fromkeys(("AdversarySpec", "AdversarialSequence", "adversarial_sequence"), "tasks.adversary"),
+}
+
+
 def __getattr__(name: str):
     if name in _LAZY:
         from tasks import dataset
 
         return getattr(dataset, name)
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY_MODULES[name]), name)
     raise AttributeError(f"module 'tasks' has no attribute {name!r}")
 
 
@@ -74,6 +94,7 @@ __all__ = [
     "DihedralGroup", "EncodedTrace", "LineInfo", "Permutation", "PermutationGroup", "Reveal",
     "StatementTokenizer", "SymmetricGroup", "TokenKind", "Tokenizer", "Trace", "TraceDataset", "TraceSpec",
     "apply_permutation", "collate", "compose", "encoded_to_item", "generate_trace", "get_action_set", "get_group", "inverse",
-    "is_even", "lex_rank", "lex_unrank", "make_batch", "make_tokenizer", "parse_action_count",
+    "is_even", "lex_rank", "lex_unrank", "make_batch", "make_tokenizer", "parse_action_count", "parse_trace",
     "read_assignment", "replay_transcript", "trace_seed", "valid_action_sets", "write_assignment",
+    *_LAZY_MODULES,
 ]

@@ -33,7 +33,8 @@ import code
 import contextlib
 import io
 import random
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Union
 
 from tasks.errors import DeltalensError
@@ -43,6 +44,7 @@ from tasks.groups import (
     apply_permutation,
     get_action_set,
     get_group,
+    read_assignment,
 )
 
 ActionCount = Union[int, tuple[int, int]]
@@ -269,6 +271,71 @@ def generate_trace(spec: TraceSpec, seed: int) -> Trace:
         reveals.append(Reveal(len(lines) - 1, t, shown, tuple(state[v] for v in shown)))
 
     return Trace(spec, seed, lines, info, actions, states, reveals)
+
+
+_INIT_LINE = re.compile(r">>> ([a-j]) = (\d+)\n")
+_PRINT_ONE = re.compile(r">>> print\('([a-j])', \1\)\n")
+_PRINT_ALL = re.compile(r">>> print\(([a-j](?:, [a-j])*)\)\n")
+
+
+def parse_trace(text: str, group: str | None = None, action_set: str = "full") -> Trace:
+    """Rebuild a Trace, ground truth included, from a deterministic REPL transcript.
+
+    This is how traces written elsewhere are scored: the statements are replayed to get the
+    states, and each output line must agree with the replayed state (a disagreeing trace is
+    refused, naming the line). ``group`` defaults to S_n for the n variables initialised.
+    """
+    lines = text.splitlines(keepends=True)
+    if not lines or not text.endswith("\n"):
+        raise DeltalensError("a trace must be non-empty REPL text ending with a newline.")
+    values: list[int] = []
+    while len(values) < len(lines) and (m := _INIT_LINE.fullmatch(lines[len(values)])):
+        if m.group(1) != VARIABLE_NAMES[len(values)]:
+            raise DeltalensError(f"line {len(values) + 1}: variables must be initialised in order a, b, c, ...")
+        values.append(int(m.group(2)))
+    n = len(values)
+    if sorted(values) != list(range(1, n + 1)) or n < 2:
+        raise DeltalensError(f"the trace's init lines must give its variables the values 1..n, got {values}.")
+    spec = TraceSpec(group=group or f"S{n}", action_set=action_set, actions=1, spacing=None)
+    state = tuple(values)
+    info = [LineInfo(LINE_INIT, 0, variables=(i,)) for i in range(n)]
+    actions: list[Permutation] = []
+    states = [state]
+    reveals: list[Reveal] = []
+    index = n
+    while index < len(lines):
+        line, lineno = lines[index], index + 1
+        if not line.startswith(PROMPT):
+            raise DeltalensError(f"line {lineno}: {line.rstrip()!r} is an output line with no print before it.")
+        one, every = _PRINT_ONE.fullmatch(line), _PRINT_ALL.fullmatch(line)
+        if one or every:
+            shown = (VARIABLE_NAMES.index(one.group(1)),) if one else tuple(
+                VARIABLE_NAMES.index(x) for x in every.group(1).split(", "))
+            if max(shown) >= n:
+                raise DeltalensError(f"line {lineno}: prints a variable the trace never initialised.")
+            expected = (f"{VARIABLE_NAMES[shown[0]]} {state[shown[0]]}\n" if one
+                        else " ".join(str(state[v]) for v in shown) + "\n")
+            if index + 1 >= len(lines) or lines[index + 1] != expected:
+                got = lines[index + 1].rstrip() if index + 1 < len(lines) else "nothing"
+                raise DeltalensError(
+                    f"line {lineno + 1}: the print shows {got!r} but replaying the statements gives {expected.rstrip()!r}."
+                )
+            t = len(actions)
+            info += [LineInfo(LINE_PRINT, t, variables=shown), LineInfo(LINE_OUTPUT, t, variables=shown)]
+            reveals.append(Reveal(index + 1, t, shown, tuple(state[v] for v in shown)))
+            index += 2
+            continue
+        try:
+            p = read_assignment(line[len(PROMPT):].rstrip("\n"), n)
+        except DeltalensError as err:
+            raise DeltalensError(f"line {lineno}: {err}") from None
+        actions.append(p)
+        state = apply_permutation(state, p)
+        states.append(state)
+        info.append(LineInfo(LINE_ACTION, len(actions), action=len(actions) - 1))
+        index += 1
+    spec = replace(spec, actions=max(1, len(actions)))
+    return Trace(spec, seed=-1, lines=lines, line_info=info, actions=actions, states=states, reveals=reveals)
 
 
 class _CapturingConsole(code.InteractiveConsole):

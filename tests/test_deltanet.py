@@ -43,6 +43,7 @@ def test_hook_dict_uses_transformer_lens_names():
     assert not any(name.startswith("model.") for name in model.mod_dict)
     assert model.mod_dict["blocks.0.attn"] is model.model.layers[0].attn
     assert model.mod_dict["ln_final"] is model.model.norm
+    assert (model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_k, model.cfg.d_vocab) == (2, 2, 16, VOCAB)
 
 
 def test_run_with_cache_keys_and_shapes():
@@ -78,6 +79,16 @@ def test_run_with_cache_keys_and_shapes():
     assert maxerr(cache["blocks.1.hook_resid_pre"], cache["blocks.0.hook_resid_post"]) == 0
     # hook_q / hook_k are what the recurrence uses: unit vectors
     assert maxerr(cache["blocks.0.attn.hook_k"].norm(dim=-1), torch.ones(B, T, H)) < 1e-3
+
+
+def test_pos_slice_cuts_every_hook_along_its_position_axis():
+    model = make_model()
+    with torch.no_grad():
+        _, full = model.run_with_cache(tokens())
+        _, cut = model.run_with_cache(tokens(), pos_slice=7)
+    for name in ["blocks.0.attn.hook_state", "blocks.0.attn.hook_beta", "blocks.0.attn.hook_q", "hook_embed"]:
+        expected = full[name][:, 7:8]
+        assert cut[name].shape == expected.shape and torch.equal(cut[name], expected), name
 
 
 def test_run_with_hooks_and_hooks_context_see_lens_names():

@@ -20,6 +20,8 @@ import torch.nn.functional as F
 from fla.models import DeltaNetConfig, DeltaNetForCausalLM
 
 from models.deltanet import HookedDeltaNet
+from models.rms_norm import RMSNorm, RMSNormGated, rms_norm_ref
+from models.short_conv import ShortConvolution, short_conv_ref
 
 CONFIGS = {
     "default": dict(),
@@ -193,6 +195,52 @@ def test_to_fla_round_trip():
     assert isinstance(theirs, DeltaNetForCausalLM)
     for key, value in theirs.state_dict().items():
         assert torch.equal(value, ours.state_dict()[key])
+
+
+@pytest.mark.parametrize("bias,activation", [(False, "silu"), (True, None)])
+def test_short_convolution_matches_fla_parameters_and_reference(bias, activation):
+    from fla.modules import ShortConvolution as FlaShortConvolution
+
+    torch.manual_seed(0)
+    theirs = FlaShortConvolution(hidden_size=12, kernel_size=4, bias=bias, activation=activation)
+    ours = ShortConvolution(hidden_size=12, kernel_size=4, bias=bias, activation=activation)
+    assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in theirs.state_dict().items()}
+    assert ours.weight.shape == (12, 1, 4)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(2, 9, 12)
+    y = ours(x)
+    assert (y - short_conv_ref(x, theirs.weight, theirs.bias, activation)).abs().max() <= 1e-6
+    # fla's kernel convention: y[t] = sum_w weight[:, 0, w] * x[t - (W - 1) + w]; check one entry by hand
+    pre = sum(theirs.weight[3, 0, w] * x[1, 5 - 3 + w, 3] for w in range(4)) + (theirs.bias[3] if bias else 0.0)
+    expected = F.silu(pre) if activation else pre
+    assert abs(y[1, 5, 3].item() - expected.item()) <= 1e-6
+    # causal, and blind beyond W - 1 tokens back
+    x2 = x.clone()
+    x2[:, 4] += 1.0
+    changed = (ours(x2) - y).abs().amax(dim=(0, 2)) > 0
+    assert changed.tolist() == [False] * 4 + [True] * 4 + [False]
+
+
+def test_rms_norms_match_fla_torch_references():
+    from fla.modules import FusedRMSNormGated, RMSNorm as FlaRMSNorm
+    from fla.modules.norm.layernorm import rms_norm_ref as fla_rms_ref
+    from fla.modules.norm.layernorm_gated import rms_norm_ref as fla_gated_ref
+
+    torch.manual_seed(0)
+    norm = RMSNorm(16, eps=1e-6)
+    gated = RMSNormGated(16, eps=1e-5)
+    assert set(norm.state_dict()) == set(FlaRMSNorm(16).state_dict()) == {"weight"}
+    assert set(gated.state_dict()) == set(FusedRMSNormGated(16).state_dict()) == {"weight"}
+    with torch.no_grad():
+        norm.weight.normal_()
+        gated.weight.normal_()
+    x, res, g = torch.randn(3, 5, 16), torch.randn(3, 5, 16), torch.randn(3, 5, 16)
+    out, summed = norm(x, res, prenorm=True)
+    ref_out, ref_sum = fla_rms_ref(x, norm.weight, None, residual=res, eps=1e-6, prenorm=True, upcast=True)
+    assert (out - ref_out).abs().max() <= 1e-5 and torch.equal(summed, ref_sum)
+    assert (norm(x) - rms_norm_ref(x, norm.weight, eps=1e-6)).abs().max() <= 1e-5
+    assert (gated(x, g) - fla_gated_ref(x, gated.weight, None, z=g, eps=1e-5)).abs().max() <= 1e-5
+    assert norm(x.bfloat16()).dtype == torch.bfloat16
 
 
 def test_unsupported_configs_fail_clearly():

@@ -135,3 +135,30 @@ def test_evaluate_scores_a_perfect_oracle_and_a_constant_model():
     constant = evaluate(Constant(), tokenizer, spec, n_traces=16)
     assert constant.reveal_accuracy == 0.0 and constant.trace_accuracy == 0.0
     assert sum(p["count"] for p in oracle.by_position) == oracle.n_reveals > 0
+
+
+def test_export_writes_card_config_and_loadable_weights(tmp_path):
+    from training.export import export_run
+
+    config = tiny_config(arch="lstm", steps=2)
+    train(config, tmp_path / "run", progress=False)
+    target = tmp_path / "ship"
+    target.mkdir()
+    (target / "train.toml").write_text(dump_toml(config))  # the committed config the export sits beside
+    report = export_run(tmp_path / "run", target, dump_toml(config), "deltalens train x", n_traces=8)
+    assert sorted(p.name for p in target.iterdir()) == ["CARD.md", "config.json", "model.safetensors", "train.toml"]
+    assert [r["actions"] for r in report["lengths"]] == [6, 12, 24]  # 1x, 2x, 4x the training length
+    meta = models.read_checkpoint_meta(target)
+    assert meta["metrics"]["eval"]["lengths"] == report["lengths"]
+    assert "optimizer.safetensors" not in {p.name for p in target.iterdir()}
+    assert "| 12 (2x) |" in (target / "CARD.md").read_text()
+    assert load_config(target / "train.toml").to_dict() == config.to_dict()
+    models.load(target)
+
+
+def test_spacing_schedule_switches_reveal_density():
+    task = tiny_config().task
+    task.actions, task.spacing_schedule = [12, 12], [[0, 1, 1], [5, 4, 4]]
+    data = TrainingData(task, seed=0)
+    dense, sparse = data.train_batch(0, 8, 10), data.train_batch(5, 8, 10)
+    assert (dense["reveal_mask"].sum(1) == 12).all() and (sparse["reveal_mask"].sum(1) == 3).all()

@@ -34,6 +34,9 @@ class TaskConfig:
     # fixed sparse spacing is [k, k]. Sparse reveals alone rarely get off the ground; mixing in
     # dense traces gives the gradient signal that bootstraps tracking.
     spacing: list[int] = field(default_factory=lambda: [1, 4])
+    # Spacing curriculum: [[from_step, lo, hi], ...] replaces `spacing` from each from_step on,
+    # e.g. [[0, 1, 1], [1000, 1, 8]] = dense reveals first, sparse ones later (empty = off).
+    spacing_schedule: list[list[int]] = field(default_factory=list)
     reveal: str = "one"  # one | all
     supervision: str = "reveal"  # reveal (loss on revealed values only) | all (every token)
     eval_spacing: int = 4  # spacing of the held-out evaluation traces
@@ -100,6 +103,9 @@ def _make(cls, values: dict[str, Any], table: str):
     for key in ("actions", "spacing"):  # `16` is shorthand for [16, 16]
         if key in values and isinstance(values[key], int):
             values[key] = [values[key], values[key]]
+    for stage in values.get("spacing_schedule", []):
+        if not (isinstance(stage, list) and len(stage) == 3 and 1 <= stage[1] <= stage[2]):
+            raise DeltalensError(f"spacing_schedule entries are [from_step, lo, hi] with 1 <= lo <= hi, got {stage!r}")
     return cls(**values)
 
 

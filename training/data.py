@@ -41,10 +41,17 @@ class TrainingData:
         start = max(lo, min(hi, self.task.curriculum_start))
         return start + (hi - start) * step // self.task.curriculum_steps
 
+    def spacing_range(self, step: int) -> tuple[int, int]:
+        lo, hi = self.task.spacing
+        for from_step, stage_lo, stage_hi in sorted(self.task.spacing_schedule):
+            if step >= from_step:
+                lo, hi = stage_lo, stage_hi
+        return lo, hi
+
     def train_batch(self, step: int, batch_size: int, total_steps: int) -> dict[str, torch.Tensor]:
         lo, _ = self.task.actions
         hi = self.max_actions(step, total_steps)
-        spacing_lo, spacing_hi = self.task.spacing
+        spacing_lo, spacing_hi = self.spacing_range(step)
         encoded = []
         for i in range(batch_size):
             # train-split seeds never equal eval-split ones (tasks.trace_seed keeps them apart)

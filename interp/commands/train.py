@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -15,6 +16,7 @@ def register(subparsers) -> None:
     parser.add_argument("overrides", nargs="*", help="overrides such as run.steps=200 optim.lr=1e-3 task.group=S5")
     parser.add_argument("--out", required=True, help="run directory (its checkpoint is OUT/last)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    parser.add_argument("--export", metavar="DIR", help="when done, write the model, its config and a model card to DIR")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--json", action="store_true", help="print the final result as one JSON object")
     parser.set_defaults(func=run)
@@ -27,6 +29,15 @@ def run(args) -> int:
     config = load_config(args.config, args.overrides)
     result = train(config, args.out, resume=args.resume, progress=not args.no_progress)
     final = result.history[-1]
+    if args.export:
+        from training.config import dump_toml
+        from training.export import export_run
+
+        command = " ".join(["deltalens train", args.config, *args.overrides, "--out", args.out, "--export", args.export])
+        # the shipped train.toml is the config as run, overrides applied, so it retrains alone
+        text = Path(args.config).read_text() if not args.overrides else dump_toml(config)
+        report = export_run(args.out, args.export, text, command)
+        final = {**final, "exported": args.export, "eval": report["lengths"]}
     if args.json:
         print(json.dumps({"checkpoint": str(result.checkpoint), "step": result.step,
                           "wall_time_s": round(result.wall_time_s, 1), **final}))
