@@ -13,7 +13,7 @@ from tasks.errors import DeltalensError
 
 # Subcommands in the order `--help` lists them; a module that is missing is skipped, so the
 # CLI keeps working while a room is still being built.
-COMMANDS = ["demo", "trace", "train", "eval", "reproduce", "probe", "intervene", "belief"]
+COMMANDS = ["demo", "trace", "ptrace", "train", "eval", "reproduce", "probe", "intervene", "belief"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -2,7 +2,7 @@
 
 Measurements 4a and 4b of issue 6, on the PFSA-SR of tasks/pfsa.py (no trained model needed):
 
-(a) ``joint_decay``: the unnormalised joint belief b~_t (n! entries) is masked by every partial
+(a) ``joint_decay`` (``halving_decay``, ``random_joint_decay``): the unnormalised joint belief b~_t (n! entries) is masked by every partial
     reveal and never renormalised, so its mass ||b~_t||_1 equals P(o_1, ..., o_k), the
     probability of what has been revealed (the *law*, computed by the exact float64 filter).
     **Exactly 1/2 per reveal** (the paper's 1/2, 1/4, 1/8 ...) needs every reveal to have
@@ -15,12 +15,16 @@ Measurements 4a and 4b of issue 6, on the PFSA-SR of tasks/pfsa.py (no trained m
     split the support gives 1). In a dtype whose smallest subnormal is 2^-e the split entries
     2^-(k+1) round to 0 (a tie, rounded to the even neighbour 0) once k + 1 = e + 1: the mass is
     exactly 0 at partial reveal **e + 1**: fp16 (2^-24) 25, bf16 (2^-133) 134, fp32 (2^-149)
-    150, fp64 (2^-1074) 1075 (``predicted_halving_underflow``).
+    150, fp64 (2^-1074) 1075 (``predicted_halving_underflow``). On other sequences the entries
+    are spread over several states and the largest one decides (``JointDecay.predicted``).
 (b) ``marginal_decay``: the unnormalised marginal belief M~_t (n x n; transitions exact, reveal =
     mask + injected certainty) on random probabilistic traces with partial reveals only, and on
     the adversary of tasks/adversary.py. Random reveals keep re-pinning rows, so the mass
     stays bounded; the adversary drains its chosen entries by exactly (1 - p/h) per reveal until
-    they round to 0.
+    they round to 0 (or, for p = 1/2, stall a few units above it: see ``marginal_decay``).
+
+Reported per dtype: ``underflow`` (first partial reveal with the tracked mass exactly 0),
+``predicted`` (from the float64 law), and ``lost`` (first reveal more than 50 % off the law).
 
 All arithmetic runs in torch in each dtype (``DTYPES``); masses are summed in float64 afterwards
 so the sum itself never underflows. Each measurement returns a dataclass with a pandas frame;
@@ -38,7 +42,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from tasks.adversary import AdversarySpec, adversarial_sequence, predicted_underflow_cycle
+from tasks.adversary import adversarial_sequence, predicted_underflow_cycle
 from tasks.errors import DeltalensError
 from tasks.pfsa import (
     PFSA,
@@ -256,7 +260,9 @@ def marginal_decay(cycles: int = 400, n: int = 3, block: int = 2, p: float = 0.7
         predicted[("random", name)] = None
         records += recs
     frame = pd.DataFrame.from_records(records)
-    exact = frame[(frame.sequence == "adversarial") & (frame.dtype == "float64")].chosen_mass.to_numpy()
+    # the rate in float64 numpy, whatever dtypes were asked for
+    run = run_linear_marginal(n, adv.q0, adv.events)
+    exact = np.array([adv.chosen_mass(run.marginals[e + 1]) for e in adv.reveal_events])
     positive = exact[exact > 0]
     measured = float(np.exp(np.mean(np.diff(np.log(positive))))) if len(positive) > 1 else float("nan")
     notes = {

@@ -217,8 +217,9 @@ def _state_table(n: int) -> tuple[np.ndarray, np.ndarray]:
 class PFSA:
     """(Q, Sigma, delta, rho, q0) over n variables; Sigma is open (any ``Action``/``Observation``).
 
-    Build one with ``PFSA(n, q0)`` or ``PFSA.from_events`` readers; it caches the gather
-    tables that make ``transition`` O(|Q| * branches).
+    Build one with ``PFSA(n, q0)``, ``ProbTrace.pfsa()`` or ``ProbProgram.pfsa()``
+    (tasks/probabilistic.py, which also lists a spec's Sigma: ``spec_actions``); it caches the
+    gather tables that make ``transition`` O(|Q| * branches).
     """
 
     def __init__(self, n: int, q0: Sequence[int] | None = None):

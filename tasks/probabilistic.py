@@ -41,6 +41,7 @@ Paper notation -> code
 """
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from collections.abc import Iterator
@@ -527,7 +528,5 @@ def spec_actions(spec: ProbTraceSpec) -> Iterator[Action]:
             for j in range(i + 1, n):
                 yield Action.swap(n, i, j, spec.swap_prob)
     if spec.mix[2] > 0:
-        import itertools
-
         for chosen in itertools.combinations(range(n), spec.choice_size):
             yield Action.choice([_rotation(n, chosen, s) for s in range(spec.choice_size)])

@@ -59,7 +59,7 @@ from tasks.groups import (
 )
 from tasks.traces import LINE_ACTION, LINE_OUTPUT, PROMPT, Trace, TraceSpec
 
-TOKENIZER_KINDS = ("code", "statement")
+TOKENIZER_KINDS = ("code", "statement", "code-prob")  # code-prob: tasks/probabilistic.py
 SUPERVISIONS = ("all", "reveal")
 SPEC_FORMAT = "deltalens-tokenizer"
 SPEC_VERSION = 1
@@ -324,8 +324,12 @@ class Tokenizer:
             tokenizer: Tokenizer = CodeTokenizer(int(spec["n"]))
         elif kind == "statement":
             tokenizer = StatementTokenizer(get_group(spec["group"]), spec["action_set"])
+        elif kind == "code-prob":
+            from tasks.probabilistic import ProbCodeTokenizer  # imported late: it builds on this module
+
+            tokenizer = ProbCodeTokenizer(int(spec["n"]))
         else:
-            raise DeltalensError(f"unknown tokenizer kind {kind!r} in spec; use 'code' or 'statement'.")
+            raise DeltalensError(f"unknown tokenizer kind {kind!r} in spec; use one of {', '.join(TOKENIZER_KINDS)}.")
         size, printed = spec.get("vocab_size"), spec.get("fingerprint")
         if (size is not None and size != tokenizer.vocab_size) or (printed and printed != tokenizer.fingerprint()):
             raise DeltalensError(
@@ -457,7 +461,7 @@ def make_tokenizer(
     ``statement`` needs the action set: from the TraceSpec or the ``action_set`` argument.
     """
     if kind not in TOKENIZER_KINDS:
-        raise DeltalensError(f"unknown tokenizer {kind!r}; use 'code' or 'statement'.")
+        raise DeltalensError(f"unknown tokenizer {kind!r}; use one of {', '.join(TOKENIZER_KINDS)}.")
     if isinstance(task, TraceSpec):
         group: PermutationGroup | None = get_group(task.group)
         action_set = action_set or task.action_set
@@ -469,8 +473,13 @@ def make_tokenizer(
         group = None
     else:
         raise DeltalensError(f"make_tokenizer needs a TraceSpec, a group or n, got {task!r}.")
-    if kind == "code":
-        return CodeTokenizer(group.n if group is not None else task)  # type: ignore[arg-type]
+    if kind in ("code", "code-prob"):
+        n = group.n if group is not None else task
+        if kind == "code-prob":
+            from tasks.probabilistic import ProbCodeTokenizer
+
+            return ProbCodeTokenizer(n)  # type: ignore[arg-type]
+        return CodeTokenizer(n)  # type: ignore[arg-type]
     if group is None:
         raise DeltalensError("a statement tokenizer needs a group and an action set, not just n.")
     if action_set is None:

@@ -1,6 +1,5 @@
 """tasks.pfsa: exact filtering against brute force, the linear (unnormalised) filters, marginal exactness,
 and the 1/2-per-reveal law with its underflow step per dtype (probes.belief_decay)."""
-import itertools
 import math
 import random
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tasks.errors import DeltalensError
-from tasks.groups import VARIABLE_NAMES, apply_permutation, identity
-from tasks.pfsa import PFSA, Action, Observation, joint_filter
+from tasks.groups import apply_permutation, identity
+from tasks.pfsa import Action, joint_filter
 from tasks.probabilistic import (
     PROB_EXTRA_TOKENS,
     ProbCodeTokenizer,
@@ -16,9 +16,10 @@ from tasks.probabilistic import (
     generate_prob_trace,
     parse_prob_trace,
     reveal_token_posteriors,
+    spec_actions,
 )
-from tasks.tokenizers import BOS_ID, CodeTokenizer, Tokenizer, TokenKind
-from tasks.traces import LINE_ACTION, LINE_OUTPUT, TraceSpec, generate_trace, replay_transcript
+from tasks.tokenizers import BOS_ID, CodeTokenizer, TokenKind
+from tasks.traces import LINE_ACTION, TraceSpec, generate_trace, replay_transcript
 
 
 def random_spec(rng):
@@ -172,6 +173,15 @@ def test_bad_specs_are_refused(kwargs, words):
         ProbTraceSpec(**kwargs)
 
 
+def test_sigma_of_a_spec_lists_every_statement_kind():
+    actions = list(spec_actions(ProbTraceSpec(group="S4", action_set="swaps", swap_prob=0.25)))
+    assert len(actions) == 6 + 6 + 4  # deterministic swaps, random swaps, choices over 3 of 4 variables
+    assert sum(a.is_deterministic for a in actions) == 6
+    assert all(sorted(a.probs) == [0.25, 0.75] for a in actions[6:12])
+    trace = generate_prob_trace(ProbTraceSpec(group="S4", action_set="swaps", swap_prob=0.25, actions=30), 0)
+    assert all(kernel in actions for kernel in trace.kernels)
+
+
 def test_spec_round_trips_through_a_dict():
     spec = ProbTraceSpec(group="s4", actions=(4, 9), mix=(1, 2, 3), spacing=None, reveal_prob=0.5)
     assert spec.group == "S4" and ProbTraceSpec.from_dict(spec.to_dict()) == spec
@@ -196,7 +206,7 @@ def test_code_prob_round_trips_and_labels_every_trace():
         pred = reveal_token_posteriors(trace, enc)
         assert np.isnan(pred[~np.array(enc.is_reveal)]).all()
         assert np.allclose(pred[np.array(enc.is_reveal)].sum(axis=1), 1)
-        header = [k for k, s in zip(enc.kinds, enc.state_steps)][1: 1 + len(tok.encode(trace.lines[0]))]
+        header = enc.kinds[1: 1 + len(tok.encode(trace.lines[0]))]
         assert set(header) == {TokenKind.INIT}
         assert enc.states[-1] == trace.states[-1]
 
@@ -230,3 +240,13 @@ def test_code_prob_spec_round_trips():
     assert isinstance(ProbCodeTokenizer.from_spec(CodeTokenizer(4).to_spec()), CodeTokenizer)
     with pytest.raises(DeltalensError, match="differs"):
         ProbCodeTokenizer.from_spec({**spec, "fingerprint": "sha256:0"})
+
+
+def test_code_prob_is_a_registered_tokenizer_kind():
+    from tasks import Tokenizer, make_tokenizer
+    from tasks.probabilistic import ProbCodeTokenizer
+
+    tokenizer = make_tokenizer("code-prob", "S3")
+    assert isinstance(tokenizer, ProbCodeTokenizer)
+    again = Tokenizer.from_spec(tokenizer.to_spec())
+    assert isinstance(again, ProbCodeTokenizer) and again.fingerprint() == tokenizer.fingerprint()

@@ -1,0 +1,83 @@
+"""Training speed on this machine, printed as one JSON object.
+
+* throughput: tokens per second of full optimiser steps (data, forward, backward, AdamW) for the
+  shipped reference configs, measured side by side in one run;
+* time to 99%: with `--time-to-99`, trains S3 and S5 DeltaNet [0, 2] from their shipped configs
+  until held-out reveal accuracy at spacing 4 reaches 0.99, and reports the training wall time
+  (target: under 10 minutes each on a 2-core CPU).
+
+    python3 benchmarks/training.py [--steps 20] [--time-to-99] [--threads 1]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import models  # noqa: E402
+from training.config import load_config  # noqa: E402
+from training.data import TrainingData  # noqa: E402
+from training.loop import next_token_loss, train  # noqa: E402
+
+REFERENCE = ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement", "s3-transformer-statement",
+             "s3-deltanet-neg-code"]
+
+
+def throughput(name: str, steps: int) -> dict:
+    config = load_config(ROOT / "checkpoints" / name / "train.toml")
+    data = TrainingData(config.task, seed=0)
+    kwargs = {k: v for k, v in config.model.items() if k != "arch"}
+    model = models.build(config.model["arch"], vocab_size=data.tokenizer.vocab_size, **kwargs)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    spacing_step = 10_000  # after the curriculum: the sparse reveals most of training sees
+    tokens, started = 0, None
+    for step in range(steps + 2):  # two warm-up steps are not timed
+        if step == 2:
+            started = time.perf_counter()
+        batch = data.train_batch(spacing_step + step, config.optim.batch_size, spacing_step + steps)
+        loss, _ = next_token_loss(model(batch["tokens"]), batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step >= 2:
+            tokens += int(batch["lengths"].sum())
+    elapsed = time.perf_counter() - started
+    return {"tokens_per_s": round(tokens / elapsed), "steps_per_s": round(steps / elapsed, 2),
+            "tokens_per_step": tokens // steps, "batch_size": config.optim.batch_size}
+
+
+def time_to_99(name: str) -> dict:
+    config = load_config(ROOT / "checkpoints" / name / "train.toml")
+    config.run.early_stop_accuracy = 0.99
+    config.run.checkpoint_every = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        result = train(config, Path(tmp) / "run", progress=False)
+    reached = next((h for h in result.history if h["reveal_accuracy"] >= 0.99), None)
+    return {"reached": reached is not None, "step": reached["step"] if reached else None,
+            "train_wall_s": round(result.wall_time_s, 1), "history": result.history}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--time-to-99", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    out = {"benchmark": "training", "threads": args.threads, "torch": torch.__version__,
+           "throughput": {name: throughput(name, args.steps) for name in REFERENCE}}
+    if args.time_to_99:
+        out["time_to_99"] = {name: time_to_99(name) for name in ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement"]}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
