@@ -41,6 +41,7 @@ ATTN_SHORTHANDS = ("beta", "beta_logit", "state", "k", "q", "v", "z")
 DELTANET_ONLY = ("beta", "beta_logit", "state")  # the delta rule's write strength and matrix state
 _HEADED = {"deltanet": ("beta", "beta_logit", "state", "k", "q", "v", "z"), "transformer": ("k", "q", "v", "z"),
            "lstm": ()}
+ARTICLE = {"deltanet": "a DeltaNet", "transformer": "a Transformer", "lstm": "an LSTM"}
 KIND_NAMES = {int(kind): kind.name.lower() for kind in TokenKind}
 LABELS = ("trace", "position", "token", "kind", "action_pos", "perm_id", "answer", "reveal_var", "state_step")
 
@@ -77,9 +78,9 @@ def require_deltanet(model, what: str = "beta") -> None:
     arch = architecture_of(model)
     if arch != "deltanet":
         raise DeltalensError(
-            f"this is a {arch} checkpoint: it has no {what} (only DeltaNet's delta rule has a write strength "
-            f"beta and a matrix state S_t); run the eigenvalue, subspace and beta-intervention tools on a "
-            f"DeltaNet, or use the residual-stream probes here."
+            f"this model is {ARTICLE.get(arch, arch)}, which has no {what}: only DeltaNet's delta rule has a "
+            f"write strength beta and a matrix state S_t; run the eigenvalue, subspace and beta tools on a "
+            f"DeltaNet checkpoint, or use the residual-stream probes on this one."
         )
 
 
@@ -101,8 +102,8 @@ def expand_names(model, names: Iterable[str]) -> list[str]:
             if name not in _HEADED[arch]:
                 if name in DELTANET_ONLY:
                     require_deltanet(model, f"{name} (hook_{name})")
-                raise DeltalensError(f"an {arch} has no attention heads, so there is no hook_{name}; "
-                                     f"capture 'resid' instead.")
+                raise DeltalensError(f"{ARTICLE.get(arch, arch)} has no attention heads, so there is no "
+                                     f"hook_{name}; capture 'resid' instead.")
             if arch == "deltanet" and name == "beta_logit" and not model.config.use_beta:
                 raise DeltalensError("this DeltaNet was built with use_beta=False: beta is constant and has no logit.")
             out += [f"blocks.{layer}.attn.hook_{name}" for layer in range(n_layers_of(model))]
@@ -213,8 +214,8 @@ def capture(model, batch: dict[str, torch.Tensor], names: Names = ("resid",), wi
         missing = [name for name in wanted if name not in cache]
         if missing:
             raise DeltalensError(
-                f"the {arch} model has no hook named {', '.join(map(repr, missing))}; "
-                f"see models/hook_names.py for the hook names (or use shorthands such as 'resid', 'beta')."
+                f"{ARTICLE.get(arch, arch)} has no hook named {', '.join(map(repr, missing))}; "
+                f"list its hooks with model.hook_dict (or use shorthands such as 'resid', 'beta')."
             )
         cache = {name: cache[name] for name in wanted}
     B, T = tokens.shape

@@ -1,0 +1,308 @@
+"""Per-head beta and transition eigenvalues: is some head applying Householder reflections?
+
+Paper notation -> code. One DeltaNet head updates its state at token t as
+
+    S_t = A_t S_{t-1} + beta_t k_t v_t^T,   A_t = I - beta_t k_t k_t^T   (the transition)
+
+A_t is the identity except along k_t, where its eigenvalue is 1 - beta_t ||k_t||^2. Keys are
+L2-normalised (hook_k shows them after the norm, ||k_t|| = 1 up to fla's eps), so the non-trivial
+eigenvalue is ~ 1 - beta_t: in [0, 1] for beta in [0, 1], in [-1, 1] for beta in [0, 2]. At
+beta_t = 2 the transition is the Householder reflection I - 2 k k^T (eigenvalue -1): with
+k = (e_i - e_j) / sqrt 2 exactly the transposition (i j) acting on the rows of S. The paper's
+claim: in a trained [0, 2] DeltaNet one head does this on action tokens.
+
+    eigenvalue        1 - beta_t ||k_t||^2 of each token's transition (hook_beta, hook_k)
+    neg_eig_fraction  fraction of ACTION tokens with eigenvalue < 0
+    reflection_fraction  fraction of ACTION tokens with eigenvalue < -0.9 (`threshold`)
+
+DeltaProduct-like products. With the `code` tokenizer one action line is ~9 tokens, so the state
+update for one action is the product of the transitions over the line's tokens,
+P = A_{t_m} ... A_{t_1} (later tokens on the left). Its eigenvalues are 1 on the orthogonal
+complement of span{k_t} and otherwise those of P restricted to that span (complex in general:
+a product of two reflections is a rotation). Per action we keep the non-trivial ones
+(|lambda - 1| > `trivial_tol`), whether one lies within 1 + threshold of -1 (a reflection), and
+det P = prod_t (1 - beta_t ||k_t||^2), whose sign should match the parity of the permutation
+(a transposition is odd: det -1) if the head implements the permutation by reflections.
+With the `statement` tokenizer an action is one token and P = A_t.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+
+from tasks.errors import DeltalensError
+from tasks.tokenizers import TokenKind
+
+__all__ = ["NAMES", "EigenvalueReport", "eigenvalue_report", "transition_eigenvalues", "transition_products",
+           "beta_heatmap", "eigenvalue_histogram", "product_eigenvalue_figure"]
+
+NAMES = ("beta", "k")  # what a capture needs for this probe
+REFLECTION_THRESHOLD = -0.9
+KIND_NAMES = {int(kind): kind.name.lower() for kind in TokenKind}
+
+
+def transition_eigenvalues(beta: torch.Tensor, k: torch.Tensor | None = None) -> torch.Tensor:
+    """1 - beta ||k||^2 (..., H) from beta (..., H) and keys (..., H, d_k); 1 - beta without keys."""
+    if k is None:
+        return 1.0 - beta
+    return 1.0 - beta * k.double().square().sum(-1).to(beta.dtype)
+
+
+def transition_products(beta: torch.Tensor, k: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Products of transitions over the tokens of each group (e.g. each action line).
+
+    beta (N, H), k (N, H, d_k), group (N,) long: group id of each token, -1 = no group; tokens of a
+    group are taken in the order they appear (time order for a Capture). Returns (P (A, H, d_k, d_k)
+    float64 with P = A_last ... A_first, ids (A,) the group ids in sorted order).
+    """
+    keep = group >= 0
+    beta, k, group = beta[keep].double(), k[keep].double(), group[keep]
+    ids, inverse, counts = torch.unique(group, return_inverse=True, return_counts=True)
+    A, H, d = len(ids), beta.shape[1], k.shape[-1]
+    if A == 0:
+        return torch.zeros(0, H, d, d, dtype=torch.float64), ids
+    # rank of each token inside its group, in order of appearance (stable sort keeps time order)
+    order = torch.sort(inverse, stable=True).indices
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.empty_like(inverse)
+    rank[order] = torch.arange(len(inverse)) - starts[inverse[order]]
+    G = int(counts.max())
+    betas = torch.zeros(A, G, H, dtype=torch.float64)  # padding: beta 0, transition I
+    keys = torch.zeros(A, G, H, d, dtype=torch.float64)
+    betas[inverse, rank] = beta
+    keys[inverse, rank] = k
+    P = torch.eye(d, dtype=torch.float64).expand(A, H, d, d).clone()
+    for g in range(G):
+        kg, bg = keys[:, g], betas[:, g, :, None, None]  # (A, H, d), (A, H, 1, 1)
+        P = P - bg * kg[..., :, None] * (kg[..., None, :] @ P)  # (I - b k k^T) P
+    return P, ids
+
+
+@dataclass
+class EigenvalueReport:
+    """Beta and transition eigenvalues per layer and head (see the module docstring)."""
+
+    tokens: pd.DataFrame  # one row per (token, layer, head): trace, position, kind, layer, head, beta, eigenvalue
+    by_kind: pd.DataFrame  # per (layer, head, kind): n, mean_beta, mean_eigenvalue, neg_fraction, reflection_fraction
+    heads: pd.DataFrame  # per (layer, head): the headline numbers, action tokens
+    products: pd.DataFrame  # per (layer, head, action): n_tokens, perm_id, odd, det, min_real, reflection
+    product_eigenvalues: pd.DataFrame  # per non-trivial eigenvalue of each product: real, imag, abs
+    threshold: float = REFLECTION_THRESHOLD
+    beta_range: list = field(default_factory=list)  # [(layer, head, lo, hi)] the model's ranges
+
+    def tracking_head(self) -> tuple[int, int]:
+        """(layer, head) with the highest reflection fraction on action tokens (then mean beta)."""
+        ranked = self.heads.sort_values(["reflection_fraction", "mean_beta_action"], ascending=False,
+                                        na_position="last")
+        row = ranked.iloc[0]
+        return int(row["layer"]), int(row["head"])
+
+    def head(self, layer: int, head: int) -> dict:
+        rows = self.heads[(self.heads["layer"] == layer) & (self.heads["head"] == head)]
+        if rows.empty:
+            raise DeltalensError(f"no head ({layer}, {head}) in this report.")
+        return rows.iloc[0].to_dict()
+
+
+def _as_capture(source, batch, names):
+    from interp.capture import Capture, capture, require_deltanet
+
+    if isinstance(source, Capture):
+        if source.arch != "deltanet":
+            raise DeltalensError(f"this capture comes from a {source.arch} model, which has no beta; the "
+                                 "eigenvalue and subspace probes need a DeltaNet.")
+        return source
+    if batch is None:
+        raise DeltalensError("pass a Capture, or a model together with a batch of traces.")
+    require_deltanet(source)
+    return capture(source, batch, names=names)
+
+
+def _perm_odd(perm_ids: np.ndarray, n: int) -> np.ndarray:
+    from tasks.groups import is_even, lex_unrank
+
+    cache: dict[int, bool] = {}
+    out = np.zeros(len(perm_ids), dtype=bool)
+    for i, pid in enumerate(perm_ids.tolist()):
+        if pid not in cache:
+            cache[pid] = (not is_even(lex_unrank(pid, n))) if pid >= 0 and n > 0 else False
+        out[i] = cache[pid]
+    return out
+
+
+@torch.no_grad()
+def eigenvalue_report(source, batch=None, threshold: float = REFLECTION_THRESHOLD,
+                      trivial_tol: float = 1e-4) -> EigenvalueReport:
+    """Beta and eigenvalue statistics of every head; `source` is a Capture (with NAMES) or a model + batch."""
+    cap = _as_capture(source, batch, NAMES)
+    for name in [f"blocks.{l}.attn.hook_{x}" for l in range(cap.n_layers) for x in NAMES]:
+        if name not in cap:
+            raise DeltalensError(f"the capture lacks {name}; capture with names=('beta', 'k').")
+    L, H, N = cap.n_layers, cap.n_heads, len(cap)
+    kinds = cap.labels["kind"].numpy()
+    is_action = kinds == int(TokenKind.ACTION)
+
+    betas = np.stack([cap.layer("beta", l).numpy() for l in range(L)], 1)  # (N, L, H)
+    eigs = np.stack([transition_eigenvalues(cap.layer("beta", l), cap.layer("k", l)).numpy() for l in range(L)], 1)
+    tokens = pd.DataFrame({
+        "trace": np.repeat(cap.labels["trace"].numpy(), L * H),
+        "position": np.repeat(cap.labels["position"].numpy(), L * H),
+        "kind": pd.Categorical(np.repeat([KIND_NAMES[k] for k in kinds], L * H),
+                               categories=list(KIND_NAMES.values())),
+        "layer": np.tile(np.repeat(np.arange(L), H), N),
+        "head": np.tile(np.arange(H), N * L),
+        "beta": betas.reshape(-1),
+        "eigenvalue": eigs.reshape(-1),
+    })
+    tokens["negative"] = tokens["eigenvalue"] < 0
+    tokens["reflection"] = tokens["eigenvalue"] < threshold
+    by_kind = (tokens.groupby(["layer", "head", "kind"], observed=True)
+               .agg(n=("beta", "size"), mean_beta=("beta", "mean"), std_beta=("beta", "std"),
+                    mean_eigenvalue=("eigenvalue", "mean"), min_eigenvalue=("eigenvalue", "min"),
+                    neg_fraction=("negative", "mean"), reflection_fraction=("reflection", "mean"))
+               .reset_index())
+
+    rows = []
+    for l in range(L):
+        for h in range(H):
+            b, e = betas[:, l, h], eigs[:, l, h]
+            act = is_action
+            rows.append({
+                "layer": l, "head": h, "n_action_tokens": int(act.sum()),
+                "mean_beta_action": float(b[act].mean()) if act.any() else float("nan"),
+                "mean_beta_other": float(b[~act].mean()) if (~act).any() else float("nan"),
+                "neg_eig_fraction": float((e[act] < 0).mean()) if act.any() else float("nan"),
+                "reflection_fraction": float((e[act] < threshold).mean()) if act.any() else float("nan"),
+                "neg_eig_fraction_all": float((e < 0).mean()),
+                "min_eigenvalue": float(e.min()),
+            })
+    heads = pd.DataFrame(rows)
+
+    products, product_eigs = _products(cap, threshold, trivial_tol)
+    if not products.empty:
+        stats = (products.groupby(["layer", "head"])
+                 .agg(product_reflection_fraction=("reflection", "mean"),
+                      parity_agreement=("parity_match", "mean"),
+                      tokens_per_action=("n_tokens", "mean"))
+                 .reset_index())
+        heads = heads.merge(stats, on=["layer", "head"], how="left")
+    else:
+        for column in ("product_reflection_fraction", "parity_agreement", "tokens_per_action"):
+            heads[column] = float("nan")
+    return EigenvalueReport(tokens=tokens, by_kind=by_kind, heads=heads, products=products,
+                            product_eigenvalues=product_eigs, threshold=threshold)
+
+
+def _products(cap, threshold: float, trivial_tol: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per action (trace, action_pos): eigenvalues of the product of its tokens' transitions."""
+    action_pos, trace = cap.labels["action_pos"], cap.labels["trace"]
+    is_action = (cap.labels["kind"] == int(TokenKind.ACTION)) & (action_pos >= 0)
+    width = int(action_pos.max()) + 1 if len(action_pos) else 1
+    group = torch.where(is_action, trace * width + action_pos, torch.full_like(trace, -1))
+    if not bool(is_action.any()):
+        return pd.DataFrame(), pd.DataFrame()
+    first = {}  # group id -> first token row: perm id and token count
+    rows = torch.nonzero(is_action).flatten()
+    for row, gid in zip(rows.tolist(), group[rows].tolist()):
+        first.setdefault(gid, row)
+    frames, eig_frames = [], []
+    for l in range(cap.n_layers):
+        P, ids = transition_products(cap.layer("beta", l), cap.layer("k", l), group)  # (A, H, d, d)
+        A, H = P.shape[:2]
+        lam = torch.linalg.eigvals(P).numpy()  # (A, H, d) complex
+        eig = transition_eigenvalues(cap.layer("beta", l).double(), cap.layer("k", l))  # (N, H)
+        det = torch.zeros(A, H, dtype=torch.float64)
+        det_log = torch.zeros(A, H, dtype=torch.float64)
+        sign = torch.ones(A, H, dtype=torch.float64)
+        inverse = torch.searchsorted(ids, group[rows])
+        # det P = prod of the per-token eigenvalues; sum logs and count signs (no underflow)
+        det_log.index_add_(0, inverse, eig[rows].abs().clamp_min(1e-300).log())
+        negatives = torch.zeros(A, H, dtype=torch.float64).index_add_(0, inverse, (eig[rows] < 0).double())
+        sign = torch.where(negatives % 2 == 1, -sign, sign)
+        det = sign * det_log.exp()
+        n_tokens = torch.bincount(inverse, minlength=A).numpy()
+        first_rows = torch.tensor([first[g] for g in ids.tolist()])
+        traces = trace[first_rows].numpy()
+        positions = action_pos[first_rows].numpy()
+        perm = cap.labels["perm_id"][first_rows].numpy()
+        odd = _perm_odd(perm, cap.n_vars)
+        nontrivial = np.abs(lam - 1.0) > trivial_tol  # (A, H, d)
+        near_minus_one = (np.abs(lam + 1.0) < 1.0 + threshold) & nontrivial
+        min_real = np.where(nontrivial, lam.real, np.inf).min(-1)
+        frames.append(pd.DataFrame({
+            "layer": l, "head": np.tile(np.arange(H), A), "trace": np.repeat(traces, H),
+            "action_pos": np.repeat(positions, H), "perm_id": np.repeat(perm, H), "odd": np.repeat(odd, H),
+            "n_tokens": np.repeat(n_tokens, H), "det": det.numpy().reshape(-1),
+            "min_real": np.where(np.isfinite(min_real), min_real, 1.0).reshape(-1),
+            "n_nontrivial": nontrivial.sum(-1).reshape(-1),
+            "reflection": near_minus_one.any(-1).reshape(-1),
+        }))
+        a_idx, h_idx, e_idx = np.nonzero(nontrivial)
+        values = lam[a_idx, h_idx, e_idx]
+        eig_frames.append(pd.DataFrame({
+            "layer": l, "head": h_idx, "trace": traces[a_idx], "action_pos": positions[a_idx],
+            "perm_id": perm[a_idx], "real": values.real, "imag": values.imag, "abs": np.abs(values),
+        }))
+    products = pd.concat(frames, ignore_index=True)
+    products["parity_match"] = (products["det"] < 0) == products["odd"]
+    return products, pd.concat(eig_frames, ignore_index=True)
+
+
+# ---- figures --------------------------------------------------------------------------------
+
+
+def beta_heatmap(report: EigenvalueReport, column: str = "mean_beta_action"):
+    """Layer x head heatmap of one column of `report.heads` (default: mean beta on action tokens)."""
+    import plotly.graph_objects as go
+
+    grid = report.heads.pivot(index="layer", columns="head", values=column)
+    fig = go.Figure(go.Heatmap(
+        z=grid.values, x=[f"head {h}" for h in grid.columns], y=[f"layer {l}" for l in grid.index],
+        colorscale="RdBu_r", zmid=1.0 if "beta" in column else None, text=np.round(grid.values, 3),
+        texttemplate="%{text}", colorbar={"title": column},
+    ))
+    fig.update_layout(title=f"{column.replace('_', ' ')} per head", yaxis={"autorange": "reversed"})
+    return fig
+
+
+def eigenvalue_histogram(report: EigenvalueReport, layer: int | None = None, head: int | None = None,
+                         value: str = "eigenvalue"):
+    """Histogram of one head's eigenvalues (or betas), one colour per token kind; default: the tracking head."""
+    import plotly.graph_objects as go
+
+    if layer is None or head is None:
+        layer, head = report.tracking_head()
+    rows = report.tokens[(report.tokens["layer"] == layer) & (report.tokens["head"] == head)]
+    fig = go.Figure()
+    for kind, part in rows.groupby("kind", observed=True):
+        fig.add_trace(go.Histogram(x=part[value], name=str(kind), opacity=0.6,
+                                   xbins={"start": -1.0, "end": 2.0, "size": 0.05}))
+    if value == "eigenvalue":
+        fig.add_vline(x=report.threshold, line_dash="dash", annotation_text="reflection")
+    fig.update_layout(barmode="overlay", title=f"layer {layer} head {head}: {value} by token kind",
+                      xaxis_title=value if value != "eigenvalue" else "eigenvalue 1 - beta ||k||^2",
+                      yaxis_title="tokens")
+    return fig
+
+
+def product_eigenvalue_figure(report: EigenvalueReport, layer: int | None = None, head: int | None = None):
+    """Non-trivial eigenvalues of the per-action transition products in the complex plane."""
+    import plotly.graph_objects as go
+
+    if layer is None or head is None:
+        layer, head = report.tracking_head()
+    rows = report.product_eigenvalues
+    if not rows.empty:
+        rows = rows[(rows["layer"] == layer) & (rows["head"] == head)]
+    theta = np.linspace(0, 2 * np.pi, 200)
+    fig = go.Figure(go.Scatter(x=np.cos(theta), y=np.sin(theta), mode="lines", name="unit circle",
+                               line={"color": "lightgrey"}))
+    if not rows.empty:
+        fig.add_trace(go.Scatter(x=rows["real"], y=rows["imag"], mode="markers", name="eigenvalues",
+                                 marker={"color": rows["perm_id"], "opacity": 0.5}))
+    fig.update_layout(title=f"layer {layer} head {head}: eigenvalues of each action's transition product",
+                      xaxis_title="real", yaxis_title="imag", yaxis={"scaleanchor": "x"})
+    return fig
