@@ -151,7 +151,9 @@ def test_export_writes_card_config_and_loadable_weights(tmp_path):
     meta = models.read_checkpoint_meta(target)
     assert meta["metrics"]["eval"]["lengths"] == report["lengths"]
     assert "optimizer.safetensors" not in {p.name for p in target.iterdir()}
-    assert "| 12 (2x) |" in (target / "CARD.md").read_text()
+    card = (target / "CARD.md").read_text()
+    assert "| `one` | 12 (2x) |" in card and "| `all` | 12 (2x) |" in card
+    assert meta["metrics"]["eval_reveal_all"]["reveal"] == "all"
     assert load_config(target / "train.toml").to_dict() == config.to_dict()
     models.load(target)
 
@@ -162,3 +164,15 @@ def test_spacing_schedule_switches_reveal_density():
     data = TrainingData(task, seed=0)
     dense, sparse = data.train_batch(0, 8, 10), data.train_batch(5, 8, 10)
     assert (dense["reveal_mask"].sum(1) == 12).all() and (sparse["reveal_mask"].sum(1) == 3).all()
+
+
+def test_mixed_reveals_draw_one_or_all_per_trace_and_evaluate_on_one():
+    task = tiny_config().task
+    task.reveal, task.actions, task.spacing = "mixed", [8, 8], [2, 2]
+    data = TrainingData(task, seed=0)
+    per_trace = data.train_batch(0, 32, 10)["reveal_mask"].sum(1)
+    assert set(per_trace.tolist()) == {4, 12}  # 4 prints of one variable, or of all three
+    assert data.eval_spec().reveal == "one" and data.eval_spec(reveal="all").reveal == "all"
+    task.reveal = "some"
+    with pytest.raises(DeltalensError, match="one, all or mixed"):
+        TrainingData(task, seed=0)

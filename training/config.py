@@ -37,7 +37,9 @@ class TaskConfig:
     # Spacing curriculum: [[from_step, lo, hi], ...] replaces `spacing` from each from_step on,
     # e.g. [[0, 1, 1], [1000, 1, 8]] = dense reveals first, sparse ones later (empty = off).
     spacing_schedule: list[list[int]] = field(default_factory=list)
-    reveal: str = "one"  # one | all
+    # one: print('a', a); all: print(a, b, c); mixed: each trace draws one or all (held-out
+    # evaluation then uses one, the paper's setting, and the card reports all as well)
+    reveal: str = "one"
     supervision: str = "reveal"  # reveal (loss on revealed values only) | all (every token)
     eval_spacing: int = 4  # spacing of the held-out evaluation traces
     # Length curriculum: the upper bound of `actions` grows linearly from curriculum_start

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from tasks import TraceSpec, collate, generate_trace, make_tokenizer, trace_seed
+from tasks.errors import DeltalensError
 from training.config import TaskConfig
 
 
@@ -17,17 +18,19 @@ class TrainingData:
     def __init__(self, task: TaskConfig, seed: int):
         self.task = task
         self.seed = seed
+        if task.reveal not in ("one", "all", "mixed"):
+            raise DeltalensError(f"task.reveal must be one, all or mixed, got {task.reveal!r}")
         self.tokenizer = make_tokenizer(task.tokenizer, task.group, action_set=task.action_set)
         self.eval_spec()  # validates group, action set and spacing before any training starts
 
-    def eval_spec(self, actions: int | None = None, spacing: int | None = None) -> TraceSpec:
+    def eval_spec(self, actions: int | None = None, spacing: int | None = None, reveal: str | None = None) -> TraceSpec:
         """Held-out traces: the training length (or `actions`) at the evaluation spacing."""
         return TraceSpec(
             group=self.task.group,
             action_set=self.task.action_set,
             actions=actions if actions is not None else self.task.actions[1],
             spacing=spacing if spacing is not None else self.task.eval_spacing,
-            reveal=self.task.reveal,
+            reveal=reveal or ("one" if self.task.reveal == "mixed" else self.task.reveal),
         )
 
     def task_dict(self) -> dict[str, Any]:
@@ -61,7 +64,7 @@ class TrainingData:
                 action_set=self.task.action_set,
                 actions=(min(lo, hi), hi),
                 spacing=spacing_lo + (seed >> 8) % (spacing_hi - spacing_lo + 1),
-                reveal=self.task.reveal,
+                reveal=self.task.reveal if self.task.reveal != "mixed" else ("one", "all")[(seed >> 16) % 2],
             )
             encoded.append(self.tokenizer.encode_trace(generate_trace(spec, seed)))
         return collate(encoded, supervision=self.task.supervision)

@@ -85,7 +85,12 @@ def evaluate(model, tokenizer, spec: TraceSpec, n_traces: int = 256, seed: int =
 
 
 def evaluate_checkpoint(
-    path, lengths: list[int] | None = None, spacing: int | None = None, n_traces: int = 512, seed: int = 0
+    path,
+    lengths: list[int] | None = None,
+    spacing: int | None = None,
+    n_traces: int = 512,
+    seed: int = 0,
+    reveal: str | None = None,
 ) -> dict[str, Any]:
     """Accuracy of a checkpoint at several trace lengths (default 1x, 2x and 4x its training length).
 
@@ -101,13 +106,16 @@ def evaluate_checkpoint(
     train_length = task.actions[1]
     lengths = lengths or [train_length, 2 * train_length, 4 * train_length]
     spacing = spacing or task.eval_spacing
+    reveal = data.eval_spec(reveal=reveal).reveal
     rows = []
     for actions in lengths:
-        result = evaluate(model, data.tokenizer, data.eval_spec(actions, spacing), n_traces=n_traces, seed=seed)
+        spec = data.eval_spec(actions, spacing, reveal)
+        result = evaluate(model, data.tokenizer, spec, n_traces=n_traces, seed=seed)
         rows.append({"actions": actions, "x_train": actions / train_length, **result.to_dict()})
     return {
         "checkpoint": str(path),
         "spacing": spacing,
+        "reveal": reveal,
         "n_traces": n_traces,
         "reveal_accuracy": min(r["reveal_accuracy"] for r in rows),
         "trace_accuracy": min(r["trace_accuracy"] for r in rows),

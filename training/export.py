@@ -20,22 +20,26 @@ def export_run(run_dir: str | Path, target: str | Path, config_text: str, comman
     if not last.is_dir():
         raise DeltalensError(f"{run_dir} has no finished checkpoint ({last} is missing); train it first")
     meta = models.read_checkpoint_meta(last)
-    report = evaluate_checkpoint(last, n_traces=n_traces)
-    metrics = {**(meta.get("metrics") or {}), "eval": report}
+    report = evaluate_checkpoint(last, n_traces=n_traces)  # reveal as in training ("one" for mixed)
+    other = "all" if report["reveal"] == "one" else "one"
+    report_other = evaluate_checkpoint(last, n_traces=n_traces, reveal=other)
+    metrics = {**(meta.get("metrics") or {}), "eval": report, f"eval_reveal_{other}": report_other}
     extra = {key: meta[key] for key in ("tokenizer", "task", "training")}
     extra["training"] = {**extra["training"], "command": command}
-    card = model_card(Path(target).name, meta, report, command)
+    card = model_card(Path(target).name, meta, [report, report_other], command)
     models.save(models.load(last), target, extra={**extra, "metrics": metrics},
                 files={"train.toml": config_text, "CARD.md": card})
     return report
 
 
-def model_card(name: str, meta: dict[str, Any], report: dict[str, Any], command: str) -> str:
+def model_card(name: str, meta: dict[str, Any], reports: list[dict[str, Any]], command: str) -> str:
     config = meta["training"]["config"]
     task, model = config["task"], config["model"]
+    report = reports[0]
     rows = "\n".join(
-        f"| {r['actions']} ({r['x_train']:g}x) | {r['reveal_accuracy']:.4f} | {r['trace_accuracy']:.4f} | {r['n_reveals']} |"
-        for r in report["lengths"]
+        f"| `{rep['reveal']}` | {r['actions']} ({r['x_train']:g}x) | {r['reveal_accuracy']:.4f} "
+        f"| {r['trace_accuracy']:.4f} | {r['n_reveals']} |"
+        for rep in reports for r in rep["lengths"]
     )
     arch = ", ".join(f"{k}={v}" for k, v in model.items())
     spacing = task["spacing_schedule"] or [[0, *task["spacing"]]]
@@ -53,9 +57,10 @@ def model_card(name: str, meta: dict[str, Any], report: dict[str, Any], command:
 Fresh traces from the evaluation split (seeds never used in training), reveal spacing
 {report['spacing']}, {report['n_traces']} traces per length. Reveal accuracy: fraction of revealed values
 predicted right (argmax over the whole vocabulary); trace accuracy: every reveal of a trace right.
+Reveal `one` prints one random variable (`print('a', a)`), `all` prints every variable.
 
-| actions | reveal accuracy | trace accuracy | reveals |
-|---|---|---|---|
+| reveal | actions | reveal accuracy | trace accuracy | reveals |
+|---|---|---|---|---|
 {rows}
 
 Reproduce with `deltalens eval checkpoints/{name}`.

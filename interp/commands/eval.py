@@ -17,6 +17,7 @@ def register(subparsers) -> None:
     parser.add_argument("checkpoint", help="checkpoint directory (model.safetensors + config.json)")
     parser.add_argument("--lengths", type=int, nargs="+", help="actions per trace (default: 1x, 2x, 4x training)")
     parser.add_argument("--spacing", type=int, help="reveal every K actions (default: the checkpoint's eval spacing)")
+    parser.add_argument("--reveal", choices=["one", "all"], help="print one variable or all (default: as trained)")
     parser.add_argument("--n-traces", type=int, default=512, help="held-out traces per length (default 512)")
     parser.add_argument("--seed", type=int, default=0, help="evaluation seed (eval split: never a training trace)")
     parser.add_argument("--traces", help="score code-format REPL traces from FILE, separated by blank lines")
@@ -32,7 +33,8 @@ def run(args) -> int:
         report = {"checkpoint": args.checkpoint, "traces_file": args.traces, **result.to_dict()}
     else:
         report = evaluate_checkpoint(
-            args.checkpoint, lengths=args.lengths, spacing=args.spacing, n_traces=args.n_traces, seed=args.seed
+            args.checkpoint, lengths=args.lengths, spacing=args.spacing, n_traces=args.n_traces, seed=args.seed,
+            reveal=args.reveal,
         )
     if args.json:
         print(json.dumps(report))
@@ -41,7 +43,8 @@ def run(args) -> int:
         print(f"{report['n_traces']} traces from {args.traces}: reveal accuracy {report['reveal_accuracy']:.4f}, "
               f"trace accuracy {report['trace_accuracy']:.4f} ({report['n_reveals']} reveals)")
         return 0
-    print(f"{args.checkpoint}  (spacing {report['spacing']}, {report['n_traces']} traces per length)")
+    print(f"{args.checkpoint}  (spacing {report['spacing']}, reveal {report['reveal']}, "
+          f"{report['n_traces']} traces per length)")
     print(f"{'actions':>8} {'reveal acc':>11} {'trace acc':>10}")
     for row in report["lengths"]:
         print(f"{row['actions']:>8} {row['reveal_accuracy']:>11.4f} {row['trace_accuracy']:>10.4f}")

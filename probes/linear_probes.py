@@ -1,0 +1,217 @@
+"""Linear probes: where in the model can the current value of each variable be read off linearly?
+
+For every site (the residual stream after each layer, and, for DeltaNet, each head's state S_t
+flattened to d_k * d_v numbers) and every variable x_i, a multinomial logistic regression
+(scikit-learn) is trained to predict, from the activation at token t, one of two targets:
+
+* "value": s_t[i], the value x_i holds at token t (labels from the batch, 1..n);
+* "source": the variable j whose initial value x_i now holds (s_t[i] = s_0[j]), i.e. the
+  permutation composed so far. A head can track this product of actions alone while the initial
+  values sit elsewhere (another head, or the read-out): then "source" is linear in its state
+  and "value" is not, since value = s_0[source] needs both.
+
+Only tokens after the trace's last init line are probed by default (`after_init`): before it, the
+value of a variable not yet assigned is in no activation. Tokens are split into train and test by TRACE, never by
+token, so a probe cannot pass by memorising neighbouring tokens of the same trace. The control
+fits the same probe on shuffled training labels (permuted across training tokens): its test
+accuracy is what the probe can reach without any information (about the majority-class rate).
+
+Kept fast on a CPU: at most `max_tokens` training tokens (drawn at random), features
+standardised, `max_iter` lbfgs iterations; convergence warnings are silenced (a probe that did
+not converge only under-reports accuracy).
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from tasks.errors import DeltalensError
+
+__all__ = ["ProbeReport", "linear_probes", "probe_sites", "probe_accuracy_figure"]
+
+SITES = ("resid", "state")
+
+
+@dataclass
+class ProbeReport:
+    """One row per (site, variable): test accuracy of the probe and of its shuffled-label control."""
+
+    results: pd.DataFrame  # site, kind ("resid" | "state"), layer, head, target, variable, accuracy, control_accuracy, chance, ...
+    n_train_traces: int
+    n_test_traces: int
+
+    def summary(self, target: str | None = None) -> pd.DataFrame:
+        """Mean over variables per (site, target): accuracy, control_accuracy, chance."""
+        rows = self.results if target is None else self.results[self.results["target"] == target]
+        return (rows.groupby(["site", "kind", "layer", "head", "target"], dropna=False, sort=False)
+                [["accuracy", "control_accuracy", "chance"]].mean().reset_index())
+
+    def by_head(self) -> pd.DataFrame:
+        """State probes, one row per (layer, head), a column pair per target (probe_accuracy_<target>)."""
+        out = self.summary()
+        out = out[out["kind"] == "state"]
+        wide = out.pivot_table(index=["layer", "head"], columns="target",
+                               values=["accuracy", "control_accuracy"]).reset_index()
+        wide.columns = [f"probe_{a}_{t}".replace("probe_accuracy", "probe_accuracy")
+                        .replace("probe_control_accuracy", "probe_control") if t else a for a, t in wide.columns]
+        wide["layer"], wide["head"] = wide["layer"].astype(int), wide["head"].astype(int)
+        return wide
+
+    def by_layer(self) -> pd.DataFrame:
+        """Residual-stream probes, one row per (depth, target); layer -1 = the embedding."""
+        out = self.summary()
+        return out[out["kind"] == "resid"].drop(columns=["head"]).reset_index(drop=True)
+
+
+def probe_sites(model, sites: Sequence[str] = SITES) -> list[tuple[str, str, int, int | None, str]]:
+    """(site label, kind, layer, head, hook name) for every probe site the model has.
+
+    Residual sites: hook_embed (layer -1) and each layer's output. State sites: every head of
+    every layer's hook_state (DeltaNet only; other architectures have none, silently).
+    """
+    from interp.capture import architecture_of, n_heads_of, n_layers_of, residual_names
+
+    out = []
+    if "resid" in sites:
+        for depth, name in enumerate(residual_names(model)):
+            out.append(("embed" if depth == 0 else f"L{depth - 1}", "resid", depth - 1, None, name))
+    if "state" in sites and architecture_of(model) == "deltanet":
+        for layer in range(n_layers_of(model)):
+            for head in range(n_heads_of(model)):
+                out.append((f"L{layer}H{head}", "state", layer, head, f"blocks.{layer}.attn.hook_state"))
+    unknown = set(sites) - set(SITES)
+    if unknown:
+        raise DeltalensError(f"unknown probe site(s) {sorted(unknown)}; use 'resid' and/or 'state'.")
+    return out
+
+
+def _fit_score(x_train, y_train, x_test, y_test, max_iter: int, seed: int) -> float:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+    from threadpoolctl import threadpool_limits
+
+    if len(np.unique(y_train)) < 2:  # one class only: the probe is the constant predictor
+        return float((y_test == y_train[0]).mean())
+    scaler = StandardScaler().fit(x_train)
+    probe = LogisticRegression(max_iter=max_iter, C=1.0, random_state=seed)
+    # one BLAS thread: these problems are tiny, and threads fighting over a shared CPU make a
+    # 0.1 s fit take seconds
+    with warnings.catch_warnings(), threadpool_limits(1):
+        warnings.simplefilter("ignore")  # ConvergenceWarning with a small max_iter is expected
+        probe.fit(scaler.transform(x_train), y_train)
+        return float(probe.score(scaler.transform(x_test), y_test))
+
+
+TARGETS = ("value", "source")
+
+
+def probe_targets(cap, target: str) -> np.ndarray:
+    """(N, n) labels: "value" s_t[i] (1..n), or "source" j with s_t[i] = s_0[j] (0..n-1)."""
+    states = cap.states.numpy()
+    if target == "value":
+        return states
+    if target != "source":
+        raise DeltalensError(f"unknown probe target {target!r}; use 'value' or 'source'.")
+    trace = cap.labels["trace"].numpy()
+    first = np.zeros(cap.n_traces, dtype=np.int64)
+    first[trace[::-1]] = np.arange(len(trace))[::-1]  # first row of each trace: s_0 is in force there
+    initial = states[first[trace]]  # (N, n)
+    # source[t, i] = j where initial[t, j] == states[t, i]
+    return (initial[:, None, :] == states[:, :, None]).argmax(-1)
+
+
+def linear_probes(model, batch: dict[str, torch.Tensor], sites: Sequence[str] = SITES,
+                  targets: Sequence[str] = TARGETS, kinds: int | Sequence[int] | None = None,
+                  after_init: bool = True, test_fraction: float = 0.25, max_tokens: int = 1500,
+                  max_iter: int = 100, seed: int = 0, progress: bool = False) -> ProbeReport:
+    """Probe every site for every variable's value and/or source (see the module docstring).
+
+    kinds: TokenKind(s) of the tokens to probe at (None: every real token).
+    after_init: only tokens after the last init line of their trace.
+    max_tokens: at most this many training (and test) tokens, drawn at random.
+    Works on every architecture: residual sites everywhere, state sites on DeltaNet.
+    """
+    from interp.capture import capture
+
+    if not 0 < test_fraction < 1:
+        raise DeltalensError(f"test_fraction must be between 0 and 1, got {test_fraction!r}.")
+    plan = probe_sites(model, sites)
+    n_traces = int(batch["tokens"].shape[0])
+    if n_traces < 2:
+        raise DeltalensError("probes split held-out data by trace: give a batch of at least 2 traces.")
+    cap = capture(model, batch, names=list(dict.fromkeys(name for *_, name in plan)))
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(n_traces)
+    n_test = max(1, int(round(test_fraction * n_traces)))
+    test_traces = order[:n_test]
+    trace = cap.labels["trace"].numpy()
+    chosen = cap.mask(kinds).numpy()
+    if after_init:
+        from tasks.tokenizers import TokenKind
+
+        is_init = (cap.labels["kind"] == int(TokenKind.INIT)).numpy()
+        position = cap.labels["position"].numpy()
+        last_init = np.full(n_traces, -1)
+        np.maximum.at(last_init, trace[is_init], position[is_init])
+        chosen &= position > last_init[trace]
+    is_test = np.isin(trace, test_traces)
+    train_rows = np.nonzero(chosen & ~is_test)[0]
+    test_rows = np.nonzero(chosen & is_test)[0]
+    if len(train_rows) > max_tokens:
+        train_rows = np.sort(rng.choice(train_rows, max_tokens, replace=False))
+    if len(test_rows) > max_tokens:
+        test_rows = np.sort(rng.choice(test_rows, max_tokens, replace=False))
+    if len(train_rows) == 0 or len(test_rows) == 0:
+        raise DeltalensError("no tokens of the requested kinds on one side of the trace split; use more traces.")
+    labels = {target: probe_targets(cap, target) for target in targets}  # each (N, n)
+    rows = []
+    jobs = [(site, target, var) for site in plan for target in targets for var in range(cap.n_vars)]
+    iterator = jobs
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(jobs, desc="probes", leave=False)
+    features_cache: dict[str, np.ndarray] = {}
+    for (label, kind, layer, head, name), target, var in iterator:
+        key = f"{name}/{head}"
+        if key not in features_cache:
+            acts = cap[name]
+            if head is not None:
+                acts = acts[:, head]
+            features_cache[key] = acts.flatten(1).numpy().astype(np.float64)
+        x = features_cache[key]
+        y = labels[target][:, var]
+        y_train, y_test = y[train_rows], y[test_rows]
+        accuracy = _fit_score(x[train_rows], y_train, x[test_rows], y_test, max_iter, seed)
+        control = _fit_score(x[train_rows], rng.permutation(y_train), x[test_rows], y_test, max_iter, seed)
+        values, counts = np.unique(y_train, return_counts=True)
+        chance = float((y_test == values[counts.argmax()]).mean())
+        rows.append({"site": label, "kind": kind, "layer": layer, "head": head, "target": target, "variable": var,
+                     "accuracy": accuracy, "control_accuracy": control, "chance": chance,
+                     "n_train": len(train_rows), "n_test": len(test_rows), "n_features": x.shape[1]})
+    return ProbeReport(results=pd.DataFrame(rows), n_train_traces=n_traces - n_test, n_test_traces=n_test)
+
+
+# ---- figures --------------------------------------------------------------------------------
+
+
+def probe_accuracy_figure(report: ProbeReport):
+    """Probe accuracy (and shuffled-label control) per site and target: residual stream by depth, then each head's state."""
+    import plotly.graph_objects as go
+
+    summary = report.summary()
+    fig = go.Figure()
+    for target, part in summary.groupby("target", sort=False):
+        fig.add_trace(go.Bar(x=part["site"], y=part["accuracy"], name=f"probe: {target}"))
+    control = summary.groupby("site", sort=False)["control_accuracy"].mean()
+    fig.add_trace(go.Scatter(x=control.index, y=control.values, mode="markers",
+                             name="shuffled-label control", marker={"symbol": "x", "size": 10, "color": "black"}))
+    fig.update_layout(barmode="group", title="linear probes for each variable's value / source (held-out traces)",
+                      xaxis_title="site (residual stream after layer; L<l>H<h>: that head's state)",
+                      yaxis_title="accuracy", yaxis={"range": [0, 1.05]})
+    return fig
