@@ -10,7 +10,11 @@ flattened to d_k * d_v numbers) and every variable x_i, a multinomial logistic r
   values sit elsewhere (another head, or the read-out): then "source" is linear in its state
   and "value" is not, since value = s_0[source] needs both.
 
-Only tokens after the trace's last init line are probed by default (`after_init`): before it, the
+Which tokens: `at="readout"` (default) probes the positions whose logits predict a revealed value
+(the token just before each REVEAL token), where the model must have the value at hand;
+`at="all"` every token, or a TokenKind (list) for those kinds. The state's encoding can depend on
+the token: a trained head may hold the permutation in a form that is linear only where it is
+read. Only tokens after the trace's last init line are probed (`after_init`): before it, the
 value of a variable not yet assigned is in no activation. Tokens are split into train and test by TRACE, never by
 token, so a probe cannot pass by memorising neighbouring tokens of the same trace. The control
 fits the same probe on shuffled training labels (permuted across training tokens): its test
@@ -57,8 +61,8 @@ class ProbeReport:
         out = out[out["kind"] == "state"]
         wide = out.pivot_table(index=["layer", "head"], columns="target",
                                values=["accuracy", "control_accuracy"]).reset_index()
-        wide.columns = [f"probe_{a}_{t}".replace("probe_accuracy", "probe_accuracy")
-                        .replace("probe_control_accuracy", "probe_control") if t else a for a, t in wide.columns]
+        short = {"accuracy": "probe_accuracy", "control_accuracy": "probe_control"}
+        wide.columns = [f"{short[a]}_{t}" if t else a for a, t in wide.columns]
         wide["layer"], wide["head"] = wide["layer"].astype(int), wide["head"].astype(int)
         return wide
 
@@ -68,25 +72,29 @@ class ProbeReport:
         return out[out["kind"] == "resid"].drop(columns=["head"]).reset_index(drop=True)
 
 
-def probe_sites(model, sites: Sequence[str] = SITES) -> list[tuple[str, str, int, int | None, str]]:
-    """(site label, kind, layer, head, hook name) for every probe site the model has.
+def probe_sites(source, sites: Sequence[str] = SITES) -> list[tuple[str, str, int, int | None, str]]:
+    """(site label, kind, layer, head, hook name) for every probe site a model (or Capture) has.
 
     Residual sites: hook_embed (layer -1) and each layer's output. State sites: every head of
     every layer's hook_state (DeltaNet only; other architectures have none, silently).
     """
-    from interp.capture import architecture_of, n_heads_of, n_layers_of, residual_names
+    from interp.capture import Capture, architecture_of, n_heads_of, n_layers_of
 
-    out = []
-    if "resid" in sites:
-        for depth, name in enumerate(residual_names(model)):
-            out.append(("embed" if depth == 0 else f"L{depth - 1}", "resid", depth - 1, None, name))
-    if "state" in sites and architecture_of(model) == "deltanet":
-        for layer in range(n_layers_of(model)):
-            for head in range(n_heads_of(model)):
-                out.append((f"L{layer}H{head}", "state", layer, head, f"blocks.{layer}.attn.hook_state"))
     unknown = set(sites) - set(SITES)
     if unknown:
         raise DeltalensError(f"unknown probe site(s) {sorted(unknown)}; use 'resid' and/or 'state'.")
+    if isinstance(source, Capture):
+        arch, n_layers, n_heads = source.arch, source.n_layers, source.n_heads
+    else:
+        arch, n_layers, n_heads = architecture_of(source), n_layers_of(source), n_heads_of(source)
+    out = []
+    if "resid" in sites:
+        site = "hook_hidden" if arch == "lstm" else "hook_resid_post"
+        out.append(("embed", "resid", -1, None, "hook_embed"))
+        out += [(f"L{layer}", "resid", layer, None, f"blocks.{layer}.{site}") for layer in range(n_layers)]
+    if "state" in sites and arch == "deltanet":
+        out += [(f"L{layer}H{head}", "state", layer, head, f"blocks.{layer}.attn.hook_state")
+                for layer in range(n_layers) for head in range(n_heads)]
     return out
 
 
@@ -110,6 +118,27 @@ def _fit_score(x_train, y_train, x_test, y_test, max_iter: int, seed: int) -> fl
 TARGETS = ("value", "source")
 
 
+def probe_positions(cap, at: str | int | Sequence[int] = "readout") -> np.ndarray:
+    """(N,) bool: the tokens `at` names (see the module docstring)."""
+    from tasks.tokenizers import TokenKind
+
+    if at == "all":
+        return cap.mask(None).numpy()
+    if at == "readout":
+        kind, trace = cap.labels["kind"].numpy(), cap.labels["trace"].numpy()
+        out = np.zeros(len(kind), dtype=bool)
+        # rows are in (trace, position) order: row r + 1 is the next token of the same trace
+        out[:-1] = (kind[1:] == int(TokenKind.REVEAL)) & (trace[1:] == trace[:-1])
+        return out
+    if isinstance(at, str):
+        names = {kind.name.lower(): kind for kind in TokenKind}
+        if at.lower() not in names:
+            raise DeltalensError(f"unknown probe position {at!r}; use 'readout', 'all' or a token kind "
+                                 f"({', '.join(names)}).")
+        at = names[at.lower()]
+    return cap.mask(at).numpy()
+
+
 def probe_targets(cap, target: str) -> np.ndarray:
     """(N, n) labels: "value" s_t[i] (1..n), or "source" j with s_t[i] = s_0[j] (0..n-1)."""
     states = cap.states.numpy()
@@ -125,32 +154,42 @@ def probe_targets(cap, target: str) -> np.ndarray:
     return (initial[:, None, :] == states[:, :, None]).argmax(-1)
 
 
-def linear_probes(model, batch: dict[str, torch.Tensor], sites: Sequence[str] = SITES,
-                  targets: Sequence[str] = TARGETS, kinds: int | Sequence[int] | None = None,
+def linear_probes(source, batch: dict[str, torch.Tensor] | None = None, sites: Sequence[str] = SITES,
+                  targets: Sequence[str] = TARGETS, at: str | int | Sequence[int] = "readout",
                   after_init: bool = True, test_fraction: float = 0.25, max_tokens: int = 1500,
                   max_iter: int = 100, seed: int = 0, progress: bool = False) -> ProbeReport:
     """Probe every site for every variable's value and/or source (see the module docstring).
 
-    kinds: TokenKind(s) of the tokens to probe at (None: every real token).
+    at: "readout" (positions predicting a revealed value), "all", or TokenKind(s).
     after_init: only tokens after the last init line of their trace.
     max_tokens: at most this many training (and test) tokens, drawn at random.
+    source: a model with `batch`, or a Capture holding the sites' hooks ('resid', 'state').
     Works on every architecture: residual sites everywhere, state sites on DeltaNet.
     """
-    from interp.capture import capture
+    from interp.capture import Capture, capture
 
     if not 0 < test_fraction < 1:
         raise DeltalensError(f"test_fraction must be between 0 and 1, got {test_fraction!r}.")
-    plan = probe_sites(model, sites)
-    n_traces = int(batch["tokens"].shape[0])
+    plan = probe_sites(source, sites)
+    names = list(dict.fromkeys(name for *_, name in plan))
+    if isinstance(source, Capture):
+        cap = source
+        missing = [name for name in names if name not in cap]
+        if missing:
+            raise DeltalensError(f"the capture lacks {', '.join(missing)}; capture with names=('resid', 'state').")
+    elif batch is None:
+        raise DeltalensError("pass a Capture, or a model together with a batch of traces.")
+    else:
+        cap = capture(source, batch, names=names)
+    n_traces = cap.n_traces
     if n_traces < 2:
         raise DeltalensError("probes split held-out data by trace: give a batch of at least 2 traces.")
-    cap = capture(model, batch, names=list(dict.fromkeys(name for *_, name in plan)))
     rng = np.random.default_rng(seed)
     order = rng.permutation(n_traces)
     n_test = max(1, int(round(test_fraction * n_traces)))
     test_traces = order[:n_test]
     trace = cap.labels["trace"].numpy()
-    chosen = cap.mask(kinds).numpy()
+    chosen = probe_positions(cap, at)
     if after_init:
         from tasks.tokenizers import TokenKind
 

@@ -1,0 +1,291 @@
+"""Interventions on trained models as TransformerLens forward hooks, and accuracy under them.
+
+Every builder returns an `Intervention`: a label plus a list of (hook name, fn) pairs, usable as
+
+    with iv.applied(model): ...                       # context manager (model.hooks underneath)
+    model.run_with_hooks(tokens, fwd_hooks=iv.hooks)
+    with model.hooks(fwd_hooks=iv.hooks): ...
+    reveal_accuracy(model, batch, iv)                 # held-out reveal accuracy under it
+
+Paper notation -> code:
+
+* `rescale_beta(model, layer, head, to=(0, 1))`: the paper's test. The head's write strength
+  beta_t = lo + (hi - lo) sigmoid(logit_t) is mapped from the model's range [lo, hi] (e.g.
+  [0, 2]) to [lo', hi'] on `blocks.{l}.attn.hook_beta`:
+      beta'_t = lo' + (beta_t - lo) (hi' - lo') / (hi - lo)       ([0, 2] -> [0, 1]: beta' = beta / 2)
+  which equals `model.set_beta_range(layer, head, lo', hi')` exactly (same sigmoid, new range;
+  tested) but lives in a hook, so nothing on the model changes and it composes with other hooks.
+  The eigenvalue along k_t moves from 1 - beta_t to 1 - beta'_t: a reflection (beta 2, eigenvalue
+  -1) becomes a projection (beta 1, eigenvalue 0). `scale=f` instead multiplies: beta' = f beta.
+* `ablate_head(model, layer, head, "zero" | "mean", site="z" | "state")`: replace the head's
+  read-out o_t (hook_z) or its state S_t (hook_state) by zero or by its mean over the real tokens
+  of a reference batch. Editing hook_state replaces S_t and every later step continues from it.
+* `patch_activation(name, source, positions, head)`: copy an activation from another run (a
+  tensor (B, T, ...), a run_with_cache cache, or a Capture) at chosen positions; `patch_state`
+  is the same on a head's S_t, the experiment that moves a tracked value from one trace into
+  another.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import torch
+
+from tasks.errors import DeltalensError
+
+__all__ = ["Intervention", "rescale_beta", "ablate_head", "patch_activation", "patch_state", "head_means",
+           "reveal_accuracy", "accuracy_under"]
+
+Hook = tuple[str, Callable]
+Positions = Union[None, int, Sequence[int], torch.Tensor]
+
+
+@dataclass
+class Intervention:
+    """A named list of forward hooks (iterable, so `model.hooks(fwd_hooks=list(iv))` works too)."""
+
+    label: str
+    hooks: list[Hook] = field(default_factory=list)
+    layer: int | None = None
+    head: int | None = None
+
+    def __iter__(self):
+        return iter(self.hooks)
+
+    def __len__(self) -> int:
+        return len(self.hooks)
+
+    def __add__(self, other: "Intervention") -> "Intervention":
+        return Intervention(f"{self.label} + {other.label}", [*self.hooks, *other.hooks])
+
+    @contextmanager
+    def applied(self, model):
+        """Within the block every forward of `model` runs with these hooks."""
+        with model.hooks(fwd_hooks=list(self.hooks)):
+            yield model
+
+
+NO_INTERVENTION = Intervention("none")
+
+
+# ---- checks ---------------------------------------------------------------------------------
+
+
+def _check_head(model, layer: int, head: int | None) -> None:
+    from interp.capture import n_heads_of, n_layers_of
+
+    n_layers, n_heads = n_layers_of(model), n_heads_of(model)
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
+        raise DeltalensError(f"layer {layer!r} is out of range: this model has layers 0..{n_layers - 1}.")
+    if head is not None and (isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < n_heads):
+        raise DeltalensError(f"head {head!r} is out of range: this model has heads 0..{n_heads - 1} per layer.")
+
+
+def _position_mask(positions: Positions, B: int, T: int, device) -> torch.Tensor | None:
+    """(B, T) bool mask, or None for every position."""
+    if positions is None:
+        return None
+    if isinstance(positions, int):
+        positions = [positions]
+    if torch.is_tensor(positions) and positions.dtype == torch.bool:
+        mask = positions.to(device)
+        if mask.ndim == 1:
+            mask = mask[None, :].expand(B, -1)
+        if mask.shape != (B, T):
+            raise DeltalensError(f"a position mask must be (T,) or (B, T) = ({B}, {T}); got {tuple(mask.shape)}.")
+        return mask
+    index = torch.as_tensor(positions, dtype=torch.long)
+    if index.numel() and (index.min() < -T or index.max() >= T):
+        raise DeltalensError(f"positions {index.tolist()} are outside a sequence of {T} tokens.")
+    mask = torch.zeros(T, dtype=torch.bool)
+    mask[index] = True
+    return mask[None, :].expand(B, -1).to(device)
+
+
+def _edit(value: torch.Tensor, replacement: torch.Tensor, head: int | None, mask: torch.Tensor | None):
+    """value with [:, :, head] (or everything) replaced at the masked (batch, pos) entries."""
+    value = value.clone()  # never edit the tensor the model (or a cache) still holds
+    target = value if head is None else value[:, :, head]
+    replacement = replacement.to(value.dtype).to(value.device)
+    if mask is None:
+        target[...] = replacement
+    else:
+        if replacement.ndim == target.ndim:  # per-position source: take its masked entries
+            target[mask] = replacement[mask]
+        else:  # a constant (e.g. a mean): broadcast it
+            target[mask] = replacement
+    return value
+
+
+# ---- beta -----------------------------------------------------------------------------------
+
+
+def rescale_beta(model, layer: int, head: int | None, to: tuple[float, float] | None = None,
+                 scale: float | None = None) -> Intervention:
+    """Map a head's beta range to `to` (default (0, 1)), or multiply beta by `scale` (module docstring).
+
+    head None rescales every head of the layer.
+    """
+    from interp.capture import require_deltanet
+
+    require_deltanet(model, "beta to rescale")
+    _check_head(model, layer, head)
+    if to is not None and scale is not None:
+        raise DeltalensError("give either a target range (to=(lo, hi)) or a factor (scale=f), not both.")
+    mixer = model.blocks[layer].attn
+    heads = slice(None) if head is None else head
+    lo = mixer.beta_lo[heads].detach().clone()
+    hi = mixer.beta_hi[heads].detach().clone()
+    name = f"blocks.{layer}.attn.hook_beta"
+    where = f"L{layer}" + ("" if head is None else f"H{head}")
+    if scale is not None:
+        factor = float(scale)
+
+        def hook(beta, hook):  # (B, T, H)
+            out = beta.clone()
+            out[:, :, heads] = beta[:, :, heads] * factor
+            return out
+
+        return Intervention(f"{where} beta x{factor:g}", [(name, hook)], layer, head)
+    new_lo, new_hi = (0.0, 1.0) if to is None else (float(to[0]), float(to[1]))
+    if torch.any(hi - lo <= 0):
+        raise DeltalensError(f"layer {layer}'s beta range is empty (lo >= hi); reset it with model.reset_beta_range().")
+
+    def hook(beta, hook):  # (B, T, H)
+        out = beta.clone()
+        old_lo, old_hi = lo.to(beta), hi.to(beta)
+        out[:, :, heads] = new_lo + (beta[:, :, heads] - old_lo) * ((new_hi - new_lo) / (old_hi - old_lo))
+        return out
+
+    span = f"[{float(lo.min()):g}, {float(hi.max()):g}]"
+    return Intervention(f"{where} beta {span}->[{new_lo:g}, {new_hi:g}]", [(name, hook)], layer, head)
+
+
+# ---- ablation -------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def head_means(model, batch: dict[str, torch.Tensor], site: str = "z") -> dict[int, torch.Tensor]:
+    """layer -> mean of blocks.{layer}.attn.hook_{site} over the batch's real tokens, (H, ...)."""
+    from interp.capture import capture
+
+    cap = capture(model, batch, names=(site,))
+    return {layer: cap.layer(site, layer).mean(0) for layer in range(cap.n_layers)}
+
+
+def ablate_head(model, layer: int, head: int, method: str = "zero", site: str = "z",
+                reference: dict[str, torch.Tensor] | None = None, mean: torch.Tensor | None = None,
+                positions: Positions = None) -> Intervention:
+    """Zero- or mean-ablate one head's read-out (site "z") or state (site "state").
+
+    Mean ablation uses `mean` ((H, ...) or the head's own (...)) or computes it from the real tokens
+    of `reference` (a batch). positions: None = every position.
+    """
+    from interp.capture import architecture_of, expand_names
+
+    if method not in ("zero", "mean"):
+        raise DeltalensError(f"ablation method must be 'zero' or 'mean', got {method!r}.")
+    if site not in ("z", "state"):
+        raise DeltalensError(f"ablation site must be 'z' (the head's read-out) or 'state' (S_t), got {site!r}.")
+    names = expand_names(model, [site])  # raises for an LSTM (no heads) or a state outside DeltaNet
+    _check_head(model, layer, head)
+    name = names[layer]
+    value = None
+    if method == "mean":
+        if mean is None:
+            if reference is None:
+                raise DeltalensError("mean ablation needs a reference batch (reference=...) or a mean tensor.")
+            mean = head_means(model, reference, site)[layer]
+        head_ndim = 1 if site == "z" else 2  # (d_v,) or (d_k, d_v)
+        value = mean[head] if mean.ndim == head_ndim + 1 else mean
+
+    def hook(act, hook):  # (B, T, H, ...)
+        B, T = act.shape[:2]
+        mask = _position_mask(positions, B, T, act.device)
+        fill = torch.zeros(act.shape[3:], dtype=act.dtype) if value is None else value
+        return _edit(act, fill, head, mask)
+
+    arch = architecture_of(model)
+    return Intervention(f"L{layer}H{head} {method}-ablate {site}" + ("" if arch == "deltanet" else f" ({arch})"),
+                        [(name, hook)], layer, head)
+
+
+# ---- patching -------------------------------------------------------------------------------
+
+
+def _source_tensor(source: Any, name: str) -> torch.Tensor:
+    from interp.capture import Capture
+
+    if torch.is_tensor(source):
+        return source
+    if isinstance(source, Capture):
+        return source.padded(name)
+    try:
+        return source[name]
+    except (KeyError, TypeError):
+        raise DeltalensError(f"the patch source has no {name!r}; run the source with that hook cached.") from None
+
+
+def patch_activation(name: str, source: Any, positions: Positions = None, head: int | None = None,
+                     label: str | None = None) -> Intervention:
+    """Replace activation `name` by the source run's at `positions` (and only head `head`).
+
+    source: a tensor shaped like the activation (B, T, ...), a cache from run_with_cache (or any
+    mapping name -> tensor), or a Capture (padded back to (B, T, ...)). Positions: an index, a list
+    of indices, a (T,) or (B, T) bool mask, or None for all. Heads sit on dim 2 (TransformerLens order).
+    """
+    tensor = _source_tensor(source, name).detach()
+
+    def hook(act, hook):
+        B, T = act.shape[:2]
+        if tensor.shape[0] != B or tensor.shape[2:] != act.shape[2:] or tensor.shape[1] < T:
+            raise DeltalensError(f"the patch source for {name} has shape {tuple(tensor.shape)}, the run "
+                                 f"{tuple(act.shape)}; patch between runs of the same batch size and length.")
+        src = tensor[:, :T]
+        if head is not None:
+            src = src[:, :, head]
+        mask = _position_mask(positions, B, T, act.device)
+        return _edit(act, src, head, mask if mask is not None else torch.ones(B, T, dtype=torch.bool, device=act.device))
+
+    where = f" H{head}" if head is not None else ""
+    return Intervention(label or f"patch {name}{where}", [(name, hook)], None, head)
+
+
+def patch_state(layer: int, head: int | None, source: Any, positions: Positions = None) -> Intervention:
+    """Patch one head's state S_t (blocks.{layer}.attn.hook_state) from another run at `positions`.
+
+    The patched S_t is what o_t reads and what the recurrence continues from (replacement semantics).
+    """
+    name = f"blocks.{layer}.attn.hook_state"
+    iv = patch_activation(name, source, positions, head, label=f"patch L{layer}H{head} state")
+    iv.layer = layer
+    return iv
+
+
+# ---- accuracy under an intervention -----------------------------------------------------------
+
+
+@torch.no_grad()
+def reveal_accuracy(model, batches, intervention: Intervention | Sequence[Hook] | None = None):
+    """training.evaluate's EvalResult (reveal and trace accuracy) on `batches` under `intervention`."""
+    from training.evaluate import score_batch, summarise
+
+    if isinstance(batches, dict):
+        batches = [batches]
+    hooks = [] if intervention is None else list(intervention)
+    was_training = model.training
+    model.eval()
+    try:
+        with model.hooks(fwd_hooks=hooks):
+            scores = [score_batch(model, batch) for batch in batches]
+    finally:
+        model.train(was_training)
+    return summarise(scores)
+
+
+def accuracy_under(model, batches, intervention: Intervention | None = None) -> float:
+    """Reveal accuracy (a float) on `batches` under `intervention`."""
+    return reveal_accuracy(model, batches, intervention).reveal_accuracy

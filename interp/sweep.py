@@ -1,0 +1,129 @@
+"""Apply one intervention to every (layer, head) in turn and rank the heads by the accuracy left.
+
+The paper's experiment: rescaling the tracking head's beta range from [0, 2] back to [0, 1]
+collapses reveal accuracy; rescaling any other head leaves it nearly untouched. `sweep` runs that
+(or a zero / mean ablation of each head's read-out or state) on held-out traces and returns a
+`SweepResult`: the baseline accuracy and a pandas frame, one row per head, sorted from the
+largest drop. A tqdm bar shows progress; pass the frame of an interrupted sweep as `done` to
+skip the heads it already has.
+
+Named interventions (`INTERVENTIONS`):
+
+    beta-range    rescale_beta(model, l, h, to=(0, 1))      DeltaNet only
+    zero-z        ablate_head(..., "zero", site="z")         DeltaNet and Transformer
+    mean-z        ablate_head(..., "mean", site="z")         mean over the batch's real tokens
+    zero-state    ablate_head(..., "zero", site="state")     DeltaNet only
+    mean-state    ablate_head(..., "mean", site="state")
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Union
+
+import pandas as pd
+import torch
+
+from tasks.errors import DeltalensError
+
+__all__ = ["INTERVENTIONS", "SweepResult", "sweep", "sweep_figure"]
+
+INTERVENTIONS = ("beta-range", "zero-z", "mean-z", "zero-state", "mean-state")
+Builder = Callable[[Any, int, int], Any]  # (model, layer, head) -> Intervention
+
+
+@dataclass
+class SweepResult:
+    baseline: float  # reveal accuracy without intervention
+    frame: pd.DataFrame  # layer, head, label, accuracy, trace_accuracy, drop; largest drop first
+    intervention: str
+    n_traces: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """{"baseline", "intervention", "n_traces", "heads": [{"layer", "head", "accuracy", ...}]}."""
+        heads = [{key: (int(v) if key in ("layer", "head") else v) for key, v in row.items()}
+                 for row in self.frame.to_dict(orient="records")]
+        return {"baseline": self.baseline, "intervention": self.intervention, "n_traces": self.n_traces,
+                "heads": heads}
+
+    def figure(self):
+        return sweep_figure(self)
+
+
+def _builder(model, intervention: Union[str, Builder], batches) -> tuple[str, Builder]:
+    from interp.capture import architecture_of, require_deltanet
+    from interp.interventions import ablate_head, head_means, rescale_beta
+
+    if callable(intervention):
+        return getattr(intervention, "__name__", "custom"), intervention
+    if intervention not in INTERVENTIONS:
+        raise DeltalensError(f"unknown intervention {intervention!r}; use one of {', '.join(INTERVENTIONS)}.")
+    if intervention == "beta-range":
+        require_deltanet(model, "beta to rescale")
+        return intervention, lambda m, layer, head: rescale_beta(m, layer, head, to=(0.0, 1.0))
+    method, site = intervention.split("-")
+    if site == "state":
+        require_deltanet(model, "matrix state S_t")
+    if architecture_of(model) == "lstm":
+        raise DeltalensError("an LSTM has no attention heads to sweep; per-head interventions need a DeltaNet "
+                             "or a Transformer.")
+    means = None
+    if method == "mean":
+        # one pass for every layer's means (over all batches' real tokens, weighted by count)
+        sums, count = {}, 0
+        for batch in batches:
+            n = int(batch["lengths"].sum()) if "lengths" in batch else int((batch["tokens"] != 0).sum())
+            for layer, mean in head_means(model, batch, site).items():
+                sums[layer] = sums.get(layer, 0) + mean * n
+            count += n
+        means = {layer: total / count for layer, total in sums.items()}
+    return intervention, lambda m, layer, head: ablate_head(
+        m, layer, head, method, site=site, mean=None if means is None else means[layer])
+
+
+@torch.no_grad()
+def sweep(model, batch: Union[dict, list], intervention: Union[str, Builder] = "beta-range",
+          batch_size: int = 64, progress: bool = True, done: pd.DataFrame | None = None) -> SweepResult:
+    """Reveal accuracy with `intervention` applied to each (layer, head), ranked (module docstring).
+
+    batch: a batch of held-out traces (split into pieces of `batch_size`) or a list of batches.
+    intervention: a name from INTERVENTIONS or a callable (model, layer, head) -> Intervention.
+    """
+    from interp.capture import batches as split, n_heads_of, n_layers_of
+    from interp.interventions import reveal_accuracy
+
+    pieces = [p for b in (batch if isinstance(batch, list) else [batch]) for p in split(b, batch_size)]
+    name, build = _builder(model, intervention, pieces)
+    n_traces = sum(int(p["tokens"].shape[0]) for p in pieces)
+    baseline = reveal_accuracy(model, pieces)
+    heads = [(layer, head) for layer in range(n_layers_of(model)) for head in range(n_heads_of(model))]
+    rows = [] if done is None else done.to_dict(orient="records")
+    finished = {(int(r["layer"]), int(r["head"])) for r in rows}
+    todo = [lh for lh in heads if lh not in finished]
+    iterator = todo
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(todo, desc=f"sweep {name}", unit="head")
+    for layer, head in iterator:
+        iv = build(model, layer, head)
+        result = reveal_accuracy(model, pieces, iv)
+        rows.append({"layer": layer, "head": head, "label": iv.label, "accuracy": result.reveal_accuracy,
+                     "trace_accuracy": result.trace_accuracy, "drop": baseline.reveal_accuracy - result.reveal_accuracy})
+    frame = pd.DataFrame(rows, columns=["layer", "head", "label", "accuracy", "trace_accuracy", "drop"])
+    frame = frame.sort_values(["accuracy", "layer", "head"]).reset_index(drop=True)
+    return SweepResult(baseline=baseline.reveal_accuracy, frame=frame, intervention=name, n_traces=n_traces)
+
+
+def sweep_figure(result: SweepResult):
+    """Bar chart of reveal accuracy per head under the intervention, with the baseline as a line."""
+    import plotly.graph_objects as go
+
+    frame = result.frame.sort_values(["layer", "head"])
+    labels = [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])]
+    fig = go.Figure(go.Bar(x=labels, y=frame["accuracy"], name=result.intervention,
+                           text=[f"{a:.2f}" for a in frame["accuracy"]], textposition="outside"))
+    fig.add_hline(y=result.baseline, line_dash="dash", annotation_text=f"baseline {result.baseline:.3f}")
+    fig.update_layout(title=f"reveal accuracy with {result.intervention} applied to one head at a time",
+                      xaxis_title="head", yaxis_title="reveal accuracy", yaxis={"range": [0, 1.08]})
+    return fig
