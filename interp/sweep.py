@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Union
-
-import pandas as pd
-import torch
+from typing import TYPE_CHECKING, Any, Union
 
 from tasks.errors import DeltalensError
+
+if TYPE_CHECKING:  # pandas and torch load on first use: the CLI imports this module for its choices
+    import pandas as pd
 
 __all__ = ["INTERVENTIONS", "SweepResult", "sweep", "sweep_figure"]
 
@@ -81,7 +81,6 @@ def _builder(model, intervention: Union[str, Builder], batches) -> tuple[str, Bu
         m, layer, head, method, site=site, mean=None if means is None else means[layer])
 
 
-@torch.no_grad()
 def sweep(model, batch: Union[dict, list], intervention: Union[str, Builder] = "beta-range",
           batch_size: int = 64, progress: bool = True, done: pd.DataFrame | None = None) -> SweepResult:
     """Reveal accuracy with `intervention` applied to each (layer, head), ranked (module docstring).
@@ -89,6 +88,8 @@ def sweep(model, batch: Union[dict, list], intervention: Union[str, Builder] = "
     batch: a batch of held-out traces (split into pieces of `batch_size`) or a list of batches.
     intervention: a name from INTERVENTIONS or a callable (model, layer, head) -> Intervention.
     """
+    import pandas as pd
+
     from interp.capture import batches as split, n_heads_of, n_layers_of
     from interp.interventions import reveal_accuracy
 

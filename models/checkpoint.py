@@ -91,6 +91,7 @@ def save_checkpoint(
             if name in (CONFIG_NAME, WEIGHTS_NAME) or Path(name).name != name:
                 raise DeltalensError(f"cannot write {name!r} beside the weights: use a plain file name of your own")
             (staging / name).write_text(text)
+        _apply_umask(staging)
         _fsync_dir(staging)
         _swap_into_place(staging, target)
     except BaseException:
@@ -207,6 +208,16 @@ def _write_json(file: Path, data: dict[str, Any]) -> None:
         handle.write("\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def _apply_umask(directory: Path) -> None:
+    """mkdtemp (and tempfile-based writers) create private 0700/0600 entries; give the finished
+    checkpoint the permissions an ordinary save would have (0777/0666 less the umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(directory, 0o777 & ~umask)
+    for entry in directory.iterdir():
+        os.chmod(entry, (0o777 if entry.is_dir() else 0o666) & ~umask)
 
 
 def _fsync_file(file: Path) -> None:

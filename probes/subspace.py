@@ -14,7 +14,9 @@ after token t. Three measures per (layer, head):
   dimension (n - 1)^2: 4 for S3.
 * dimension of the span of the keys k_t written on action tokens: the numerical rank of the
   stacked keys, counting singular values sigma_i > rtol * sigma_1 (`key_rank`, rtol stated in
-  `key_rtol`), and the number of them holding 99% of the squared singular values (`key_dim_99`).
+  `key_rtol`), and the number of them holding 90% / 99% of the squared singular values
+  (`key_dim_90`, `key_dim_99`; a trained head's keys carry context noise from the short
+  convolution, which the energy-based count ignores and the rank does not).
   Transpositions of n variables as reflections need keys e_i - e_j: span n - 1.
 """
 from __future__ import annotations
@@ -61,22 +63,24 @@ def pca_dims(x: torch.Tensor, levels: Sequence[float] = (0.9, 0.99)) -> tuple[li
     return [int(np.searchsorted(cumulative, level - 1e-12) + 1) for level in levels], ratio
 
 
-def numerical_rank(x: torch.Tensor, rtol: float = KEY_RTOL) -> tuple[int, int, np.ndarray]:
-    """(rank: sigma_i > rtol * sigma_1, dim_99: components for 99% of sum sigma^2, sigma / sigma_1) of rows x."""
+def numerical_rank(x: torch.Tensor, rtol: float = KEY_RTOL) -> tuple[int, int, int, np.ndarray]:
+    """Of the rows x: (rank = #{sigma_i > rtol sigma_1}, components for 90% and for 99% of sum sigma^2,
+    sigma / sigma_1)."""
     if x.shape[0] == 0:
-        return 0, 0, np.zeros(0)
+        return 0, 0, 0, np.zeros(0)
     sigma = torch.linalg.svdvals(x.double()).numpy()
     if sigma[0] <= 0:
-        return 0, 0, sigma
+        return 0, 0, 0, sigma
     energy = np.cumsum(sigma ** 2) / np.sum(sigma ** 2)
-    return int((sigma > rtol * sigma[0]).sum()), int(np.searchsorted(energy, 0.99 - 1e-12) + 1), sigma / sigma[0]
+    dim90, dim99 = (int(np.searchsorted(energy, level - 1e-12) + 1) for level in (0.9, 0.99))
+    return int((sigma > rtol * sigma[0]).sum()), dim90, dim99, sigma / sigma[0]
 
 
 @dataclass
 class SubspaceReport:
     """Per-head state dimensionality (see the module docstring)."""
 
-    heads: pd.DataFrame  # layer, head, effective_rank, effective_rank_std, pca_dim_90, pca_dim_99, key_rank, key_dim_99, ...
+    heads: pd.DataFrame  # layer, head, effective_rank, effective_rank_std, pca_dim_90, pca_dim_99, key_rank, key_dim_90, ...
     spectra: pd.DataFrame  # layer, head, index, singular_value (mean of sigma_i / sigma_1 over tokens)
     pca: pd.DataFrame  # layer, head, component, explained_variance_ratio, cumulative
     key_spectra: pd.DataFrame  # layer, head, index, singular_value (sigma_i / sigma_1 of the action keys)
@@ -123,13 +127,14 @@ def subspace_report(source, batch=None, kinds: int | Sequence[int] | None = None
             mean_spectrum = (sigma[nonzero] / top[nonzero]).mean(0).numpy() if bool(nonzero.any()) \
                 else np.zeros(sigma.shape[1])
             (dim90, dim99), ratio = pca_dims(states[pca_rows, h].flatten(1))
-            k_rank, k_dim99, k_sigma = numerical_rank(keys[action, h], key_rtol)
+            k_rank, k_dim90, k_dim99, k_sigma = numerical_rank(keys[action, h], key_rtol)
             valid = erank[~torch.isnan(erank)]
             heads.append({
                 "layer": l, "head": h,
                 "effective_rank": float(valid.mean()) if len(valid) else float("nan"),
                 "effective_rank_std": float(valid.std()) if len(valid) > 1 else 0.0,
-                "pca_dim_90": dim90, "pca_dim_99": dim99, "key_rank": k_rank, "key_dim_99": k_dim99,
+                "pca_dim_90": dim90, "pca_dim_99": dim99, "key_rank": k_rank, "key_dim_90": k_dim90,
+                "key_dim_99": k_dim99,
                 "state_dim": int(S.shape[-2] * S.shape[-1]), "n_tokens": int(len(rows_all)),
                 "n_action_keys": int(action.sum()),
             })

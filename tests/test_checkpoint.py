@@ -371,3 +371,17 @@ def test_weights_of_a_different_architecture(tmp_path, lstm_checkpoint):
     # embed.weight has the same name and shape in both; the LSTM's own tensors are what is missing.
     assert "lacks tensor(s) the lstm needs: blocks.0.lstm.weight_ih_l0, " in message
     assert message.endswith("and 5 more; the weights do not belong to the model config.json describes")
+
+
+def test_saved_checkpoint_has_ordinary_permissions(tmp_path):
+    import os
+    import stat
+
+    import models
+
+    target = models.save(models.build("lstm", d_vocab=8, d_model=8, n_layers=1), tmp_path / "ckpt")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o777 & ~umask
+    for entry in target.iterdir():
+        assert stat.S_IMODE(os.stat(entry).st_mode) == 0o666 & ~umask, entry.name

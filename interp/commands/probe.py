@@ -15,14 +15,15 @@ import json
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from tasks.errors import DeltalensError
 
+if TYPE_CHECKING:  # pandas loads on first use: every CLI start imports this module
+    import pandas as pd
+
 HEAD_COLUMNS = ("mean_beta_action", "neg_eig_fraction", "reflection_fraction", "effective_rank", "pca_dim_90",
-                "pca_dim_99", "key_rank", "probe_accuracy_value", "probe_accuracy_source")
+                "pca_dim_99", "key_rank", "key_dim_90", "probe_accuracy_value", "probe_accuracy_source")
 
 
 @dataclass
@@ -55,6 +56,8 @@ class ProbeSummary:
 
 def probe_summary(model, batch, probes: bool = True, probe_at: str = "readout", seed: int = 0) -> ProbeSummary:
     """Every per-head measurement of this issue on one batch of held-out traces."""
+    import pandas as pd
+
     from interp.capture import ARTICLE, architecture_of, capture
     from probes.eigenvalues import eigenvalue_report
     from probes.linear_probes import linear_probes

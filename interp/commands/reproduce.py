@@ -1,0 +1,275 @@
+"""`deltalens reproduce`: train the paper's sweep (only what is missing) and write the report.
+
+    deltalens reproduce [--sweep sweep/paper.toml] [--results reports/sweep] [--out reports]
+                        [--runs runs/sweep] [--only CELL_GLOB ...] [--no-train] [--steps N]
+
+Finished cells are read from their result files (results_dir/<cell>.json, the durable record);
+every other cell is trained, evaluated and recorded (training.sweep.run_cell), one progress bar
+over cells and one per training. Then OUT/reproduce.md gets a table per setting, the paper's
+claims judged from the data, and two figures (HTML always, PNG when kaleido finds a browser).
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "reproduce",
+        help="train the paper's experiment sweep (what is missing) and write reports/reproduce.md",
+        description="Reproduce Siems et al. (2026): train every cell of a sweep file (group x architecture x "
+        "reveal spacing x tokenizer) that has no result yet, evaluate it at 1x, 2x and 4x the training length, "
+        "and write a markdown report with the paper's claims judged against the measured numbers, plus plotly "
+        "figures. Killed runs resume; finished cells are never retrained.",
+    )
+    parser.add_argument("--sweep", default="sweep/paper.toml", help="sweep file (default sweep/paper.toml)")
+    parser.add_argument("--results", default="reports/sweep", help="one JSON per finished cell (default reports/sweep)")
+    parser.add_argument("--out", default="reports", help="where reproduce.md and figures/ go (default reports)")
+    parser.add_argument("--runs", default="runs/sweep", help="training run directories, resumable (default runs/sweep)")
+    parser.add_argument("--only", nargs="+", metavar="CELL_GLOB",
+                        help="train only cells whose name matches, e.g. 's3-*-k4' "
+                        "(names look like s3-deltanet-neg-statement-k4)")
+    parser.add_argument("--no-train", action="store_true", help="write the report from the results that exist")
+    parser.add_argument("--steps", type=int, help="training budget per cell (default: the sweep file's); results "
+                        "from another budget count as missing and are replaced")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from tasks.errors import DeltalensError
+    from training.sweep import check_models, load_sweep, read_results, run_cell, with_steps
+
+    sweep = load_sweep(args.sweep)
+    if args.steps is not None:
+        sweep = with_steps(sweep, args.steps)
+    statuses = read_results(sweep, args.results)
+    selected = statuses
+    if args.only:
+        selected = [s for s in statuses if any(fnmatch.fnmatchcase(s.cell.name, g) for g in args.only)]
+        if not selected:
+            names = ", ".join(s.cell.name for s in statuses[:3])
+            raise DeltalensError(f"--only {' '.join(args.only)} matches no cell of {args.sweep}; "
+                                 f"names look like {names}")
+    todo = [s for s in selected if s.result is None]
+    chosen = {s.cell for s in todo}
+    for status in statuses:
+        if status.result is None and status.cell not in chosen:
+            status.short, status.reason = "not selected", f"not selected by --only ({status.reason})"
+    trained = failed = 0
+    interrupted = False
+    if todo and not args.no_train:
+        from tqdm.auto import tqdm
+
+        check_models(sweep, {s.cell.arch for s in todo})
+        bar = tqdm(todo, desc="sweep", unit="cell", disable=args.no_progress, dynamic_ncols=True)
+        for status in bar:
+            bar.set_postfix_str(status.cell.name)
+            try:
+                status.result = run_cell(status.cell, sweep, args.runs, args.results, progress=not args.no_progress)
+                trained += 1
+            except DeltalensError as err:  # one broken cell (a NaN loss, say) does not stop the sweep
+                status.short, status.reason = "training failed", f"training failed: {err}"
+                failed += 1
+                bar.write(f"deltalens: {status.cell.name}: {status.reason}")
+            except KeyboardInterrupt:  # the run keeps its last checkpoint; report what is finished
+                status.short, status.reason = "interrupted", "interrupted; `deltalens reproduce` resumes it"
+                interrupted = True
+                break
+        bar.close()
+    elif todo:
+        for status in todo:
+            status.reason = f"{status.reason} (--no-train)"
+    report = write_report(sweep, statuses, Path(args.out))
+    done = sum(s.result is not None for s in statuses)
+    verdicts = [c.verdict for c in report.claims]
+    print(f"trained {trained} cell(s), {failed} failed; {done} of {len(statuses)} cells measured")
+    print(f"{report.markdown}: claims {verdicts.count('holds')} hold, {verdicts.count('does not hold')} do not hold, "
+          f"{verdicts.count('not measured')} not measured")
+    for figure in report.figures:
+        print(f"  {figure.html}" + (f", {figure.png}" if figure.png else ""))
+    if report.png_error:
+        print(f"deltalens: warning: {report.png_error}", file=sys.stderr)
+    if interrupted:
+        print("deltalens: interrupted; rerun `deltalens reproduce` to resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+@dataclass
+class FigureFiles:
+    name: str
+    title: str
+    html: Path
+    png: Path | None  # None when PNG export failed
+    png_error: str | None = None
+
+
+@dataclass
+class Report:
+    markdown: Path
+    claims: list
+    figures: list[FigureFiles]
+    png_error: str | None  # the first PNG failure, one line naming the fix
+
+
+def write_report(sweep, statuses, out: Path) -> Report:
+    """Write OUT/reproduce.md and OUT/figures/*; a PNG failure leaves the rest intact."""
+    from training.sweep import evaluate_claims, length_figure, spacing_figure
+
+    results = [s.result for s in statuses if s.result is not None]
+    claims = evaluate_claims(results, sweep.thresholds, settings=[s.cell.setting for s in statuses])
+    figures_dir = out / "figures"
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    figures, png_error = [], None
+    for name, title, fig in [
+        ("accuracy_vs_spacing", "accuracy vs reveal spacing", spacing_figure(results, sweep.thresholds)),
+        ("accuracy_vs_length", "accuracy vs trace length (extrapolation)", length_figure(results, sweep.thresholds)),
+    ]:
+        html, png = figures_dir / f"{name}.html", figures_dir / f"{name}.png"
+        fig.write_html(html, include_plotlyjs="cdn")  # a few KB each; plotly.js comes from its CDN
+        error = png_error or _write_png(fig, png)  # after one failure (no browser) the others fail alike
+        if error:
+            png.unlink(missing_ok=True)  # an old PNG would show numbers the report no longer has
+            png_error = png_error or error
+        figures.append(FigureFiles(name, title, html, None if error else png, error))
+    markdown = out / "reproduce.md"
+    staging = markdown.with_name(f".{markdown.name}.tmp")
+    staging.write_text(render_markdown(sweep, statuses, claims, figures, out))
+    os.replace(staging, markdown)
+    return Report(markdown, claims, figures, png_error)
+
+
+def _write_png(fig, path: Path) -> str | None:
+    """None on success, else one line saying what failed and how to fix it."""
+    import plotly.io as pio
+
+    try:
+        pio.write_image(fig, path, format="png", scale=2)
+    except Exception as err:  # kaleido raises plain RuntimeErrors (and others) for a missing browser
+        text = str(err)
+        if "chrome" in text.lower() or "chromium" in text.lower():
+            return ("PNG export needs Chrome or Chromium for kaleido: run `plotly_get_chrome` (or "
+                    "`apt-get install chromium`), then `deltalens reproduce --no-train`; HTML figures were written")
+        first = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
+        return f"PNG export failed ({first}); HTML figures were written"
+    return None
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def render_markdown(sweep, statuses, claims, figures, out: Path) -> str:
+    from training.sweep import ARCH_LABELS, accuracy_at, cell_config, claim_rules, curriculum
+
+    t = sweep.thresholds
+    results = [s.result for s in statuses if s.result is not None]
+    config = cell_config(statuses[0].cell, sweep).to_dict()  # budget, optimiser and task are shared
+    task, optim, run = config["task"], config["optim"], config["run"]
+    length, multiples = task["actions"][1], sweep.eval_multiples
+    lengths = " / ".join(f"{m}x" for m in multiples)
+    actions = " / ".join(str(m * length) for m in multiples)
+    mixed, sparse = curriculum(2, sweep.steps, sweep.mixed_from, sweep.sparse_from)[1:]
+    wall = sum(r.get("wall_time_s", 0) for r in results)
+    wall_text = f"{wall / 60:.0f} min" if wall >= 60 else f"{wall:.0f} s"
+    not_run = len(statuses) - len(results)
+    lines = [
+        "# Reproduction: Siems et al. (2026), \"Learning State-Tracking from Code Using Linear RNNs\"",
+        "",
+        f"Written by `deltalens reproduce` from sweep `{sweep.path}`: **{len(results)} of {len(statuses)} cells "
+        f"measured**{f', {not_run} not run' if not_run else ''}; the measured cells trained for {wall_text} "
+        "in total. `deltalens reproduce` trains only what is missing; `--no-train` rewrites this report.",
+        "",
+        "## Protocol",
+        "",
+        f"* **Same budget for every cell:** {sweep.steps} optimiser steps, batch {optim['batch_size']}, AdamW "
+        f"lr {optim['lr']:g} (warmup {optim['warmup_steps']} steps, cosine decay to {optim['min_lr_ratio']:g}x), "
+        f"seed {run['seed']}; {task['action_set']}, {length} actions per training trace, training reveals "
+        f"`{task['reveal']}`, loss on `{task['supervision']}` tokens.",
+        f"* **Same curriculum for every architecture**, ending at the cell's spacing k, as `[from_step, lo, hi]`: "
+        f"`[[0, 1, 1], [{mixed[0]}, 1, k], [{sparse[0]}, k, k]]` (spacing 1 first, then drawn per trace "
+        "from 1..k, then k alone); for k = 1, `[[0, 1, 1]]`.",
+        f"* **Evaluation:** {sweep.eval_traces} fresh held-out traces per length (seeds never used in training) "
+        f"at spacing k, {actions} actions ({lengths} the training length), each reveal printing one variable. "
+        "Reveal accuracy = fraction of revealed values predicted right (argmax over the whole vocabulary); "
+        "chance is about 1/n for S_n.",
+        "",
+        "## The paper's claims",
+        "",
+        f"Thresholds: a model has **learned** when its reveal accuracy at 1x is ≥ {t.learned:g}; it "
+        f"**extrapolates** when it stays ≥ {t.extrapolates:g} at the longest length evaluated "
+        f"({multiples[-1]}x). Sparse reveals: k > 1. Each claim is judged per setting from the table below; "
+        "\"not measured\" means the cells it needs have no result.",
+        "",
+        "| paper's claim | setting | verdict | measured (reveal accuracy) | rule |",
+        "|---|---|---|---|---|",
+    ]
+    rules = claim_rules(t)
+    verdict_mark = {"holds": "**holds**", "does not hold": "**does not hold**", "not measured": "not measured"}
+    for claim in claims:
+        lines.append(f"| {claim.statement} | {claim.setting} | {verdict_mark[claim.verdict]} | {claim.evidence} "
+                     f"| {rules[claim.key]} |")
+    if not claims:
+        lines.append("| all | – | not measured | no cell has a result yet | – |")
+    lines += ["", "The LSTM (a non-linear RNN) is shown for reference; the paper makes no claim about it here.", ""]
+
+    lines += ["## Results", ""]
+    settings = list(dict.fromkeys(s.cell.setting for s in statuses))
+    for setting in settings:
+        group, tokenizer = setting.split(" ", 1)
+        cells = {(s.cell.arch, s.cell.spacing): s for s in statuses if s.cell.setting == setting}
+        spacings = sorted({k for _, k in cells})
+        archs = [a for a in sweep.models if any(a == arch for arch, _ in cells)]
+        lines += [
+            f"### {group}, {tokenizer} tokenizer",
+            "",
+            f"Held-out reveal accuracy at {lengths} the training length ({actions} actions), at the cell's spacing k.",
+            "",
+            "| architecture | " + " | ".join(f"k={k}" for k in spacings) + " |",
+            "|---|" + "---|" * len(spacings),
+        ]
+        for arch in archs:
+            row = []
+            for k in spacings:
+                status = cells.get((arch, k))
+                if status is None:
+                    row.append("– (not in sweep)")
+                elif status.result is None:
+                    row.append(f"not run ({status.short})")
+                else:
+                    row.append(" / ".join(_fmt(accuracy_at(status.result, float(m))) for m in multiples))
+            lines.append(f"| {ARCH_LABELS.get(arch, arch)} | " + " | ".join(row) + " |")
+        lines.append("")
+
+    missing = [s for s in statuses if s.result is None]
+    errors = [(s.cell.name, r) for s in statuses if s.result for r in s.result["eval"]["lengths"] if "error" in r]
+    if missing or errors:
+        lines += ["### Cells not run", ""] if missing else []
+        lines += [f"* `{s.cell.name}`: {s.reason}" for s in missing]
+        if errors:
+            lines += ["", "Lengths that could not be evaluated (shown as –):", ""]
+            lines += [f"* `{name}` at {r['actions']} actions: {r['error']}" for name, r in errors]
+        lines.append("")
+
+    lines += ["## Figures", ""]
+    for figure in figures:
+        html = figure.html.relative_to(out).as_posix()
+        if figure.png is not None:
+            png = figure.png.relative_to(out).as_posix()
+            lines += [f"![{figure.title}]({png})", "", f"{figure.title}: [interactive HTML]({html}), [PNG]({png})", ""]
+        else:
+            lines += [f"{figure.title}: [interactive HTML]({html}); PNG missing", ""]
+    missing_png = [f for f in figures if f.png is None]
+    if missing_png:
+        names = ", ".join(f"figures/{f.name}.png" for f in missing_png)
+        lines += [f"Missing PNGs: {names}. {missing_png[0].png_error}.", ""]
+    return "\n".join(lines)

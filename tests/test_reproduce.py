@@ -1,0 +1,297 @@
+"""`deltalens reproduce`: sweep file, cell configs, resumable cells, claims, report and figures."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import training.sweep as sweep_module
+from interp.cli import main
+from interp.commands.reproduce import write_report
+from tasks.errors import DeltalensError
+from training.config import load_config
+from training.loop import LAST, TRAINER_STATE
+from training.sweep import (
+    DOES_NOT_HOLD, HOLDS, NOT_MEASURED, Cell, CellStatus, Thresholds, cell_config, evaluate_claims, load_sweep,
+    read_results, run_cell,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY = """
+[sweep]
+steps = {steps}
+eval_multiples = [1, 2, 4]
+eval_traces = 8
+
+[[grid]]
+groups = ["S3"]
+archs = ["deltanet-neg", "lstm"]
+spacings = [1, 2]
+tokenizer = "statement"
+
+[task]
+actions = [4, 4]
+reveal = "mixed"
+
+[optim]
+lr = 3e-3
+warmup_steps = 1
+batch_size = 4
+
+[run]
+eval_every = 0
+eval_traces = 8
+checkpoint_every = 1
+threads = 1
+
+[models.deltanet-neg]
+arch = "deltanet"
+hidden_size = 32
+num_hidden_layers = 1
+num_heads = 2
+allow_neg_eigval = true
+
+[models.lstm]
+arch = "lstm"
+d_model = 32
+n_layers = 1
+"""
+
+CELLS = ["s3-deltanet-neg-statement-k1", "s3-deltanet-neg-statement-k2", "s3-lstm-statement-k1", "s3-lstm-statement-k2"]
+
+
+def tiny_sweep(tmp_path, steps: int = 3) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY.format(steps=steps))
+    return path
+
+
+def cli(tmp_path, *extra: str) -> int:
+    return main(["reproduce", "--sweep", str(tmp_path / "tiny.toml"), "--results", str(tmp_path / "results"),
+                 "--out", str(tmp_path / "reports"), "--runs", str(tmp_path / "runs"), "--no-progress", *extra])
+
+
+def test_paper_sweep_has_every_cell_and_the_shipped_recipe():
+    sweep = load_sweep(REPO / "sweep" / "paper.toml")
+    names = [c.name for c in sweep.cells]
+    assert len(names) == 2 * 4 * 3 + 2 == len(set(names))
+    assert "s5-deltanet-pos-statement-k8" in names and "s3-transformer-code-k4" in names
+    assert "s3-transformer-code-k1" not in names  # code cells at spacing 4 only
+    configs = [cell_config(c, sweep) for c in sweep.cells]
+    # one budget for all: steps, batch, lr schedule
+    assert {(c.run.steps, c.optim.batch_size, c.optim.lr, c.optim.warmup_steps, c.optim.min_lr_ratio)
+            for c in configs} == {(1600, 32, 3e-3, 100, 0.1)}
+    # the k = 4 cells are exactly the shipped checkpoints' recipes
+    for shipped, cell in [("s3-deltanet-neg-statement", Cell("S3", "deltanet-neg", 4, "statement")),
+                          ("s5-deltanet-pos-statement", Cell("S5", "deltanet-pos", 4, "statement")),
+                          ("s3-transformer-code", Cell("S3", "transformer", 4, "code"))]:
+        shipped_config = load_config(REPO / "checkpoints" / shipped / "train.toml")
+        assert cell_config(cell, sweep).to_dict() == shipped_config.to_dict()
+    k8 = cell_config(Cell("S5", "lstm", 8, "statement"), sweep).task
+    assert k8.spacing_schedule == [[0, 1, 1], [600, 1, 8], [1000, 8, 8]] and k8.eval_spacing == 8
+    assert cell_config(Cell("S3", "lstm", 1, "statement"), sweep).task.spacing_schedule == [[0, 1, 1]]
+
+
+def test_tiny_sweep_end_to_end_then_nothing_is_retrained(tmp_path, monkeypatch, capsys):
+    tiny_sweep(tmp_path)
+    assert cli(tmp_path) == 0
+    results = tmp_path / "results"
+    assert sorted(p.name for p in results.iterdir()) == sorted(f"{c}.json" for c in CELLS)  # no temp files left
+    record = json.loads((results / "s3-lstm-statement-k2.json").read_text())
+    assert record["steps"] == 3 and record["config"]["task"]["eval_spacing"] == 2
+    assert record["config"]["task"]["spacing_schedule"] == [[0, 1, 1], [1, 1, 2], [2, 2, 2]]
+    assert [r["actions"] for r in record["eval"]["lengths"]] == [4, 8, 16]
+    assert record["eval"]["reveal"] == "one" and all(0 <= r["reveal_accuracy"] <= 1 for r in record["eval"]["lengths"])
+    md = (tmp_path / "reports" / "reproduce.md").read_text()
+    assert "**4 of 4 cells measured**" in md
+    assert "### S3, statement tokenizer" in md and "| architecture | k=1 | k=2 |" in md
+    for label in ("| DeltaNet β∈[0,2] |", "| LSTM |"):
+        row = next(line for line in md.splitlines() if line.startswith(label))
+        assert row.count(" / ") == 4 and "not run" not in row  # 1x / 2x / 4x in both spacing columns
+    assert "DeltaNet β∈[0,2] learns to track with sparse reveals | S3 statement |" in md
+    assert "the Transformer needs dense reveals | S3 statement | not measured |" in md  # no transformer cell
+    figures = tmp_path / "reports" / "figures"
+    for name in ("accuracy_vs_spacing", "accuracy_vs_length"):
+        html = (figures / f"{name}.html").read_text()
+        assert "plotly" in html and "LSTM" in html
+        # a PNG is either written or listed as missing, never silently absent
+        assert (figures / f"{name}.png").is_file() or f"figures/{name}.png" in md.split("Missing PNGs:")[-1]
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished cell was retrained")
+
+    monkeypatch.setattr(sweep_module, "train", no_training)
+    monkeypatch.setattr(sweep_module, "evaluate_lengths", no_training)
+    before = {p.name: p.read_text() for p in results.iterdir()}
+    capsys.readouterr()
+    assert cli(tmp_path) == 0
+    assert "trained 0 cell(s)" in capsys.readouterr().out
+    assert {p.name: p.read_text() for p in results.iterdir()} == before
+
+    # a missing result: --no-train reports it, --only trains just that cell
+    (results / "s3-lstm-statement-k1.json").unlink()
+    assert cli(tmp_path, "--no-train") == 0
+    md = (tmp_path / "reports" / "reproduce.md").read_text()
+    assert "not run (not trained yet)" in md and "`s3-lstm-statement-k1`: no result file" in md
+    monkeypatch.undo()
+    trained = []
+    real_run_cell = sweep_module.run_cell
+
+    def counting(cell, *args, **kwargs):
+        trained.append(cell.name)
+        return real_run_cell(cell, *args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "run_cell", counting)
+    assert cli(tmp_path, "--only", "s3-lstm-*", "s3-nothing") == 0
+    assert trained == ["s3-lstm-statement-k1"]  # its finished run was evaluated again, not retrained
+    assert "**4 of 4 cells measured**" in (tmp_path / "reports" / "reproduce.md").read_text()
+
+    # another budget: the old results no longer count
+    assert cli(tmp_path, "--no-train", "--steps", "5") == 0
+    md = (tmp_path / "reports" / "reproduce.md").read_text()
+    assert "**0 of 4 cells measured**" in md and "is from a 3-step run, the sweep asks for 5 steps" in md
+
+
+def test_killed_cell_resumes_from_its_run(tmp_path, monkeypatch):
+    sweep = load_sweep(tiny_sweep(tmp_path, steps=4))
+    cell = sweep.cells[0]
+    real_train = sweep_module.train
+    calls = []
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_step_3(step, loss):
+        if step == 3:
+            raise Killed
+
+    def train(config, run_dir, resume=False, progress=True):
+        calls.append(resume)
+        return real_train(config, run_dir, resume=resume, progress=progress,
+                          on_step=kill_at_step_3 if len(calls) == 1 else None)
+
+    monkeypatch.setattr(sweep_module, "train", train)
+    with pytest.raises(Killed):
+        run_cell(cell, sweep, tmp_path / "runs", tmp_path / "results", progress=False)
+    assert not (tmp_path / "results").exists()
+    [run_dir] = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / LAST / TRAINER_STATE).read_text())["step"] == 2
+    record = run_cell(cell, sweep, tmp_path / "runs", tmp_path / "results", progress=False)
+    assert calls == [False, True] and record["steps"] == 4
+    assert read_results(sweep, tmp_path / "results")[0].result == json.loads(json.dumps(record))
+
+
+def result(arch: str, k: int, accs: list[float], group: str = "S3", tokenizer: str = "statement") -> dict:
+    """A hand-made result file: reveal accuracy at 1x, 2x, 4x (16 actions)."""
+    lengths = [{"actions": 16 * m, "x_train": float(m), "reveal_accuracy": a} for m, a in zip((1, 2, 4), accs)]
+    return {"group": group, "arch": arch, "spacing": k, "tokenizer": tokenizer, "eval": {"lengths": lengths}}
+
+
+def verdicts(results, **thresholds) -> dict[str, str]:
+    return {c.key: c.verdict for c in evaluate_claims(results, Thresholds(**thresholds))}
+
+
+def test_claims_follow_the_thresholds():
+    paper_like = [
+        result("deltanet-neg", 1, [1.0, 1.0, 0.99]), result("deltanet-neg", 4, [0.99, 0.98, 0.95]),
+        result("deltanet-neg", 8, [0.95, 0.94, 0.93]),
+        result("deltanet-pos", 1, [0.97, 0.6, 0.4]), result("deltanet-pos", 4, [0.5, 0.4, 0.35]),
+        result("deltanet-pos", 8, [0.4, 0.4, 0.35]),
+        result("transformer", 1, [0.99, 0.5, 0.3]), result("transformer", 4, [0.6, 0.4, 0.3]),
+        result("transformer", 8, [0.45, 0.4, 0.3]), result("lstm", 4, [1.0, 1.0, 1.0]),
+    ]
+    assert set(verdicts(paper_like).values()) == {HOLDS}
+    claims = evaluate_claims(paper_like)
+    assert len(claims) == 5 and {c.setting for c in claims} == {"S3 statement"}
+    sparse = next(c for c in claims if c.key == "neg-sparse")
+    assert sparse.evidence == "1x: k=4: 0.990, k=8: 0.950"
+    # the same numbers against a stricter threshold: DeltaNet [0,2] at k=8 no longer counts as learned
+    strict = verdicts(paper_like, learned=0.97, extrapolates=0.9)
+    assert strict["neg-sparse"] == DOES_NOT_HOLD and strict["neg-extrapolates"] == HOLDS
+
+    opposite = [
+        result("deltanet-neg", 4, [0.99, 0.7, 0.5]),  # learns, but does not extrapolate
+        result("deltanet-pos", 4, [0.95, 0.9, 0.9]),  # [0,1] succeeds
+        result("transformer", 1, [0.99, 0.99, 0.99]), result("transformer", 4, [0.98, 0.97, 0.95]),
+    ]
+    assert verdicts(opposite) == {"neg-sparse": HOLDS, "neg-extrapolates": DOES_NOT_HOLD, "pos-fails": DOES_NOT_HOLD,
+                                  "transformer-dense": DOES_NOT_HOLD, "transformer-no-extrapolation": DOES_NOT_HOLD}
+
+    sparse_only_dense = [result("deltanet-neg", 1, [0.5, 0.4, 0.3]), result("transformer", 4, [0.5, 0.4, 0.3])]
+    assert verdicts(sparse_only_dense) == {n: NOT_MEASURED for n in
+                                           ("neg-sparse", "neg-extrapolates", "pos-fails", "transformer-dense",
+                                            "transformer-no-extrapolation")}
+    # claims are judged per setting: S5 results do not vouch for S3
+    per_setting = evaluate_claims([result("deltanet-neg", 4, [1, 1, 1], group="S5"), result("lstm", 4, [1, 1, 1])])
+    assert {(c.setting, c.key): c.verdict for c in per_setting if c.key == "neg-sparse"} == {
+        ("S5 statement", "neg-sparse"): HOLDS, ("S3 statement", "neg-sparse"): NOT_MEASURED}
+    assert evaluate_claims([]) == []
+    nothing = evaluate_claims([], settings=["S5 statement"])
+    assert len(nothing) == 5 and {(c.setting, c.verdict) for c in nothing} == {("S5 statement", NOT_MEASURED)}
+
+
+def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, capsys):
+    import plotly.io
+
+    sweep = load_sweep(tiny_sweep(tmp_path))
+    statuses = [CellStatus(c, short="not trained yet", reason="no result file") for c in sweep.cells]
+    statuses[1].result = {**result("deltanet-neg", 2, [0.95, 0.9, 0.8]), "wall_time_s": 60.0}
+    stale = tmp_path / "reports" / "figures" / "accuracy_vs_length.png"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"an old figure")
+
+    def no_browser(*args, **kwargs):
+        raise RuntimeError("\n\nKaleido requires Google Chrome to be installed.\n\n    $ plotly_get_chrome\n")
+
+    monkeypatch.setattr(plotly.io, "write_image", no_browser)
+    report = write_report(sweep, statuses, tmp_path / "reports")
+    assert "\n" not in report.png_error and "plotly_get_chrome" in report.png_error
+    assert all(f.png is None and f.html.is_file() for f in report.figures)
+    assert not stale.exists()  # an old PNG would contradict the new report
+    md = report.markdown.read_text()
+    assert "Missing PNGs: figures/accuracy_vs_spacing.png, figures/accuracy_vs_length.png. PNG export needs" in md
+    assert "**1 of 4 cells measured**" in md and "| 0.950 / 0.900 / 0.800 |" in md
+    assert md.count("not run (not trained yet)") == 3
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "does not exist"),
+    ("[sweep\nsteps = 3", "not valid TOML"),
+    (TINY.format(steps=3).replace('archs = ["deltanet-neg", "lstm"]', 'archs = ["mamba"]'),
+     "arch 'mamba' has no [models.mamba]"),
+    (TINY.format(steps=3).replace("[run]", "[run]\nsteps = 9"), "may not set steps"),
+    (TINY.format(steps=3).replace('groups = ["S3"]', 'groups = ["Q7"]'), "cell q7-deltanet-neg-statement-k1"),
+    (TINY.format(steps=0), "steps must be an integer >= 1"),
+], ids=["missing", "malformed", "unknown-arch", "run-steps", "unknown-group", "zero-steps"])
+def test_bad_sweep_file_is_one_clear_line(tmp_path, capsys, text, message):
+    if text is not None:
+        (tmp_path / "tiny.toml").write_text(text)
+    assert cli(tmp_path, "--no-train") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("deltalens: error: ") and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "reports").exists()
+    with pytest.raises(DeltalensError):
+        load_sweep(tmp_path / "tiny.toml")
+
+
+def test_bad_model_table_stops_before_any_training(tmp_path, capsys, monkeypatch):
+    (tmp_path / "tiny.toml").write_text(TINY.format(steps=3).replace("d_model = 32", "d_modle = 32"))
+    monkeypatch.setattr(sweep_module, "train", lambda *a, **k: pytest.fail("trained despite a broken [models] table"))
+    assert cli(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("deltalens: error: sweep file") and "[models.lstm]" in err and err.count("\n") == 1, err
+
+
+def test_interrupt_still_writes_the_report(tmp_path, capsys, monkeypatch):
+    tiny_sweep(tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_module, "run_cell", interrupted)
+    assert cli(tmp_path) == 130
+    assert "rerun `deltalens reproduce` to resume" in capsys.readouterr().err
+    md = (tmp_path / "reports" / "reproduce.md").read_text()
+    assert "not run (interrupted)" in md and md.count("not run (not trained yet)") == 3
