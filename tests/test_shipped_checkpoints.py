@@ -1,0 +1,40 @@
+"""The shipped checkpoints load, track state on fresh held-out traces, and show the paper's head."""
+from pathlib import Path
+
+import pytest
+
+import models
+from training.evaluate import evaluate_checkpoint
+
+CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
+SHIPPED = sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "model.safetensors").is_file())
+TRACKERS = [name for name in SHIPPED if "deltanet-neg" in name]
+
+
+def test_the_headline_checkpoints_are_shipped():
+    assert {"s3-deltanet-neg-statement", "s5-deltanet-neg-statement"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_checkpoint_is_small_and_records_how_it_was_made(name):
+    path = CHECKPOINTS / name
+    assert (path / "model.safetensors").stat().st_size < 5 * 2**20
+    meta = models.read_checkpoint_meta(path)
+    assert meta["training"]["step"] == meta["training"]["config"]["run"]["steps"]
+    assert (path / "train.toml").is_file() and (path / "CARD.md").is_file()
+
+
+@pytest.mark.parametrize("name", TRACKERS)
+def test_deltanet_neg_tracks_state_at_twice_the_training_length(name):
+    report = evaluate_checkpoint(CHECKPOINTS / name, lengths=[32], spacing=5, n_traces=64, seed=12345)
+    assert report["reveal_accuracy"] >= 0.99, report
+
+
+def test_example_finds_a_tracking_head_whose_rescale_collapses_accuracy(capsys):
+    from examples.find_tracking_head import main
+
+    assert main([str(CHECKPOINTS / "s3-deltanet-neg-statement"), "--n-traces", "32"]) == 0
+    out = capsys.readouterr().out
+    tracked = float(out.split("tracking head rescaled: ")[1].split(";")[0])
+    others = float(out.split("worst other head rescaled: ")[1].split()[0])
+    assert tracked < 0.6 and others > 0.95
