@@ -38,3 +38,16 @@ def test_example_finds_a_tracking_head_whose_rescale_collapses_accuracy(capsys):
     tracked = float(out.split("tracking head rescaled: ")[1].split(";")[0])
     others = float(out.split("worst other head rescaled: ")[1].split()[0])
     assert tracked < 0.6 and others > 0.95
+
+
+def test_readme_python_example_runs(monkeypatch):
+    import re
+
+    root = CHECKPOINTS.parent
+    block = re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(), re.S)[0]
+    monkeypatch.chdir(root)
+    scope: dict = {}
+    exec(block, scope)
+    heads = scope["report"].heads
+    assert heads.loc[heads["reflection_fraction"].idxmax(), ["layer", "head"]].tolist() == [0, 3]
+    assert scope["cache"]["blocks.0.attn.hook_state"].shape[2:] == (4, 16, 16)
