@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 from tasks.errors import DeltalensError
 
@@ -33,10 +34,14 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    for command in sub.choices.values():  # `deltalens eval X --debug` works as well as `deltalens --debug eval X`
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    # fla says this on every import on a machine without a GPU; our torch path is the CPU path
+    warnings.filterwarnings("ignore", message="Triton is not supported on current platform")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -52,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("deltalens: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # a bug or an unforeseen input: still one line unless --debug
+        if args.debug:
+            raise
+        print(f"deltalens: unexpected {type(err).__name__}: {err} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ Re-exports (loaded on first use, so `import probes` stays cheap)::
     linear_probes, ProbeReport                                                       probes.linear_probes
 
 Each takes a `interp.capture.Capture` (or a model and a batch) and returns a dataclass of pandas
-frames; the plotly figure for it sits in the same module (all listed in interp.figures).
+frames; the plotly figure for it sits in the same module (interp.sweep has the sweep figure).
 probes.belief_decay (belief mass without renormalisation) is imported directly.
 """
 from __future__ import annotations

@@ -13,6 +13,7 @@ TRACKERS = [name for name in SHIPPED if "deltanet-neg" in name]
 
 def test_the_headline_checkpoints_are_shipped():
     assert {"s3-deltanet-neg-statement", "s5-deltanet-neg-statement"} <= set(SHIPPED)
+    assert {"s3-deltanet-neg-statement", "s5-deltanet-neg-statement"} <= set(TRACKERS)
 
 
 @pytest.mark.parametrize("name", SHIPPED)

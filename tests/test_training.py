@@ -82,8 +82,11 @@ def test_refuses_to_overwrite_or_resume_a_changed_config(tmp_path):
         train(config, tmp_path / "run", progress=False)
     changed = tiny_config(arch="lstm", steps=3)
     changed.optim.lr = 1e-4
-    with pytest.raises(DeltalensError, match="config differs"):
+    with pytest.raises(DeltalensError, match="cannot resume: the task, model, optimiser"):
         train(changed, tmp_path / "run", resume=True, progress=False)
+    cadence = tiny_config(arch="lstm", steps=3)
+    cadence.run.eval_every, cadence.run.threads = 1, 0  # cadence may change on resume
+    assert train(cadence, tmp_path / "run", resume=True, progress=False).step == 3
 
 
 def test_config_file_and_overrides(tmp_path):
@@ -176,3 +179,57 @@ def test_mixed_reveals_draw_one_or_all_per_trace_and_evaluate_on_one():
     task.reveal = "some"
     with pytest.raises(DeltalensError, match="one, all or mixed"):
         TrainingData(task, seed=0)
+
+
+def test_next_token_loss_pairs_logits_at_t_minus_1_with_token_t():
+    from training.loop import next_token_loss
+
+    tokens = torch.tensor([[1, 5, 6, 7, 0]])
+    batch = {"tokens": tokens, "loss_mask": torch.tensor([[False, True, True, True, False]]),
+             "reveal_mask": torch.tensor([[False, False, False, True, False]])}
+    logits = torch.full((1, 5, 8), -30.0)
+    for t in range(4):
+        logits[0, t, tokens[0, t + 1]] = 30.0  # a perfect next-token predictor
+    loss, accuracy = next_token_loss(logits, batch)
+    assert loss < 1e-6 and accuracy == 1.0
+    logits[0, 2, 7], logits[0, 2, 3] = -30.0, 30.0  # now wrong on the revealed token (t = 3)
+    loss, accuracy = next_token_loss(logits, batch)
+    assert accuracy == 0.0 and abs(loss.item() - 60.0 / 3) < 1e-3  # one of three targets off by 60 nats
+    batch["loss_mask"][0, 3] = False  # the padding position and unmasked targets never count
+    assert next_token_loss(logits, batch)[0] < 1e-6
+
+
+def test_ctrl_c_saves_finished_steps_and_early_stop_survives_resume(tmp_path):
+    config = tiny_config(arch="lstm", steps=8)
+    config.run.checkpoint_every = 0
+
+    def interrupt(step, loss):
+        if step == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(config, tmp_path / "run", progress=False, on_step=interrupt)
+    assert json.loads((tmp_path / "run" / LAST / "trainer_state.json").read_text())["step"] == 5
+
+    stop = tiny_config(arch="lstm", steps=8)
+    stop.run.early_stop_accuracy = 1e-9  # any evaluation stops it (at step 3)
+    first = train(stop, tmp_path / "stop", progress=False)
+    assert first.stopped_early and first.step == 3
+    again = train(stop, tmp_path / "stop", resume=True, progress=False)
+    assert again.step == 3 and again.stopped_early
+
+
+def test_accuracy_by_position_counts_actions_not_action_tokens():
+    from training.evaluate import score_batch
+    from tasks import TraceSpec, make_batch, make_tokenizer
+
+    spec = TraceSpec(group="S3", actions=12, spacing=4)
+    tokenizer = make_tokenizer("code", spec)  # ~9 tokens per action line
+    batch = make_batch(spec, tokenizer, 4)
+
+    class Zero(torch.nn.Module):
+        def forward(self, tokens):
+            return torch.zeros(*tokens.shape, tokenizer.vocab_size)
+
+    scores = score_batch(Zero(), batch)
+    assert sorted(set(scores["actions_before"][scores["reveal"]].tolist())) == [4, 8, 12]

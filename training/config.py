@@ -103,12 +103,30 @@ def _make(cls, values: dict[str, Any], table: str):
         raise DeltalensError(f"unknown key(s) {sorted(unknown)} in [{table}]; known keys: {sorted(names)}")
     values = dict(values)
     for key in ("actions", "spacing"):  # `16` is shorthand for [16, 16]
-        if key in values and isinstance(values[key], int):
+        if key in values and isinstance(values[key], int) and not isinstance(values[key], bool):
             values[key] = [values[key], values[key]]
+    defaults = cls()
+    for key, value in values.items():
+        _check_type(table, key, value, getattr(defaults, key))
+    for key in ("actions", "spacing"):
+        if key in values and not (len(values[key]) == 2 and 1 <= values[key][0] <= values[key][1]):
+            raise DeltalensError(f"[{table}] {key} must be a number >= 1 or [lo, hi] with 1 <= lo <= hi, got {values[key]!r}")
     for stage in values.get("spacing_schedule", []):
         if not (isinstance(stage, list) and len(stage) == 3 and 1 <= stage[1] <= stage[2]):
             raise DeltalensError(f"spacing_schedule entries are [from_step, lo, hi] with 1 <= lo <= hi, got {stage!r}")
     return cls(**values)
+
+
+def _check_type(table: str, key: str, value: Any, default: Any) -> None:
+    """Refuse a value whose type differs from the default's (ints pass where floats are expected)."""
+    expected = type(default)
+    ok = isinstance(value, expected) and not (isinstance(value, bool) and expected is not bool)
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if ok and expected is list and default and all(isinstance(d, (int, float)) for d in default):
+        ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    if not ok:
+        raise DeltalensError(f"[{table}] {key} = {value!r} should be a {expected.__name__} like {default!r}")
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -72,5 +72,10 @@ class TrainingData:
 
 def task_config_from_meta(meta: dict[str, Any]) -> TaskConfig:
     """The TaskConfig a checkpoint was trained with (from its deltalens metadata)."""
-    values = dict(meta["task"]["config"])
-    return TaskConfig(**values)
+    task = meta.get("task") or {}
+    if "config" not in task:
+        raise DeltalensError(
+            "this checkpoint does not record the task it was trained on (no deltalens task metadata, "
+            "e.g. a plain fla checkpoint); evaluate it with --traces FILE instead"
+        )
+    return TaskConfig(**task["config"])

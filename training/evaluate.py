@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from tasks import TraceSpec, make_batch, TokenKind
+from tasks import TraceSpec, make_batch
+from tasks.errors import DeltalensError
 
 
 @dataclass
@@ -34,12 +35,15 @@ class EvalResult:
 @torch.no_grad()
 def score_batch(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Per-token correctness at reveal positions, with the action count before each reveal."""
-    logits = model(batch["tokens"])
+    weight = next(model.parameters(), None)
+    device = weight.device if weight is not None else torch.device("cpu")
+    logits = model(batch["tokens"].to(device)).cpu()
     predicted = torch.zeros_like(batch["tokens"])
     predicted[:, 1:] = logits[:, :-1].argmax(-1)  # prediction made for token t, from position t-1
     reveal = batch["reveal_mask"].clone()
     reveal[:, 0] = False
-    actions_before = (batch["kinds"] == TokenKind.ACTION).long().cumsum(1)
+    actions_before = batch["state_steps"]  # actions completed at each token (not action tokens: a
+    # code-tokenizer action line has ~9 of them)
     return {"correct": (predicted == batch["tokens"]) & reveal, "reveal": reveal, "actions_before": actions_before}
 
 
@@ -47,6 +51,9 @@ def summarise(scores: list[dict[str, torch.Tensor]], bucket: int = 8) -> EvalRes
     correct = [s["correct"] for s in scores]
     reveal = [s["reveal"] for s in scores]
     n_reveals = int(sum(r.sum() for r in reveal))
+    if n_reveals == 0:
+        raise DeltalensError("these traces reveal no values, so there is nothing to score; "
+                             "use longer traces or a smaller reveal spacing")
     n_correct = int(sum(c.sum() for c in correct))
     # a trace counts as solved when none of its reveals is wrong; traces without reveals are skipped
     solved = torch.cat([(c == r).all(1) & r.any(1) for c, r in zip(correct, reveal)])
@@ -73,6 +80,8 @@ def summarise(scores: list[dict[str, torch.Tensor]], bucket: int = 8) -> EvalRes
 
 def evaluate(model, tokenizer, spec: TraceSpec, n_traces: int = 256, seed: int = 0, batch_size: int = 64) -> EvalResult:
     """Accuracy on `n_traces` fresh held-out traces drawn from `spec`."""
+    if n_traces < 1:
+        raise DeltalensError(f"the number of evaluation traces must be at least 1, got {n_traces}")
     was_training = model.training
     model.eval()
     scores = []
@@ -127,7 +136,6 @@ def evaluate_text_file(path, traces_file) -> EvalResult:
     """Accuracy of a checkpoint on code-format REPL traces written elsewhere (blank-line separated)."""
     import models
     from tasks import Tokenizer, collate, parse_trace
-    from tasks.errors import DeltalensError
 
     meta = models.read_checkpoint_meta(path)
     tokenizer = Tokenizer.from_spec(meta["tokenizer"])

@@ -42,14 +42,15 @@ def model_card(name: str, meta: dict[str, Any], reports: list[dict[str, Any]], c
         for rep in reports for r in rep["lengths"]
     )
     arch = ", ".join(f"{k}={v}" for k, v in model.items())
-    spacing = task["spacing_schedule"] or [[0, *task["spacing"]]]
+    schedule = sorted(task["spacing_schedule"])
+    spacing = schedule if schedule and schedule[0][0] == 0 else [[0, *task["spacing"]], *schedule]
     return f"""# {name}
 
 * **Task:** {task['group']} `{task['action_set']}`, `{task['tokenizer']}` tokenizer, {task['actions'][0]}-{task['actions'][1]} actions
   per trace, reveal `{task['reveal']}`, supervision `{task['supervision']}`; reveal spacing
   schedule `[from_step, lo, hi]`: {spacing}.
 * **Model:** {arch}.
-* **Training:** {meta['training']['step']} steps, {meta['training']['wall_time_s']:.0f} s on a 2-core CPU, seed {config['run']['seed']}.
+* **Training:** {meta['training']['step']} steps, {meta['training']['wall_time_s']:.0f} s of training wall time, seed {config['run']['seed']}.
 * **Command:** `{command}`
 
 ## Held-out evaluation

@@ -74,20 +74,30 @@ def train(
     torch.manual_seed(config.run.seed)
     model_kwargs = {k: v for k, v in config.model.items() if k != "arch"}
     model = models.build(config.model["arch"], vocab_size=data.tokenizer.vocab_size, **model_kwargs)
+    # CUDA when present (the DeltaNet mixer then calls fla's kernels), else the pure-torch CPU path
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas), weight_decay=config.optim.weight_decay
     )
-    step, wall, history = 0, 0.0, []
+    step, wall, history, stopped_early = 0, 0.0, [], False
     last = run_dir / LAST
     if resume:
+        interrupted_swap = last.with_name(f".{LAST}.old")
+        if not last.exists() and (interrupted_swap / TRAINER_STATE).is_file():
+            interrupted_swap.rename(last)  # killed between the two renames of _replace_dir
         if not (last / TRAINER_STATE).is_file():
             raise DeltalensError(f"cannot resume: {last} holds no trainer state; start without --resume")
         state = json.loads((last / TRAINER_STATE).read_text())
-        if state["config"] != config.to_dict():
-            raise DeltalensError(f"cannot resume: the config differs from the one {run_dir} was started with")
+        if _resume_key(state["config"]) != _resume_key(config.to_dict()):
+            raise DeltalensError(
+                f"cannot resume: the task, model, optimiser, seed or step budget differ from the config "
+                f"{run_dir} was started with (only run.threads and the eval/checkpoint cadence may change)"
+            )
         model.load_state_dict(models.load(last).state_dict())
         load_optimizer(optimizer, last)
         step, wall, history = state["step"], state["wall_time_s"], state["history"]
+        stopped_early = state.get("stopped_early", False)
     elif last.exists():
         raise DeltalensError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -104,9 +114,10 @@ def train(
         shutil.rmtree(staging, ignore_errors=True)
         models.save(model, staging, extra=extra)
         save_optimizer(optimizer, staging)
-        (staging / TRAINER_STATE).write_text(
-            json.dumps({"step": step, "wall_time_s": wall, "history": history, "config": config.to_dict()})
-        )
+        (staging / TRAINER_STATE).write_text(json.dumps({
+            "step": step, "wall_time_s": wall, "history": history, "config": config.to_dict(),
+            "stopped_early": stopped_early,
+        }))
         _replace_dir(staging, last)
 
     def run_eval() -> dict[str, Any]:
@@ -121,46 +132,56 @@ def train(
 
     total = config.run.steps
     bar = tqdm(total=total, initial=step, disable=not progress, desc="train", dynamic_ncols=True)
-    stopped_early = False
     model.train()
-    while step < total:
-        started = time.perf_counter()
-        lr = learning_rate(step, total, config.optim.lr, config.optim.warmup_steps, config.optim.min_lr_ratio)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        batch = data.train_batch(step, config.optim.batch_size, total)
-        loss, accuracy = next_token_loss(model(batch["tokens"]), batch)
-        if not torch.isfinite(loss):
-            bar.close()
-            raise DeltalensError(
-                f"loss became {loss.item()} at step {step + 1}; stopped. The last good checkpoint "
-                f"({last if last.exists() else 'none yet'}) is kept: lower optim.lr or raise optim.warmup_steps"
-            )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.optim.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
-        optimizer.step()
-        step += 1
-        wall += time.perf_counter() - started
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{accuracy.item():.3f}", lr=f"{lr:.1e}")
-        if on_step is not None:
-            on_step(step, loss.item())
-        evaluated = config.run.eval_every and step % config.run.eval_every == 0
-        if evaluated:
-            entry = run_eval()
-            bar.write(f"step {step}: held-out reveal accuracy {entry['reveal_accuracy']:.4f}")
-            if config.run.early_stop_accuracy and entry["reveal_accuracy"] >= config.run.early_stop_accuracy:
-                stopped_early = True
-                break
-        if config.run.checkpoint_every and step % config.run.checkpoint_every == 0 and step < total:
-            save(history[-1] if history else {})
+    try:
+        while step < total and not stopped_early:
+            started = time.perf_counter()
+            lr = learning_rate(step, total, config.optim.lr, config.optim.warmup_steps, config.optim.min_lr_ratio)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            batch = {k: v.to(device) for k, v in data.train_batch(step, config.optim.batch_size, total).items()}
+            loss, accuracy = next_token_loss(model(batch["tokens"]), batch)
+            if not torch.isfinite(loss):
+                bar.close()
+                raise DeltalensError(
+                    f"loss became {loss.item()} at step {step + 1}; stopped. The last good checkpoint "
+                    f"({last if last.exists() else 'none yet'}) is kept: lower optim.lr or raise optim.warmup_steps"
+                )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.optim.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
+            optimizer.step()
+            step += 1
+            wall += time.perf_counter() - started
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{accuracy.item():.3f}", lr=f"{lr:.1e}")
+            if on_step is not None:
+                on_step(step, loss.item())
+            evaluated = config.run.eval_every and step % config.run.eval_every == 0
+            if evaluated:
+                entry = run_eval()
+                bar.write(f"step {step}: held-out reveal accuracy {entry['reveal_accuracy']:.4f}")
+                if config.run.early_stop_accuracy and entry["reveal_accuracy"] >= config.run.early_stop_accuracy:
+                    stopped_early = True
+            if config.run.checkpoint_every and step % config.run.checkpoint_every == 0 and step < total:
+                save(history[-1] if history else {})
+    except KeyboardInterrupt:
+        # keep the finished steps: checkpoint what we have, then stop as asked
+        bar.close()
+        save(history[-1] if history else {})
+        raise
     bar.close()
     if not history or history[-1]["step"] != step:
         run_eval()
     save(history[-1])
     return TrainResult(run_dir, step, wall, history, stopped_early)
+
+
+def _resume_key(config: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a config a resumed run must share with its start (the rest is cadence)."""
+    run = {k: v for k, v in config["run"].items() if k not in ("threads", "eval_every", "checkpoint_every", "eval_traces")}
+    return {**config, "run": run}
 
 
 def _replace_dir(new: Path, target: Path) -> None:

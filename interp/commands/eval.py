@@ -18,8 +18,8 @@ def register(subparsers) -> None:
     parser.add_argument("--lengths", type=int, nargs="+", help="actions per trace (default: 1x, 2x, 4x training)")
     parser.add_argument("--spacing", type=int, help="reveal every K actions (default: the checkpoint's eval spacing)")
     parser.add_argument("--reveal", choices=["one", "all"], help="print one variable or all (default: as trained)")
-    parser.add_argument("--n-traces", type=int, default=512, help="held-out traces per length (default 512)")
-    parser.add_argument("--seed", type=int, default=0, help="evaluation seed (eval split: never a training trace)")
+    parser.add_argument("--n-traces", type=int, help="held-out traces per length (default 512)")
+    parser.add_argument("--seed", type=int, help="evaluation seed (default 0; eval split: never a training trace)")
     parser.add_argument("--traces", help="score code-format REPL traces from FILE, separated by blank lines")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
@@ -28,13 +28,20 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from training.evaluate import evaluate_checkpoint, evaluate_text_file
 
+    from tasks.errors import DeltalensError
+
+    generation = {"--lengths": args.lengths, "--spacing": args.spacing, "--reveal": args.reveal,
+                  "--n-traces": args.n_traces, "--seed": args.seed}
     if args.traces:
+        given = [flag for flag, value in generation.items() if value is not None]
+        if given:
+            raise DeltalensError(f"--traces scores the traces in the file as they are; drop {', '.join(given)}")
         result = evaluate_text_file(args.checkpoint, Path(args.traces))
         report = {"checkpoint": args.checkpoint, "traces_file": args.traces, **result.to_dict()}
     else:
         report = evaluate_checkpoint(
-            args.checkpoint, lengths=args.lengths, spacing=args.spacing, n_traces=args.n_traces, seed=args.seed,
-            reveal=args.reveal,
+            args.checkpoint, lengths=args.lengths, spacing=args.spacing, n_traces=512 if args.n_traces is None else args.n_traces,
+            seed=0 if args.seed is None else args.seed, reveal=args.reveal,
         )
     if args.json:
         print(json.dumps(report))
