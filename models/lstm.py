@@ -49,7 +49,7 @@ edit are never recomputed, so they stay bit-identical.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 import torch
@@ -57,6 +57,7 @@ import torch.nn as nn
 from transformer_lens.HookedRootModule import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
+from models.config_from_dict import config_from_dict
 from tasks.errors import DeltalensError
 
 
@@ -78,15 +79,7 @@ class LSTMConfig:
 
 
 def lstm_config_from_dict(config: dict[str, Any]) -> LSTMConfig:
-    """LSTMConfig from keyword arguments, with a readable error for an unknown key."""
-    known = {f.name for f in fields(LSTMConfig)}
-    unknown = sorted(set(config) - known)
-    if unknown:
-        raise DeltalensError(
-            f"unknown lstm config key(s) {', '.join(map(repr, unknown))}; "
-            f"known keys are {', '.join(sorted(known))}"
-        )
-    return LSTMConfig(**config)
+    return config_from_dict(LSTMConfig, config, "lstm")
 
 
 def _changed(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:

@@ -40,9 +40,10 @@ weights. Memory cost: each layer holds an (n_ctx, n_ctx) boolean causal mask.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
+from models.config_from_dict import config_from_dict
 from tasks.errors import DeltalensError
 
 POSITIONAL_EMBEDDING_TYPES = ("standard", "rotary")
@@ -98,15 +99,7 @@ class TransformerConfig:
 
 
 def transformer_config_from_dict(config: dict[str, Any]) -> TransformerConfig:
-    """TransformerConfig from keyword arguments, with a readable error for an unknown key."""
-    known = {f.name for f in fields(TransformerConfig)}
-    unknown = sorted(set(config) - known)
-    if unknown:
-        raise DeltalensError(
-            f"unknown transformer config key(s) {', '.join(map(repr, unknown))}; "
-            f"known keys are {', '.join(sorted(known))}"
-        )
-    return TransformerConfig(**config)
+    return config_from_dict(TransformerConfig, config, "transformer")
 
 
 def build_transformer(config: TransformerConfig):

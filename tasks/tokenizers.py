@@ -484,6 +484,6 @@ def make_tokenizer(
         raise DeltalensError("a statement tokenizer needs a group and an action set, not just n.")
     if action_set is None:
         raise DeltalensError(
-            f"a statement tokenizer needs an action set; pass action_set= (one of swaps, cycles, full, generators)."
+            "a statement tokenizer needs an action set; pass action_set= (one of swaps, cycles, full, generators)."
         )
     return StatementTokenizer(group, action_set)
