@@ -73,7 +73,7 @@ from tasks.traces import (
     LineInfo,
     Reveal,
     Trace,
-    _check_action_count,
+    check_action_count,
 )
 
 ACTION_KINDS = ("det", "swap", "choice")  # order of ProbTraceSpec.mix
@@ -103,7 +103,7 @@ class ProbTraceSpec:
                 f"probabilistic traces use S<n> or A<n> with n up to {MAX_JOINT_N} (the exact posterior "
                 f"enumerates n! states); got {group.name}."
             )
-        object.__setattr__(self, "actions", _check_action_count(self.actions))
+        object.__setattr__(self, "actions", check_action_count(self.actions))
         mix = tuple(float(w) for w in self.mix) if isinstance(self.mix, (list, tuple)) else ()
         if len(mix) != 3 or any(w < 0 for w in mix) or sum(mix) <= 0:
             raise DeltalensError(

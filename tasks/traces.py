@@ -72,7 +72,7 @@ class TraceSpec:
         group = get_group(self.group)  # raises for unknown names and n out of range
         object.__setattr__(self, "group", group.name)  # canonical spelling: "s_5" -> "S5"
         get_action_set(group, self.action_set)  # raises when G has no such actions
-        object.__setattr__(self, "actions", _check_action_count(self.actions))
+        object.__setattr__(self, "actions", check_action_count(self.actions))
         if self.spacing is not None and self.reveal_prob is not None:
             raise DeltalensError(
                 f"the trace spec sets both spacing={self.spacing} and reveal_prob={self.reveal_prob}; "
@@ -139,7 +139,7 @@ def _not_int(x: object) -> bool:
     return isinstance(x, bool) or not isinstance(x, int)
 
 
-def _check_action_count(actions: object) -> ActionCount:
+def check_action_count(actions: object) -> ActionCount:
     if isinstance(actions, (list, tuple)) and len(actions) == 2 and not any(map(_not_int, actions)):
         lo, hi = actions
         if 1 <= lo <= hi:
@@ -160,9 +160,9 @@ def parse_action_count(text: str) -> ActionCount:
     except ValueError:
         values = []
     if len(values) == 1:
-        return _check_action_count(values[0])
+        return check_action_count(values[0])
     if len(values) == 2:
-        return _check_action_count(tuple(values))
+        return check_action_count(tuple(values))
     raise DeltalensError(f"--actions takes a number like 24 or a range like 16-32, got {text!r}.")
 
 
