@@ -16,7 +16,7 @@ import time
 import torch
 
 from tasks.dataset import TraceDataset, collate
-from tasks.tokenizers import TOKENIZER_KINDS, make_tokenizer
+from tasks.tokenizers import TRACE_SPEC_KINDS, make_tokenizer
 from tasks.traces import TraceSpec, generate_trace
 
 SPEC = TraceSpec(group="S5", action_set="swaps", actions=24, spacing=4)
@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    results = {kind: pipeline_rate(kind, args.seconds, args.batch_size) for kind in TOKENIZER_KINDS}
+    results = {kind: pipeline_rate(kind, args.seconds, args.batch_size) for kind in TRACE_SPEC_KINDS}
     print(json.dumps({
         "benchmark": "data_throughput",
         "what": "tokens per second through generate_trace + encode_trace + tensors + collate, one core",

@@ -16,7 +16,9 @@ Every model carries `arch` (one of ARCHITECTURES) and `model_config`, a JSON-abl
 `build(model.arch, **model.model_config)` rebuilding it. Config keys per architecture:
 
 * deltanet: fla's `DeltaNetConfig` arguments (vocab_size, hidden_size, num_hidden_layers,
-  num_heads, allow_neg_eigval, ...); the model is `models.deltanet.HookedDeltaNet`.
+  num_heads, allow_neg_eigval, ...) plus deltalens's extension `state_norm_every` (int, default
+  0 = off: renormalise each head's state to unit Frobenius norm after every that many tokens; see
+  models/deltanet_mixer.py); the model is `models.deltanet.HookedDeltaNet`.
 * transformer: `models.transformer.TransformerConfig`; the model is TransformerLens's own
   native Transformer (a `TransformerBridge`).
 * lstm: `models.lstm.LSTMConfig`; the model is `models.lstm.HookedLSTM`.
@@ -70,15 +72,22 @@ def build(arch: str, **config: Any):
     raise DeltalensError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
 
 
+# deltalens's own DeltaNet config fields. fla's DeltaNetConfig keeps unknown keyword arguments as
+# attributes and writes them to config.json, so these ride along in the same config object; fla
+# itself ignores them (its DeltaNetForCausalLM runs the plain delta rule on the same weights).
+DELTANET_EXTENSION_KEYS = ("state_norm_every",)
+
+
 def _deltanet_config_keys() -> list[str]:
     from fla.models import DeltaNetConfig
 
     params = inspect.signature(DeltaNetConfig.__init__).parameters.values()
-    return [p.name for p in params if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    fla_keys = [p.name for p in params if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    return fla_keys + list(DELTANET_EXTENSION_KEYS)
 
 
 def deltanet_model_config(config) -> dict[str, Any]:
-    """The JSON-able DeltaNetConfig arguments of an fla config (object or dict)."""
+    """The JSON-able DeltaNetConfig arguments (and deltalens extensions) of an fla config (object or dict)."""
     as_dict = config if isinstance(config, dict) else config.to_dict()
     return {key: as_dict[key] for key in _deltanet_config_keys() if key in as_dict}
 
@@ -95,6 +104,12 @@ def _build_deltanet(config: dict[str, Any]):
         raise DeltalensError(
             f"unknown deltanet config key(s) {', '.join(map(repr, unknown))}; "
             f"use fla DeltaNetConfig arguments such as {', '.join(sorted(known))}"
+        )
+    every = config.get("state_norm_every", 0)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise DeltalensError(
+            f"state_norm_every must be a non-negative integer (tokens between state renormalisations, "
+            f"0 = off), got {every!r}"
         )
     model = HookedDeltaNet(DeltaNetConfig(**config))
     _stamp(model, "deltanet", lambda: deltanet_model_config(model.config))

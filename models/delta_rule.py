@@ -34,6 +34,17 @@ Three ways to compute it, all agreeing to ~1e-5 in fp32 (tests/test_delta_rule.p
 * `chunk_delta_rule_with_states`: the chunked kernel that also materialises every S_t, vectorised
   per chunk (S_t = S_chunk_start + cumsum of k_s u_s^T), for the `hook_state` hook.
 
+Renormalised delta rule (`renorm_every = R > 0`; deltalens's extension, the "hybrid with periodic
+non-linear normalisation" that Siems et al. 2026 name as future work): after every R-th token, i.e.
+after token t whenever (t + 1) % R == 0, each (batch, head) state is rescaled to unit Frobenius norm,
+S_t <- S_t / max(||S_t||_F, eps) (`renormalise_state`; a zero state stays zero). A linear RNN cannot
+renormalise its belief, so its state mass can decay geometrically and underflow; this puts the mass
+back at every renormalisation point. Order within a step: update, then renormalise (at those t),
+then the `edit` callback; o_t reads the result, so o_t = S_t^T (scale q_t) holds with the states
+every function returns. The chunked paths cut the sequence into segments of R tokens (chunk size
+min(chunk_size, R), chunks never straddle a segment boundary) and renormalise the carried state
+between segments; R = 0 (the default) is the plain delta rule, bit for bit.
+
 Chunked (WY/UT) form, for one chunk with starting state S_0 and rows t = 1..C:
     u_t = beta_t (v_t - S_0^T k_t - sum_{s<t} (k_s . k_t) u_s)
 =>  (I + strict_tril(diag(beta) K K^T)) U = diag(beta) V - diag(beta) K S_0
@@ -44,6 +55,7 @@ Chunked (WY/UT) form, for one chunk with starting state S_0 and rows t = 1..C:
 
 from __future__ import annotations
 
+import operator
 from typing import Callable, Optional
 
 import torch
@@ -52,6 +64,8 @@ from einops import rearrange
 
 __all__ = [
     "l2_normalize",
+    "renormalise_state",
+    "RENORM_EPS",
     "delta_rule_recurrence",
     "chunk_delta_rule",
     "chunk_delta_rule_with_states",
@@ -60,6 +74,8 @@ __all__ = [
 ]
 
 StateEdit = Callable[[int, torch.Tensor], torch.Tensor]
+
+RENORM_EPS = 1e-12  # floor of the Frobenius norm in `renormalise_state` (as F.normalize's eps)
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -70,6 +86,38 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """
     x32 = x.float()
     return (x32 * torch.rsqrt(x32.square().sum(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def _at_least_fp32(S: torch.Tensor) -> torch.Tensor:
+    return S if S.dtype in (torch.float32, torch.float64) else S.float()
+
+
+def _renorm_denominator(S: torch.Tensor, eps: float = RENORM_EPS) -> torch.Tensor:
+    """max(||S||_F, eps) over the last two dims (in fp32 or fp64), keepdim: shape (..., 1, 1)."""
+    return torch.linalg.vector_norm(_at_least_fp32(S), dim=(-2, -1), keepdim=True).clamp_min(eps)
+
+
+def renormalise_state(S: torch.Tensor, eps: float = RENORM_EPS) -> torch.Tensor:
+    """S / max(||S||_F, eps) per matrix: unit Frobenius norm over the last two dims (K, V).
+
+    S is [..., K, V] (e.g. a state [B, H, K, V]); computed in fp32 (fp64 stays fp64) and returned
+    in S's dtype. A zero state stays zero; a state with norm below eps is divided by eps instead
+    (no inf or NaN; its gradient there is 1 / eps). Differentiable. This is the non-linear step of
+    the renormalised delta rule (`renorm_every`).
+    """
+    return (_at_least_fp32(S) / _renorm_denominator(S, eps)).to(S.dtype)
+
+
+def _check_renorm_every(renorm_every) -> int:
+    try:
+        value = operator.index(renorm_every) if not isinstance(renorm_every, bool) else -1
+    except TypeError:
+        value = -1
+    if value < 0:
+        raise ValueError(
+            f"renorm_every must be a non-negative integer (0 = never renormalise the state), got {renorm_every!r}."
+        )
+    return value
 
 
 def _check_shapes(q, k, v, beta, initial_state) -> None:
@@ -113,6 +161,7 @@ def delta_rule_recurrence(
     output_final_state: bool = False,
     use_qk_l2norm_in_kernel: bool = False,
     edit: Optional[StateEdit] = None,
+    renorm_every: int = 0,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
     """The delta rule token by token (readable reference; fp32 inside).
 
@@ -124,12 +173,17 @@ def delta_rule_recurrence(
         use_qk_l2norm_in_kernel: L2-normalise q and k first (fla's `l2norm`, eps 1e-6).
         edit: optional `edit(t, S) -> S`, called right after the update at step t with S of shape
             [B, H, K, V]; what it returns is S_t: the read-out o_t and every later step use it.
+        renorm_every: R > 0 renormalises S to unit Frobenius norm per (batch, head) after token t
+            whenever (t + 1) % R == 0 (`renormalise_state`); 0 (default) never. Order in a step:
+            update, renormalise, then `edit` (which sees, and may replace, the renormalised state;
+            its result is not renormalised again until the next renormalisation point).
 
     Returns:
         (o [B, T, H, V] in q's dtype, final_state [B, H, K, V] fp32 or None, states [B, T, H, K, V]
         fp32 with states[:, t] = S_t, the state after token t).
     """
     _check_shapes(q, k, v, beta, initial_state)
+    renorm_every = _check_renorm_every(renorm_every)
     B, T, H, K = q.shape
     V = v.shape[-1]
     out_dtype = q.dtype
@@ -142,6 +196,8 @@ def delta_rule_recurrence(
         v_old = torch.einsum("bhkv,bhk->bhv", S, k_t)  # S^T k: what S stores under k_t now
         u_t = b_t * (v_t - v_old)  # (B, H, V)
         S = S + torch.einsum("bhk,bhv->bhkv", k_t, u_t)  # (B, H, K, V)
+        if renorm_every and (t + 1) % renorm_every == 0:
+            S = renormalise_state(S)  # the non-linear step: unit Frobenius norm per (batch, head)
         if edit is not None:
             S = edit(t, S)
         states.append(S)
@@ -160,8 +216,14 @@ def delta_rule_recurrence(
 # --------------------------------------------------------------------------------------------
 
 
-def _chunk_forward(q, k, v, beta, initial_state, chunk_size: int, with_states: bool):
+def _chunk_forward(
+    q, k, v, beta, initial_state, chunk_size: int, with_states: bool, renorm_every: int = 0, phase: int = 0
+):
     """Chunked delta rule on prepared fp32 inputs (q already scaled). See the module docstring.
+
+    renorm_every > 0 renormalises the state after every renorm_every-th token; `phase` says how many
+    tokens of the first renormalisation segment came before q[:, 0] (0 <= phase < renorm_every),
+    so that token i here is token phase + i of the segment grid.
 
     Returns (o [B, T, H, V], final_state [B, H, K, V], states [B, T, H, K, V] or None).
     """
@@ -170,13 +232,28 @@ def _chunk_forward(q, k, v, beta, initial_state, chunk_size: int, with_states: b
     S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.float()
     if T == 0:
         return v.new_zeros(B, 0, H, V), S, (v.new_zeros(B, 0, H, K, V) if with_states else None)
+    if renorm_every:
+        return _chunk_forward_renorm(q, k, v, beta, S, chunk_size, with_states, renorm_every, phase)
     C = min(chunk_size, T)  # a short sequence is one chunk, not one padded to chunk_size
     pad = (-T) % C
     if pad:
         # Zero keys and zero beta make the padded steps the identity on S: u = 0, S unchanged.
         q, k, v = (F.pad(x, (0, 0, 0, 0, 0, pad)) for x in (q, k, v))
         beta = F.pad(beta, (0, 0, 0, pad))
-    N = (T + pad) // C
+    o, S, states = _chunk_core(q, k, v, beta, S, C, with_states)
+    return o[:, :T], S, (states[:, :T] if with_states else None)
+
+
+def _chunk_core(q, k, v, beta, S, C: int, with_states: bool, renorm_after: Optional[list] = None):
+    """The chunked WY/UT kernel on a length that is a multiple of C, from state S.
+
+    renorm_after[n] True renormalises the carried state after chunk n; the last position of such a
+    chunk then reads (and, with states, shows) the renormalised state.
+    Returns (o [B, L, H, V], final_state [B, H, K, V], states [B, L, H, K, V] or None).
+    """
+    B, L, H, K = q.shape
+    V = v.shape[-1]
+    N = L // C
 
     qc, kc, vc = (rearrange(x, "b (n c) h d -> b h n c d", c=C) for x in (q, k, v))  # (B, H, N, C, D)
     bc = rearrange(beta, "b (n c) h -> b h n c 1", c=C)  # (B, H, N, C, 1)
@@ -191,24 +268,85 @@ def _chunk_forward(q, k, v, beta, initial_state, chunk_size: int, with_states: b
     kt = kc.transpose(-1, -2)  # (B, H, N, K, C)
     KtU0 = kt @ U0  # (B, H, N, K, V)
     KtW = kt @ W  # (B, H, N, K, K)
-    starts = []
+    starts, denominators = [], []
     for n in range(N):
         starts.append(S)
         S = S + KtU0[:, :, n] - KtW[:, :, n] @ S
+        if renorm_after is not None:
+            d = _renorm_denominator(S) if renorm_after[n] else S.new_ones(B, H, 1, 1)  # (B, H, 1, 1)
+            S = S / d if renorm_after[n] else S
+            denominators.append(d)
     S_start = torch.stack(starts, dim=2)  # (B, H, N, K, V): state before each chunk
 
     U = U0 - W @ S_start  # (B, H, N, C, V): the values actually written, u_t
     attn = torch.tril(qc @ kc.transpose(-1, -2))  # (B, H, N, C, C), diagonal kept
     o = qc @ S_start + attn @ U  # (B, H, N, C, V)
-    o = rearrange(o, "b h n c d -> b (n c) h d")[:, :T]
+    if renorm_after is not None:
+        # The last token of a renormalised chunk reads S_t after the renormalisation: o_t / d.
+        d = torch.stack(denominators, dim=2)  # (B, H, N, 1, 1)
+        o = torch.cat([o[:, :, :, : C - 1], o[:, :, :, C - 1 :] / d], dim=3)
+    o = rearrange(o, "b h n c d -> b (n c) h d")
 
     states = None
     if with_states:
         k_n = rearrange(kc, "b h n c d -> b n c h d")
         u_n = rearrange(U, "b h n c d -> b n c h d")
         S_n = rearrange(S_start, "b h n k v -> b n h k v")
-        states = _chunk_prefix_states(k_n, u_n, S_n).reshape(B, N * C, H, K, V)[:, :T]
+        states = _chunk_prefix_states(k_n, u_n, S_n)  # (B, N, C, H, K, V)
+        if renorm_after is not None:
+            d_n = rearrange(d, "b h n 1 1 -> b n 1 h 1 1")
+            states = torch.cat([states[:, :, : C - 1], states[:, :, C - 1 :] / d_n], dim=2)
+        states = states.reshape(B, N * C, H, K, V)
     return o, S, states
+
+
+def _chunk_forward_renorm(q, k, v, beta, S, chunk_size: int, with_states: bool, R: int, phase: int):
+    """`_chunk_forward` with renormalisation after every R-th token (T > 0, S already fp32).
+
+    Layout: `phase` identity steps are put in front, so that the renormalisation points fall at the
+    ends of segments of R steps. Each complete segment is front-padded with identity steps (zero
+    q, k, v and beta: u = 0, S unchanged) to a multiple of C = min(chunk_size, R), so its last token
+    ends a chunk and the state is renormalised in the chunk-to-chunk carry; the incomplete last
+    segment (if any) is end-padded to a multiple of C and not renormalised. One kernel call.
+    """
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    C = min(chunk_size, R)
+    L_seg = -(-R // C) * C  # segment length after padding: a multiple of C
+    front = L_seg - R
+    total = phase + T
+    n_full = total // R
+    tail = total - n_full * R
+
+    def layout(x: torch.Tensor) -> torch.Tensor:  # (B, T, ...) -> (B, n_full * L_seg + tail padded, ...)
+        extra = (0, 0) * (x.ndim - 2)
+        x = F.pad(x, (*extra, phase, 0))
+        pieces = []
+        if n_full:
+            full = x[:, : n_full * R].unflatten(1, (n_full, R))  # (B, n_full, R, ...)
+            full = F.pad(full, (*extra, front, 0))  # (B, n_full, L_seg, ...)
+            pieces.append(full.flatten(1, 2))
+        if tail:
+            pieces.append(F.pad(x[:, n_full * R :], (*extra, 0, (-tail) % C)))
+        return torch.cat(pieces, dim=1) if len(pieces) > 1 else pieces[0]
+
+    def unlayout(x: torch.Tensor) -> torch.Tensor:  # inverse of layout, dropping the padding
+        pieces = []
+        if n_full:
+            full = x[:, : n_full * L_seg].unflatten(1, (n_full, L_seg))[:, :, front:]
+            pieces.append(full.flatten(1, 2))
+        if tail:
+            pieces.append(x[:, n_full * L_seg : n_full * L_seg + tail])
+        x = torch.cat(pieces, dim=1) if len(pieces) > 1 else pieces[0]
+        return x[:, phase:]
+
+    per_seg = L_seg // C
+    renorm_after = [(n + 1) % per_seg == 0 for n in range(n_full * per_seg)]
+    renorm_after += [False] * (-(-tail // C))
+    o, S, states = _chunk_core(
+        layout(q), layout(k), layout(v), layout(beta), S, C, with_states, renorm_after=renorm_after
+    )
+    return unlayout(o), S, (unlayout(states) if with_states else None)
 
 
 def _chunk_prefix_states(k_n: torch.Tensor, u_n: torch.Tensor, S_start: torch.Tensor) -> torch.Tensor:
@@ -265,6 +403,31 @@ def _fla_delta_rule(q, k, v, beta, scale, initial_state, output_final_state, use
     )
 
 
+def _fla_delta_rule_renorm(
+    q, k, v, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, chunk_size, R: int
+):
+    """fla's kernels one segment of R tokens at a time, renormalising the state between segments."""
+    B, T, H, _ = q.shape
+    S = initial_state
+    outputs = []
+    for start in range(0, T, R):
+        stop = min(start + R, T)
+        o_seg, S = _fla_delta_rule(
+            *(x[:, start:stop].contiguous() for x in (q, k, v, beta)),
+            scale, S, True, use_qk_l2norm_in_kernel, min(chunk_size, R),
+        )
+        if stop - start == R:  # a complete segment: renormalise; its last token reads the result
+            d = _renorm_denominator(S)  # (B, H, 1, 1)
+            S = S.float() / d
+            last = (o_seg[:, -1:].float() / rearrange(d, "b h 1 1 -> b 1 h 1")).to(o_seg.dtype)
+            o_seg = torch.cat([o_seg[:, :-1], last], dim=1)
+        outputs.append(o_seg)
+    o = torch.cat(outputs, dim=1) if outputs else q.new_zeros(*q.shape[:3], v.shape[-1])
+    if output_final_state and S is None:  # T == 0 and no initial state
+        S = q.new_zeros(B, H, q.shape[-1], v.shape[-1], dtype=torch.float32)
+    return o, (S if output_final_state else None)
+
+
 def chunk_delta_rule(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -276,6 +439,7 @@ def chunk_delta_rule(
     use_qk_l2norm_in_kernel: bool = False,
     chunk_size: int = 64,
     use_fla: Optional[bool] = None,
+    renorm_every: int = 0,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Chunked delta rule with fla's signature and layout (`fla.ops.delta_rule.chunk_delta_rule`).
 
@@ -289,12 +453,17 @@ def chunk_delta_rule(
         use_fla: None = fla's Triton kernels when q is on CUDA and fla imports, else ours;
             True = require fla's kernels (error if impossible); False = always ours.
             fla's chunk kernel rejects fp32, so fp32 CUDA inputs go to fla's fused recurrent kernel.
+        renorm_every: R > 0 renormalises the state to unit Frobenius norm after every R-th token (as
+            `delta_rule_recurrence`): the sequence runs as segments of R tokens, each from the
+            previous segment's renormalised final state, with chunk size min(chunk_size, R). The
+            torch path does this in one call; fla's kernels are called once per segment.
 
     Returns:
         (o [B, T, H, V] in q's dtype, final_state [B, H, K, V] (fp32 on the torch path) or None).
         The torch path computes in fp32 (bf16/fp16 inputs are upcast) and is differentiable.
     """
     _check_shapes(q, k, v, beta, initial_state)
+    renorm_every = _check_renorm_every(renorm_every)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}.")
     if use_fla is None:
@@ -305,13 +474,18 @@ def chunk_delta_rule(
                 "use_fla=True needs CUDA tensors and an importable fla; pass use_fla=None or False "
                 "to use the pure-torch kernel."
             )
+        if renorm_every:
+            return _fla_delta_rule_renorm(
+                q, k, v, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, chunk_size,
+                renorm_every,
+            )
         return _fla_delta_rule(
             q, k, v, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, chunk_size
         )
 
     out_dtype = q.dtype
     qp, kp, vp, bp = _prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel)
-    o, S, _ = _chunk_forward(qp, kp, vp, bp, initial_state, chunk_size, with_states=False)
+    o, S, _ = _chunk_forward(qp, kp, vp, bp, initial_state, chunk_size, with_states=False, renorm_every=renorm_every)
     return o.to(out_dtype), (S if output_final_state else None)
 
 
@@ -325,16 +499,22 @@ def chunk_delta_rule_with_states(
     output_final_state: bool = False,
     use_qk_l2norm_in_kernel: bool = False,
     chunk_size: int = 64,
+    renorm_every: int = 0,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
     """The chunked kernel plus every per-step state S_t, vectorised chunk by chunk (pure torch).
 
     Same arguments as `chunk_delta_rule`; same returns as `delta_rule_recurrence`:
     (o [B, T, H, V], final_state or None, states [B, T, H, K, V] fp32). Memory is B*T*H*K*V floats.
+    With renorm_every = R > 0, states[:, t] at a renormalisation point ((t + 1) % R == 0) is the
+    state after the renormalisation, as in `delta_rule_recurrence`.
     """
     _check_shapes(q, k, v, beta, initial_state)
+    renorm_every = _check_renorm_every(renorm_every)
     out_dtype = q.dtype
     qp, kp, vp, bp = _prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel)
-    o, S, states = _chunk_forward(qp, kp, vp, bp, initial_state, chunk_size, with_states=True)
+    o, S, states = _chunk_forward(
+        qp, kp, vp, bp, initial_state, chunk_size, with_states=True, renorm_every=renorm_every
+    )
     return o.to(out_dtype), (S if output_final_state else None), states
 
 
@@ -352,6 +532,7 @@ def replay_with_state_edits(
     edited_states: torch.Tensor,
     scale: Optional[float] = None,
     chunk_size: int = 64,
+    renorm_every: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Re-run the delta rule so that every state an edit changed is what the recurrence continues from.
 
@@ -363,11 +544,16 @@ def replay_with_state_edits(
     kept. Between edited steps the chunked kernel runs from the edited state, so a handful of edits
     cost about one extra forward; an edit at every step degrades to one tiny segment per token.
 
+    renorm_every must be the one the trajectory was computed with: the replayed steps renormalise
+    after token t whenever (t + 1) % renorm_every == 0 (absolute t). An edited S_t is taken as it is
+    (it was shown after that step's renormalisation; the edit comes last, as the recurrence's `edit`).
+
     q, k must be what the recurrence used (already normalised); q is scaled here. The initial state
     needs no argument: it is already folded into `original_states`. Returns
     (o [B, T, H, V] in q's dtype, states [B, T, H, K, V] fp32: the trajectory actually followed).
     """
     _check_shapes(q, k, v, beta, None)
+    renorm_every = _check_renorm_every(renorm_every)
     if original_states.shape != edited_states.shape:
         raise ValueError(
             f"a state hook must return the shape it was given, {tuple(original_states.shape)}; "
@@ -389,10 +575,12 @@ def replay_with_state_edits(
             seg = slice(start + 1, stop + 1 if stop < T else T)
             if seg.start >= T or seg.stop <= seg.start:
                 continue
-            _, _, seg_states = chunk_delta_rule_with_states(
-                q[:, seg], k[:, seg], v[:, seg], beta[:, seg], scale=1.0, initial_state=current,
-                chunk_size=chunk_size,
-            )  # (B, L, H, K, V); q's scale does not matter here, only the states are used
+            # (B, L, H, K, V); q's scale does not matter here, only the states are used. The
+            # phase puts token seg.start at its place on the renormalisation grid.
+            _, _, seg_states = _chunk_forward(
+                *(x[:, seg].float() for x in (q, k, v, beta)), current, chunk_size, with_states=True,
+                renorm_every=renorm_every, phase=seg.start % renorm_every if renorm_every else 0,
+            )
             if stop < T:
                 # At the next edited step, sequences edited there take the hook's state.
                 keep = changed[:, stop].view(B, 1, 1, 1)

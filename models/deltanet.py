@@ -145,7 +145,9 @@ class HookedDeltaNet(HookedRootModule):
     Args:
         config: a `fla.models.DeltaNetConfig` (hidden_size, num_heads, num_hidden_layers,
             vocab_size, expand_k/v, use_gate, use_short_conv, conv_size, use_beta, allow_neg_eigval,
-            qk_activation, qk_norm, norm_eps, hidden_ratio/intermediate_size, tie_word_embeddings...).
+            qk_activation, qk_norm, norm_eps, hidden_ratio/intermediate_size, tie_word_embeddings...),
+            optionally with deltalens's `state_norm_every` (renormalised delta rule; see
+            models/deltanet_mixer.py). It is an extra config attribute, saved in config.json.
 
     `model(tokens)` maps a LongTensor [B, T] to logits [B, T, vocab]. The delta rule runs on fla's
     Triton kernels for CUDA tensors and on the pure-torch chunked kernel elsewhere.
@@ -256,7 +258,13 @@ class HookedDeltaNet(HookedRootModule):
             model_type="deltanet", n_layers=self.n_layers, n_heads=self.n_heads, d_model=self.d_model,
             d_k=self.d_k, d_v=self.d_v, d_head=self.d_v, d_vocab=self.config.vocab_size,
             allow_neg_eigval=self.config.allow_neg_eigval, device=self.device,
+            state_norm_every=self.state_norm_every,
         )
+
+    @property
+    def state_norm_every(self) -> int:
+        """Tokens between state renormalisations (deltalens extension; 0 = plain DeltaNet)."""
+        return self.model.layers[0].attn.state_norm_every if self.n_layers else 0
 
     @property
     def device(self) -> torch.device:

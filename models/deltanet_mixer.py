@@ -24,6 +24,13 @@ Which delta-rule kernel runs (see models/delta_rule.py):
 * `state_edit` is set (HookedDeltaNet.state_edit): the reference recurrence, token by token, with
   `edit(t, S) -> S` applied after every step (exact per-step semantics, e.g. projecting a subspace
   out of the state at every step); hook_state then shows the edited trajectory, read-only.
+
+Renormalised variant (deltalens extension, config field `state_norm_every` = R, default 0 = off):
+after every R-th token each head's state is rescaled to unit Frobenius norm, S_t <- S_t / ||S_t||_F
+(`renormalise_state`), on every path above (chunked, with states, recurrence; hook_state shows the
+renormalised S_t; state edits come after the renormalisation). o_norm makes the read-out scale
+invariant, so this only reweights old state against new writes and stops the state underflowing.
+Parameters are fla's, unchanged: weights move freely between plain and renormalised models.
 """
 
 from __future__ import annotations
@@ -115,6 +122,13 @@ class DeltaNetMixer(nn.Module):
         self.chunk_size = 64  # tokens per chunk of the torch kernel
         self.use_fla: Optional[bool] = None  # None: fla's kernels on CUDA, ours elsewhere
         self.state_edit: Optional[StateEdit] = None  # set through HookedDeltaNet.state_edit
+        # Renormalise S to unit Frobenius norm after every state_norm_every-th token (0: never). A
+        # deltalens extension read from the config (fla's DeltaNetConfig keeps unknown keys).
+        every = getattr(config, "state_norm_every", None)
+        every = 0 if every is None else every
+        if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+            raise ValueError(f"state_norm_every must be a non-negative integer (0 = off), got {every!r}.")
+        self.state_norm_every = every
 
     # ---- beta range ------------------------------------------------------------------------
 
@@ -172,8 +186,9 @@ class DeltaNetMixer(nn.Module):
     def _delta_rule(self, q, k, v, beta) -> torch.Tensor:
         """o (B, T, H, d_v): the recurrence, computing S_t only when something asks for it."""
         wants_states = self.hook_state.has_hooks()
+        R = self.state_norm_every
         if self.state_edit is not None:
-            o, _, states = delta_rule_recurrence(q, k, v, beta, edit=self.state_edit)
+            o, _, states = delta_rule_recurrence(q, k, v, beta, edit=self.state_edit, renorm_every=R)
             if wants_states:
                 version = states._version
                 seen = self.hook_state(states)
@@ -184,10 +199,10 @@ class DeltaNetMixer(nn.Module):
                     )
             return o
         if not wants_states:
-            o, _ = chunk_delta_rule(q, k, v, beta, chunk_size=self.chunk_size, use_fla=self.use_fla)
+            o, _ = chunk_delta_rule(q, k, v, beta, chunk_size=self.chunk_size, use_fla=self.use_fla, renorm_every=R)
             return o
 
-        o, _, states = chunk_delta_rule_with_states(q, k, v, beta, chunk_size=self.chunk_size)
+        o, _, states = chunk_delta_rule_with_states(q, k, v, beta, chunk_size=self.chunk_size, renorm_every=R)
         version = states._version  # detects hooks that edit in place and return None
         seen = self.hook_state(states)  # (B, T, H, d_k, d_v)
         untouched = states._version == version
@@ -202,8 +217,10 @@ class DeltaNetMixer(nn.Module):
             original = states
         else:  # edited in place: recompute what the hook was shown
             with torch.no_grad():
-                original = chunk_delta_rule_with_states(q, k, v, beta, chunk_size=self.chunk_size)[2]
-        o, _ = replay_with_state_edits(q, k, v, beta, original, seen, chunk_size=self.chunk_size)
+                original = chunk_delta_rule_with_states(
+                    q, k, v, beta, chunk_size=self.chunk_size, renorm_every=R
+                )[2]
+        o, _ = replay_with_state_edits(q, k, v, beta, original, seen, chunk_size=self.chunk_size, renorm_every=R)
         return o
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model) -> (B, T, d_model)

@@ -56,9 +56,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from tasks.errors import DeltalensError
-from tasks.groups import VARIABLE_NAMES
-from tasks.pfsa import Action, Event, Observation
-from tasks.probabilistic import _rotation, choice_statement, swap_statement
+from tasks.groups import VARIABLE_NAMES, apply_permutation, identity, transposition
+from tasks.pfsa import Action, Event, Observation, joint_filter
+from tasks.probabilistic import (
+    ProbTrace,
+    ProbTraceSpec,
+    _rotation,
+    choice_statement,
+    group_posteriors,
+    swap_statement,
+)
+from tasks.traces import LINE_ACTION, LINE_INIT, LINE_OUTPUT, LINE_PRINT, PROMPT, LineInfo, Reveal
 
 
 @dataclass(frozen=True)
@@ -157,3 +165,47 @@ def predicted_underflow_cycle(spec: AdversarySpec, smallest_subnormal: float) ->
     return max(1, math.ceil(k_minus_1 - 1e-12) + 1)
 
 
+
+
+def adversarial_trace(sequence: AdversarialSequence, seed: int = 0) -> ProbTrace:
+    """The sequence as a ProbTrace that tokenizers encode and models read: the block shuffle's
+    outcome is drawn from ``seed``, the leak never happens (the outcome the adversary reveals),
+    and every printed value carries its exact posterior predictive, as in generated traces.
+
+    Its spec is the probabilistic family whose statements it uses (random swaps with the leak's
+    p), so the ``statement-prob`` tokenizer of that family encodes it."""
+    spec_ = sequence.spec
+    if spec_.block != 2:
+        raise DeltalensError("adversarial traces for models use block = 2 (a random swap as the shuffle).")
+    n, probe = spec_.n, sequence.probe
+    rng = np.random.default_rng(seed)
+    family = ProbTraceSpec(group=f"S{n}", actions=3 * spec_.cycles, mix=(0.0, 1.0, 0.0), swap_prob=spec_.p,
+                           spacing=3, full_reveal_prob=0.0, identity_init=True)
+    names = VARIABLE_NAMES
+    lines = [f"{PROMPT}import random\n"] + [f"{PROMPT}{names[i]} = {v}\n" for i, v in enumerate(sequence.q0)]
+    info = [LineInfo(LINE_INIT, 0)] + [LineInfo(LINE_INIT, 0, variables=(i,)) for i in range(n)]
+    state = sequence.q0
+    states, actions, kinds, kernels, reveals = [state], [], [], [], []
+    for event in sequence.events:
+        t = len(actions)
+        if isinstance(event, Observation):
+            lines.append(f"{PROMPT}print('{names[probe]}', {names[probe]})\n")
+            lines.append(f"{names[probe]} {state[probe]}\n")
+            info += [LineInfo(LINE_PRINT, t, variables=(probe,)), LineInfo(LINE_OUTPUT, t, variables=(probe,))]
+            reveals.append(Reveal(len(lines) - 1, t, (probe,), (state[probe],)))
+            continue
+        i, j = (0, 1) if event == sequence.mix else (spec_.block - 1, probe)
+        p = 0.5 if event == sequence.mix else spec_.p
+        taken = event == sequence.mix and rng.random() < 0.5  # the leak is never taken
+        realised = transposition(n, i, j) if taken else identity(n)
+        state = apply_permutation(state, realised)
+        kernels.append(Action.swap(n, i, j, p, line=len(lines) + 1))
+        lines.append(f"{PROMPT}{swap_statement(i, j, p)}\n")
+        info.append(LineInfo(LINE_ACTION, t + 1, action=t))
+        states.append(state)
+        actions.append(realised)
+        kinds.append("swap")
+    trace = ProbTrace(family, seed, lines, info, actions, states, reveals,  # type: ignore[arg-type]
+                      python_seed=None, kinds=kinds, kernels=kernels)
+    trace.posteriors = group_posteriors(joint_filter(trace.pfsa(), trace.events).reveals, reveals)
+    return trace

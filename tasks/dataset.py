@@ -56,6 +56,17 @@ def trace_seed(seed: int, split: str, index: int) -> int:
     return (word >> 2 << 1) | SPLITS[split]  # 62 random bits, then the split bit
 
 
+def generate_any(spec, seed: int) -> Trace:
+    """The trace of a TraceSpec or of a ProbTraceSpec (tasks/probabilistic.py) for ``seed``."""
+    if isinstance(spec, TraceSpec):
+        return generate_trace(spec, seed)
+    from tasks.probabilistic import ProbTraceSpec, generate_prob_trace  # it builds on this package
+
+    if isinstance(spec, ProbTraceSpec):
+        return generate_prob_trace(spec, seed)
+    raise DeltalensError(f"expected a TraceSpec or a ProbTraceSpec, got {type(spec).__name__}.")
+
+
 class TraceDataset(Dataset):
     """``size`` traces of ``spec``, tokenized; item i is always the same trace."""
 
@@ -87,10 +98,10 @@ class TraceDataset(Dataset):
         return trace_seed(self.seed, self.split, index % self.size)
 
     def trace(self, index: int) -> Trace:
-        return generate_trace(self.spec, self.seed_of(index))
+        return generate_any(self.spec, self.seed_of(index))
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        trace = generate_trace(self.spec, self.seed_of(index))
+        trace = generate_any(self.spec, self.seed_of(index))
         return encoded_to_item(self.tokenizer.encode_trace(trace, add_bos=self.add_bos), self.supervision)
 
 

@@ -231,8 +231,9 @@ def _events_of(trace: Trace | ProbTrace) -> list[Event]:
     return events
 
 
-def generate_prob_trace(spec: ProbTraceSpec, seed: int) -> ProbTrace:
-    """The probabilistic trace for ``seed``; the same (spec, seed) always gives the same trace."""
+def generate_prob_trace(spec: ProbTraceSpec, seed: int, posteriors: bool = True) -> ProbTrace:
+    """The probabilistic trace for ``seed``; the same (spec, seed) always gives the same trace.
+    ``posteriors=False`` skips the exact filter (half the cost; training samples need no posterior)."""
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise DeltalensError(f"a trace seed must be an integer, got {seed!r}.")
     group = get_group(spec.group)
@@ -302,7 +303,8 @@ def generate_prob_trace(spec: ProbTraceSpec, seed: int) -> ProbTrace:
 
     trace = ProbTrace(spec, seed, lines, info, actions, states, reveals,  # type: ignore[arg-type]
                       python_seed=python_seed, kinds=kinds, kernels=kernels)
-    trace.posteriors = group_posteriors(joint_filter(trace.pfsa(), trace.events).reveals, reveals)
+    if posteriors:
+        trace.posteriors = group_posteriors(joint_filter(trace.pfsa(), trace.events).reveals, reveals)
     return trace
 
 

@@ -59,7 +59,9 @@ from tasks.groups import (
 )
 from tasks.traces import LINE_ACTION, LINE_OUTPUT, PROMPT, Trace, TraceSpec
 
-TOKENIZER_KINDS = ("code", "statement", "code-prob")  # code-prob: tasks/probabilistic.py
+TOKENIZER_KINDS = ("code", "statement", "code-prob", "statement-prob")  # *-prob: probabilistic traces
+# kinds that encode any deterministic trace of a TraceSpec (statement-prob needs a probabilistic family)
+TRACE_SPEC_KINDS = ("code", "statement", "code-prob")
 SUPERVISIONS = ("all", "reveal")
 SPEC_FORMAT = "deltalens-tokenizer"
 SPEC_VERSION = 1
@@ -328,6 +330,10 @@ class Tokenizer:
             from tasks.probabilistic import ProbCodeTokenizer  # imported late: it builds on this module
 
             tokenizer = ProbCodeTokenizer(int(spec["n"]))
+        elif kind == "statement-prob":
+            from tasks.prob_statement_tokenizer import ProbStatementTokenizer
+
+            return ProbStatementTokenizer.from_spec(spec)
         else:
             raise DeltalensError(f"unknown tokenizer kind {kind!r} in spec; use one of {', '.join(TOKENIZER_KINDS)}.")
         size, printed = spec.get("vocab_size"), spec.get("fingerprint")
@@ -462,7 +468,15 @@ def make_tokenizer(
     """
     if kind not in TOKENIZER_KINDS:
         raise DeltalensError(f"unknown tokenizer {kind!r}; use one of {', '.join(TOKENIZER_KINDS)}.")
-    if isinstance(task, TraceSpec):
+    from tasks.probabilistic import ProbTraceSpec  # imported late: it builds on this module
+
+    if kind == "statement-prob":  # its vocabulary needs the family's p and choice size
+        from tasks.prob_statement_tokenizer import ProbStatementTokenizer
+
+        if not isinstance(task, ProbTraceSpec):
+            raise DeltalensError("a statement-prob tokenizer is built from a ProbTraceSpec (it needs p and the choice size).")
+        return ProbStatementTokenizer(task.group, task.action_set, task.swap_prob, task.choice_size)
+    if isinstance(task, (TraceSpec, ProbTraceSpec)):
         group: PermutationGroup | None = get_group(task.group)
         action_set = action_set or task.action_set
     elif isinstance(task, PermutationGroup):

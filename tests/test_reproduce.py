@@ -70,7 +70,7 @@ def tiny_sweep(tmp_path, steps: int = 3) -> Path:
 
 def cli(tmp_path, *extra: str) -> int:
     return main(["reproduce", "--sweep", str(tmp_path / "tiny.toml"), "--results", str(tmp_path / "results"),
-                 "--out", str(tmp_path / "reports"), "--runs", str(tmp_path / "runs"), "--no-progress", *extra])
+                 "--out", str(tmp_path / "reports"), "--runs", str(tmp_path / "runs"), "--no-progress", "--no-pfsa", *extra])
 
 
 def test_paper_sweep_has_every_cell_and_the_shipped_recipe():

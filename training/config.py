@@ -46,6 +46,14 @@ class TaskConfig:
     # to actions[1] over the first curriculum_steps steps (0 = off).
     curriculum_steps: int = 0
     curriculum_start: int = 4
+    # Probabilistic traces (PFSA-SR, tasks/probabilistic.py) when mix gives weight to hidden
+    # outcomes: weights of deterministic / random-swap / random-choice actions ([1, 0, 0]:
+    # deterministic traces, the fields below unused). A reveal then prints every variable with
+    # probability full_reveal_prob, else one (`reveal` is not used); tokenizer statement-prob or code-prob.
+    mix: list[float] = field(default_factory=lambda: [1.0, 0.0, 0.0])
+    swap_prob: float = 0.5  # p of "a, b = (b, a) if random.random() < p else (a, b)"
+    choice_size: int = 3  # random.choice over the rotations of this many variables
+    full_reveal_prob: float = 0.2
 
 
 @dataclass

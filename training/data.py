@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from tasks import TraceSpec, collate, generate_trace, make_tokenizer, trace_seed
+from tasks.probabilistic import generate_prob_trace
 from tasks.errors import DeltalensError
 from training.config import TaskConfig
 
@@ -20,11 +21,31 @@ class TrainingData:
         self.seed = seed
         if task.reveal not in ("one", "all", "mixed"):
             raise DeltalensError(f"task.reveal must be one, all or mixed, got {task.reveal!r}")
-        self.tokenizer = make_tokenizer(task.tokenizer, task.group, action_set=task.action_set)
-        self.eval_spec()  # validates group, action set and spacing before any training starts
+        # PFSA-SR traces when the mix gives weight to hidden outcomes (training.config.TaskConfig)
+        self.probabilistic = len(task.mix) == 3 and sum(task.mix[1:]) > 0
+        if self.probabilistic != task.tokenizer.endswith("-prob"):
+            raise DeltalensError(
+                "probabilistic traces (task.mix with weight on random swaps or choices) need the statement-prob "
+                "or code-prob tokenizer, and those tokenizers need such a mix"
+            )
+        spec = self.eval_spec()  # validates group, action set and spacing before any training starts
+        self.tokenizer = make_tokenizer(task.tokenizer, spec if self.probabilistic else task.group,
+                                        action_set=task.action_set)
 
-    def eval_spec(self, actions: int | None = None, spacing: int | None = None, reveal: str | None = None) -> TraceSpec:
-        """Held-out traces: the training length (or `actions`) at the evaluation spacing."""
+    def _prob_spec(self, actions, spacing: int):
+        from tasks.probabilistic import ProbTraceSpec
+
+        task = self.task
+        return ProbTraceSpec(group=task.group, action_set=task.action_set, actions=actions, mix=tuple(task.mix),
+                             swap_prob=float(task.swap_prob), choice_size=task.choice_size, spacing=spacing,
+                             full_reveal_prob=task.full_reveal_prob)
+
+    def eval_spec(self, actions: int | None = None, spacing: int | None = None, reveal: str | None = None):
+        """Held-out traces: the training length (or `actions`) at the evaluation spacing (a
+        ProbTraceSpec for probabilistic tasks, whose reveals follow full_reveal_prob, not `reveal`)."""
+        if self.probabilistic:
+            return self._prob_spec(actions if actions is not None else self.task.actions[1],
+                                   spacing if spacing is not None else self.task.eval_spacing)
         return TraceSpec(
             group=self.task.group,
             action_set=self.task.action_set,
@@ -59,11 +80,16 @@ class TrainingData:
         for i in range(batch_size):
             # train-split seeds never equal eval-split ones (tasks.trace_seed keeps them apart)
             seed = trace_seed(self.seed, "train", step * batch_size + i)
+            spacing = spacing_lo + (seed >> 8) % (spacing_hi - spacing_lo + 1)
+            if self.probabilistic:
+                trace = generate_prob_trace(self._prob_spec((min(lo, hi), hi), spacing), seed, posteriors=False)
+                encoded.append(self.tokenizer.encode_trace(trace))
+                continue
             spec = TraceSpec(
                 group=self.task.group,
                 action_set=self.task.action_set,
                 actions=(min(lo, hi), hi),
-                spacing=spacing_lo + (seed >> 8) % (spacing_hi - spacing_lo + 1),
+                spacing=spacing,
                 reveal=self.task.reveal if self.task.reveal != "mixed" else ("one", "all")[(seed >> 16) % 2],
             )
             encoded.append(self.tokenizer.encode_trace(generate_trace(spec, seed)))

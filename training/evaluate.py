@@ -115,7 +115,8 @@ def evaluate_checkpoint(
     train_length = task.actions[1]
     lengths = lengths or [train_length, 2 * train_length, 4 * train_length]
     spacing = spacing or task.eval_spacing
-    reveal = data.eval_spec(reveal=reveal).reveal
+    # probabilistic traces print one variable or all of them by their own full_reveal_prob
+    reveal = "pfsa" if data.probabilistic else data.eval_spec(reveal=reveal).reveal
     rows = []
     for actions in lengths:
         spec = data.eval_spec(actions, spacing, reveal)

@@ -21,18 +21,44 @@ def export_run(run_dir: str | Path, target: str | Path, config_text: str, comman
         raise DeltalensError(f"{run_dir} has no finished checkpoint ({last} is missing); train it first")
     meta = models.read_checkpoint_meta(last)
     report = evaluate_checkpoint(last, n_traces=n_traces)  # reveal as in training ("one" for mixed)
-    other = "all" if report["reveal"] == "one" else "one"
-    report_other = evaluate_checkpoint(last, n_traces=n_traces, reveal=other)
-    metrics = {**(meta.get("metrics") or {}), "eval": report, f"eval_reveal_{other}": report_other}
+    if _probabilistic(meta):  # reveals follow full_reveal_prob; the measure is KL to the exact belief
+        reports = [report]
+        kl = belief_kl_report(last, n_random=n_traces)
+        metrics = {**(meta.get("metrics") or {}), "eval": report, "belief_kl": kl}
+    else:
+        other = "all" if report["reveal"] == "one" else "one"
+        reports = [report, evaluate_checkpoint(last, n_traces=n_traces, reveal=other)]
+        kl = None
+        metrics = {**(meta.get("metrics") or {}), "eval": report, f"eval_reveal_{other}": reports[1]}
     extra = {key: meta[key] for key in ("tokenizer", "task", "training")}
     extra["training"] = {**extra["training"], "command": command}
-    card = model_card(Path(target).name, meta, [report, report_other], command)
+    card = model_card(Path(target).name, meta, reports, command, kl)
     models.save(models.load(last), target, extra={**extra, "metrics": metrics},
                 files={"train.toml": config_text, "CARD.md": card})
     return report
 
 
-def model_card(name: str, meta: dict[str, Any], reports: list[dict[str, Any]], command: str) -> str:
+def _probabilistic(meta: dict[str, Any]) -> bool:
+    return str(meta["training"]["config"]["task"].get("tokenizer", "")).endswith("-prob")
+
+
+def belief_kl_report(checkpoint: Path, n_random: int = 512, n_adversarial: int = 128, cycles: int = 16) -> dict[str, Any]:
+    """KL(exact posterior predictive || model) on held-out random and adversarial traces
+    (probes/belief_kl.py), as JSON: mean per kind and the table by partial reveals."""
+    from probes.belief_kl import belief_kl
+    from training.data import TrainingData, task_config_from_meta
+
+    data = TrainingData(task_config_from_meta(models.read_checkpoint_meta(checkpoint)), seed=0)
+    model = models.load(checkpoint)
+    result = belief_kl(model, data.tokenizer, data.eval_spec(), n_random=n_random, n_adversarial=n_adversarial,
+                       cycles=cycles)
+    return {"n_random": n_random, "n_adversarial": n_adversarial, "adversarial_cycles": cycles,
+            "spacing": data.task.eval_spacing, "mean_kl": result.summary(),
+            "by_partial_reveals": result.table().to_dict(orient="records")}
+
+
+def model_card(name: str, meta: dict[str, Any], reports: list[dict[str, Any]], command: str,
+               kl: dict[str, Any] | None = None) -> str:
     config = meta["training"]["config"]
     task, model = config["task"], config["model"]
     report = reports[0]
@@ -58,11 +84,32 @@ def model_card(name: str, meta: dict[str, Any], reports: list[dict[str, Any]], c
 Fresh traces from the evaluation split (seeds never used in training), reveal spacing
 {report['spacing']}, {report['n_traces']} traces per length. Reveal accuracy: fraction of revealed values
 predicted right (argmax over the whole vocabulary); trace accuracy: every reveal of a trace right.
-Reveal `one` prints one random variable (`print('a', a)`), `all` prints every variable.
+Reveal `one` prints one random variable (`print('a', a)`), `all` prints every variable, `pfsa`
+one or all by the probabilistic family's full_reveal_prob.
 
 | reveal | actions | reveal accuracy | trace accuracy | reveals |
 |---|---|---|---|---|
 {rows}
 
 Reproduce with `deltalens eval checkpoints/{name}`.
+""" + (_kl_section(kl) if kl else "")
+
+
+def _kl_section(kl: dict[str, Any]) -> str:
+    rows = "\n".join(f"| {r['kind']} | {r['partial_reveals']} | {r['kl']:.4f} | {r['value_mass']:.3f} | {r['count']} |"
+                     for r in kl["by_partial_reveals"] if r["count"] >= 20)
+    means = ", ".join(f"{kind} {value:.4f}" for kind, value in kl["mean_kl"].items())
+    return f"""
+## Belief (PFSA-SR)
+
+Reveals of probabilistic traces are samples, so accuracy is bounded by chance; what counts is
+KL(exact posterior predictive ‖ model predictive) in nats at each printed value (the model's
+next-token distribution restricted to the value tokens), by the number of partial reveals since
+the last full reveal: {kl['n_random']} held-out random traces at spacing {kl['spacing']}, and
+{kl['n_adversarial']} adversarial traces of {kl['adversarial_cycles']} mix/leak/reveal cycles
+(tasks/adversary.py). Mean KL: {means}. Rows with at least 20 reveals:
+
+| traces | partial reveals | mean KL | mass on values | reveals |
+|---|---|---|---|---|
+{rows}
 """

@@ -126,7 +126,8 @@ def train(
             model, data.tokenizer, data.eval_spec(), n_traces=config.run.eval_traces, seed=config.run.seed
         )
         model.train()
-        entry = {"step": step, "reveal_accuracy": result.reveal_accuracy, "trace_accuracy": result.trace_accuracy}
+        entry = {"step": step, "reveal_accuracy": result.reveal_accuracy, "trace_accuracy": result.trace_accuracy,
+                 "train_wall_s": round(wall, 1)}  # training time so far, evaluations excluded
         history.append(entry)
         return entry
 
@@ -179,7 +180,9 @@ def train(
 
 
 def _resume_key(config: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a config a resumed run must share with its start (the rest is cadence)."""
+    """The parts of a config a resumed run must share with its start (the rest is cadence);
+    keys added to the config since the run started count with their defaults."""
+    config = TrainConfig.from_dict(config).to_dict()
     run = {k: v for k, v in config["run"].items() if k not in ("threads", "eval_every", "checkpoint_every", "eval_traces")}
     return {**config, "run": run}
 

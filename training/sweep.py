@@ -292,6 +292,10 @@ def read_results(sweep: Sweep, results_dir: str | Path) -> list[CellStatus]:
                 status.reason = f"{path} is not a result file ({err}); it is retrained"
             else:
                 wanted = cell_config(cell, sweep).to_dict()
+                try:  # keys added to the config since the cell ran count with their defaults
+                    recorded = TrainConfig.from_dict(recorded).to_dict()
+                except DeltalensError:
+                    pass  # an unknown key: it stays unequal, so "other config"
                 if recorded == wanted:
                     status.result = result
                 elif recorded.get("run", {}).get("steps") != wanted["run"]["steps"]:

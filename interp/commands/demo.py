@@ -9,7 +9,7 @@ import argparse
 
 from tasks.errors import DeltalensError
 from tasks.groups import VARIABLE_NAMES
-from tasks.tokenizers import TOKENIZER_KINDS, make_tokenizer
+from tasks.tokenizers import TRACE_SPEC_KINDS, make_tokenizer
 from tasks.traces import TraceSpec, generate_trace, replay_transcript
 
 
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     after = ", ".join(str(r.after_action) for r in trace.reveals)
     print(f"{'reveals':<{width}}{len(trace.reveals)} (after actions {after})")
     print(f"{'lines':<{width}}{len(trace.lines)}")
-    for kind in TOKENIZER_KINDS:
+    for kind in TRACE_SPEC_KINDS:
         tokenizer = make_tokenizer(kind, spec)
         enc = tokenizer.encode_trace(trace, add_bos=False)
         label = f"tokens ({kind})"

@@ -36,6 +36,9 @@ def register(subparsers) -> None:
     parser.add_argument("--no-train", action="store_true", help="write the report from the results that exist")
     parser.add_argument("--steps", type=int, help="training budget per cell (default: the sweep file's); results "
                         "from another budget count as missing and are replaced")
+    parser.add_argument("--checkpoints", default="checkpoints",
+                        help="where the PFSA-SR section finds probabilistic checkpoints (default checkpoints)")
+    parser.add_argument("--no-pfsa", action="store_true", help="leave out the PFSA-SR section (belief decay and KL)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.set_defaults(func=run)
 
@@ -84,7 +87,7 @@ def run(args) -> int:
     elif todo:
         for status in todo:
             status.reason = f"{status.reason} (--no-train)"
-    report = write_report(sweep, statuses, Path(args.out))
+    report = write_report(sweep, statuses, Path(args.out), None if args.no_pfsa else Path(args.checkpoints))
     done = sum(s.result is not None for s in statuses)
     verdicts = [c.verdict for c in report.claims]
     print(f"trained {trained} cell(s), {failed} failed; {done} of {len(statuses)} cells measured")
@@ -121,10 +124,16 @@ class Report:
     png_error: str | None  # the first PNG failure, one line naming the fix
 
 
-def write_report(sweep, statuses, out: Path) -> Report:
-    """Write OUT/reproduce.md and OUT/figures/*; a PNG failure leaves the rest intact."""
+def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = None) -> Report:
+    """Write OUT/reproduce.md and OUT/figures/*; a PNG failure leaves the rest intact. With
+    ``pfsa_checkpoints`` the report gains the PFSA-SR section (interp/pfsa_report.py)."""
     from training.sweep import evaluate_claims, length_figure, spacing_figure
 
+    section = None
+    if pfsa_checkpoints is not None:
+        from interp.pfsa_report import pfsa_section
+
+        section = pfsa_section(pfsa_checkpoints)
     results = [s.result for s in statuses if s.result is not None]
     claims = evaluate_claims(results, sweep.thresholds, settings=[s.cell.setting for s in statuses])
     figures_dir = out / "figures"
@@ -133,6 +142,7 @@ def write_report(sweep, statuses, out: Path) -> Report:
     for name, title, fig in [
         ("accuracy_vs_spacing", "accuracy vs reveal spacing", spacing_figure(results, sweep.thresholds)),
         ("accuracy_vs_length", "accuracy vs trace length (extrapolation)", length_figure(results, sweep.thresholds)),
+        *(section.figures if section else []),
     ]:
         html, png = figures_dir / f"{name}.html", figures_dir / f"{name}.png"
         fig.write_html(html, include_plotlyjs="cdn")  # a few KB each; plotly.js comes from its CDN
@@ -143,7 +153,7 @@ def write_report(sweep, statuses, out: Path) -> Report:
         figures.append(FigureFiles(name, title, html, None if error else png, error))
     markdown = out / "reproduce.md"
     staging = markdown.with_name(f".{markdown.name}.tmp")
-    staging.write_text(render_markdown(sweep, statuses, claims, figures, out))
+    staging.write_text(render_markdown(sweep, statuses, claims, figures, out, section.lines if section else []))
     os.replace(staging, markdown)
     return Report(markdown, claims, figures, png_error)
 
@@ -168,7 +178,7 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-def render_markdown(sweep, statuses, claims, figures, out: Path) -> str:
+def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str] = ()) -> str:
     from training.sweep import ARCH_LABELS, accuracy_at, cell_config, claim_rules, curriculum
 
     t = sweep.thresholds
@@ -260,7 +270,7 @@ def render_markdown(sweep, statuses, claims, figures, out: Path) -> str:
             lines += [f"* `{name}` at {r['actions']} actions: {r['error']}" for name, r in errors]
         lines.append("")
 
-    lines += ["## Figures", ""]
+    lines += [*extra, "## Figures", ""]
     for figure in figures:
         html = figure.html.relative_to(out).as_posix()
         if figure.png is not None:

@@ -1,0 +1,153 @@
+"""How far a trained model's predictive is from the exact belief (PFSA-SR, issue 6 item 4c).
+
+At every revealed value of a probabilistic trace the exact posterior predictive p (the joint
+filter, tasks/pfsa.py) says how likely each value 1..n was given everything before it. The
+model's predictive q is its next-token distribution at that position restricted to the n value
+tokens and renormalised (``value_mass`` keeps how much it put on them at all). The measure is
+KL(p || q) in nats, grouped by the number of partial reveals since the last full reveal (the
+initial assignments count as one): the quantity whose unnormalised mass a linear recurrence
+cannot restore, since only a full reveal pins the state again.
+
+Two kinds of held-out traces:
+* ``random``: the checkpoint's own probabilistic family at the evaluation spacing, from the
+  evaluation split (seeds never used in training);
+* ``adversarial``: tasks/adversary.py's mix / leak / reveal cycle with block 2 (random swaps at
+  the family's p), which never resets and drains the unnormalised marginal at a known rate.
+
+    from probes.belief_kl import belief_kl
+    result = belief_kl(model, tokenizer, spec)          # spec: the checkpoint's ProbTraceSpec
+    result.table()                                      # mean KL by kind x partial reveals
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+
+from tasks import collate
+from tasks.adversary import adversarial_sequence, adversarial_trace
+from tasks.dataset import trace_seed
+from tasks.errors import DeltalensError
+from tasks.probabilistic import ProbTrace, ProbTraceSpec, generate_prob_trace
+
+_DIGIT = re.compile(r"\d+")
+
+
+def partial_counts(trace: ProbTrace) -> list[int]:
+    """For every printed value, in order: partial reveals since the last full one before its line."""
+    counts, since = [], 0
+    for reveal in trace.reveals:
+        full = len(reveal.variables) == trace.n
+        counts += [since] * len(reveal.variables)
+        since = 0 if full else since + 1
+    return counts
+
+
+def _value_candidates(tokenizer, token_id: int, n: int) -> list[int]:
+    """Ids of the same token with each value 1..n in place of its number (" 2" -> " 1", " 2", " 3")."""
+    table = getattr(tokenizer, "_id_table", None)
+    if table is None:
+        table = {tokenizer.token_of(i): i for i in range(tokenizer.vocab_size)}
+        tokenizer._id_table = table
+    text = tokenizer.token_of(token_id)
+    try:
+        return [table[_DIGIT.sub(str(v), text)] for v in range(1, n + 1)]
+    except KeyError:
+        raise DeltalensError(f"the tokenizer has no token for every value in place of {text!r}") from None
+
+
+@torch.no_grad()
+def reveal_kl(model, tokenizer, traces: Sequence[ProbTrace], kind: str, batch_size: int = 64) -> pd.DataFrame:
+    """One row per revealed value: trace, kind, partial reveals since a full one, KL(p || q), the
+    model's mass on value tokens, and p and q themselves."""
+    was_training = model.training
+    model.eval()
+    weight = next(model.parameters(), None)
+    device = weight.device if weight is not None else torch.device("cpu")
+    rows: list[dict[str, Any]] = []
+    for start in range(0, len(traces), batch_size):
+        chunk = traces[start:start + batch_size]
+        encoded = [tokenizer.encode_trace(t) for t in chunk]
+        batch = collate(encoded)
+        probs = torch.softmax(model(batch["tokens"].to(device)).float().cpu(), dim=-1)
+        for b, (trace, enc) in enumerate(zip(chunk, encoded)):
+            posteriors = [post for line in trace.posteriors for post in line]
+            positions = [t for t, flag in enumerate(enc.is_reveal) if flag]
+            for t, post, since in zip(positions, posteriors, partial_counts(trace)):
+                candidates = _value_candidates(tokenizer, enc.ids[t], trace.n)
+                q_raw = probs[b, t - 1, candidates].double().numpy()  # predicted from position t - 1
+                mass = float(q_raw.sum())
+                q = q_raw / max(mass, 1e-300)
+                p = np.asarray(post.predictive, dtype=np.float64)
+                support = p > 0
+                kl = float(np.sum(p[support] * (np.log(p[support]) - np.log(np.maximum(q[support], 1e-300)))))
+                rows.append({"trace": start + b, "kind": kind, "partial_reveals": since, "kl": kl,
+                             "value_mass": mass, "revealed": int(post.value), "p": p.tolist(), "q": q.tolist()})
+    model.train(was_training)
+    return pd.DataFrame(rows)
+
+
+def random_traces(spec: ProbTraceSpec, count: int, seed: int = 0) -> list[ProbTrace]:
+    """Held-out traces of the family (evaluation split: no seed is ever a training seed)."""
+    return [generate_prob_trace(spec, trace_seed(seed, "eval", i)) for i in range(count)]
+
+
+def adversarial_traces(spec: ProbTraceSpec, count: int, cycles: int, seed: int = 0) -> list[ProbTrace]:
+    """The adversary's cycle (block 2, leak probability = the family's swap p) ``cycles`` times."""
+    sequence = adversarial_sequence(n=spec.n, block=2, p=spec.swap_prob, cycles=cycles)
+    return [adversarial_trace(sequence, seed=seed * 1_000_003 + i) for i in range(count)]
+
+
+@dataclass
+class BeliefKL:
+    rows: pd.DataFrame  # reveal_kl rows of both kinds
+
+    def table(self, max_partial: int | None = None) -> pd.DataFrame:
+        """Mean KL and count per (kind, partial reveals since a full one)."""
+        rows = self.rows if max_partial is None else self.rows[self.rows.partial_reveals <= max_partial]
+        out = rows.groupby(["kind", "partial_reveals"]).agg(
+            kl=("kl", "mean"), kl_sem=("kl", "sem"), value_mass=("value_mass", "mean"), count=("kl", "size"))
+        return out.reset_index()
+
+    def summary(self) -> dict[str, float]:
+        """Mean KL per kind."""
+        return {kind: float(group.kl.mean()) for kind, group in self.rows.groupby("kind")}
+
+
+def belief_kl(model, tokenizer, spec: ProbTraceSpec, n_random: int = 256, n_adversarial: int = 64,
+              cycles: int = 16, seed: int = 0) -> BeliefKL:
+    """KL(exact || model) at every reveal of held-out random and adversarial traces."""
+    frames = [reveal_kl(model, tokenizer, random_traces(spec, n_random, seed), "random")]
+    if n_adversarial:
+        frames.append(reveal_kl(model, tokenizer, adversarial_traces(spec, n_adversarial, cycles, seed), "adversarial"))
+    return BeliefKL(pd.concat(frames, ignore_index=True))
+
+
+def kl_figure(tables: dict[str, list[dict[str, Any]]], min_count: int = 20,
+              colors: dict[str, str] | None = None) -> go.Figure:
+    """Mean KL vs partial reveals since the last full reveal, one line per model and trace kind
+    (solid: random, dashed: adversarial). ``tables`` maps a model label to
+    ``BeliefKL.table().to_dict("records")`` (what checkpoints store); rows with fewer than
+    ``min_count`` reveals are dropped."""
+    fig = go.Figure()
+    for label, records in tables.items():
+        table = pd.DataFrame.from_records(records)
+        for kind, dash in (("random", "solid"), ("adversarial", "dash")):
+            part = table[(table.kind == kind) & (table["count"] >= min_count)] if len(table) else table
+            if part.empty:
+                continue
+            fig.add_trace(go.Scatter(
+                x=part.partial_reveals, y=part.kl, mode="lines+markers", name=f"{label} ({kind})",
+                line={"dash": dash, "color": (colors or {}).get(label)},
+                error_y={"type": "data", "array": part.kl_sem.fillna(0)},
+            ))
+    fig.update_layout(title="KL(exact posterior predictive ‖ model predictive) at reveals",
+                      xaxis_title="partial reveals since the last full reveal", yaxis_title="KL (nats)",
+                      template="plotly_white")
+    fig.update_yaxes(type="log")
+    return fig
