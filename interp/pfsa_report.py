@@ -7,11 +7,15 @@ retrains or re-evaluates them.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import plotly.graph_objects as go
+
+from probes.belief_kl import partial_counts
 
 MAX_PARTIAL = 8  # columns of the KL table: partial reveals since the last full reveal
 
@@ -35,6 +39,28 @@ def probabilistic_checkpoints(root: Path) -> dict[str, dict[str, Any]]:
         if kl:
             found[path.name] = kl
     return found
+
+
+def uniform_kl(checkpoints: Path, name: str, kl: dict[str, Any]) -> dict[str, Any]:
+    """`belief_kl` of a predictor that puts 1/n on every value, on the traces the export of
+    checkpoint ``name`` scored (same family, counts and seeds): the scale a model's KL sits on."""
+    import models
+    from probes.belief_kl import BeliefKL, adversarial_traces, random_traces
+    from training.data import TrainingData, task_config_from_meta
+
+    spec = TrainingData(task_config_from_meta(models.read_checkpoint_meta(Path(checkpoints) / name)), seed=0).eval_spec()
+    traces = {"random": random_traces(spec, kl["n_random"]),
+              "adversarial": adversarial_traces(spec, kl["n_adversarial"], kl["adversarial_cycles"])}
+    rows = []
+    for kind, group in traces.items():
+        for trace in group:
+            posts = [post for line in trace.posteriors for post in line]
+            for post, since in zip(posts, partial_counts(trace)):
+                p = [x for x in post.predictive if x > 0]
+                rows.append({"kind": kind, "partial_reveals": since, "value_mass": 1.0,
+                             "kl": sum(x * math.log(x * trace.n) for x in p)})
+    result = BeliefKL(pd.DataFrame(rows))
+    return {**kl, "mean_kl": result.summary(), "by_partial_reveals": result.table().to_dict(orient="records")}
 
 
 def pfsa_section(checkpoints: Path) -> PfsaSection:
@@ -65,6 +91,8 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
     lines += ["", "– : no underflow within the sequence (1100 reveals for (a), 400 for (b)).", ""]
 
     found = probabilistic_checkpoints(checkpoints)
+    if found:  # the same held-out reveals scored against a uniform guess, for scale
+        found = {**found, "uniform guess (reference)": uniform_kl(checkpoints, next(iter(found)), next(iter(found.values())))}
     lines += ["### (c) Trained models on probabilistic traces", ""]
     if not found:
         lines += [f"No probabilistic checkpoint under `{checkpoints}` records `belief_kl` yet.", ""]

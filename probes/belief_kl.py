@@ -48,13 +48,13 @@ def partial_counts(trace: ProbTrace) -> list[int]:
     return counts
 
 
-def _value_candidates(tokenizer, token_id: int, n: int) -> list[int]:
-    """Ids of the same token with each value 1..n in place of its number (" 2" -> " 1", " 2", " 3")."""
-    table = getattr(tokenizer, "_id_table", None)
-    if table is None:
-        table = {tokenizer.token_of(i): i for i in range(tokenizer.vocab_size)}
-        tokenizer._id_table = table
-    text = tokenizer.token_of(token_id)
+def token_table(tokenizer) -> dict[str, int]:
+    """Token string -> id (the vocabularies of probabilistic tokenizers have tens of tokens)."""
+    return {tokenizer.token_of(i): i for i in range(tokenizer.vocab_size)}
+
+
+def value_candidates(table: dict[str, int], text: str, n: int) -> list[int]:
+    """Ids of the token ``text`` with each value 1..n in place of its number (" 2" -> " 1", " 2", " 3")."""
     try:
         return [table[_DIGIT.sub(str(v), text)] for v in range(1, n + 1)]
     except KeyError:
@@ -69,6 +69,7 @@ def reveal_kl(model, tokenizer, traces: Sequence[ProbTrace], kind: str, batch_si
     model.eval()
     weight = next(model.parameters(), None)
     device = weight.device if weight is not None else torch.device("cpu")
+    table = token_table(tokenizer)
     rows: list[dict[str, Any]] = []
     for start in range(0, len(traces), batch_size):
         chunk = traces[start:start + batch_size]
@@ -79,7 +80,7 @@ def reveal_kl(model, tokenizer, traces: Sequence[ProbTrace], kind: str, batch_si
             posteriors = [post for line in trace.posteriors for post in line]
             positions = [t for t, flag in enumerate(enc.is_reveal) if flag]
             for t, post, since in zip(positions, posteriors, partial_counts(trace)):
-                candidates = _value_candidates(tokenizer, enc.ids[t], trace.n)
+                candidates = value_candidates(table, tokenizer.token_of(enc.ids[t]), trace.n)
                 q_raw = probs[b, t - 1, candidates].double().numpy()  # predicted from position t - 1
                 mass = float(q_raw.sum())
                 q = q_raw / max(mass, 1e-300)

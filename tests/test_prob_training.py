@@ -11,8 +11,8 @@ import torch
 
 import models
 from interp.commands.reproduce import write_report
-from interp.pfsa_report import probabilistic_checkpoints
-from probes.belief_kl import _value_candidates, partial_counts, reveal_kl
+from interp.pfsa_report import probabilistic_checkpoints, uniform_kl
+from probes.belief_kl import partial_counts, reveal_kl, token_table, value_candidates
 from tasks import Tokenizer, make_tokenizer
 from tasks.adversary import adversarial_sequence, adversarial_trace
 from tasks.errors import DeltalensError
@@ -102,7 +102,7 @@ class Oracle(torch.nn.Module):
             flat = [post for line in trace.posteriors for post in line]
             positions = [t for t, flag in enumerate(enc.is_reveal) if flag]
             for t, post in zip(positions, flat):
-                cands = _value_candidates(self.tok, enc.ids[t], trace.n)
+                cands = value_candidates(token_table(self.tok), self.tok.token_of(enc.ids[t]), trace.n)
                 p = np.asarray(post.predictive) if self.exact else np.full(trace.n, 1 / trace.n)
                 logits[b, t - 1, cands] = torch.tensor(np.log(np.maximum(p, 1e-30)), dtype=torch.float32)
         return logits
@@ -162,6 +162,11 @@ def test_train_export_and_report_a_probabilistic_checkpoint(tmp_path, arch):
     card = (target / "CARD.md").read_text()
     assert "## Belief (PFSA-SR)" in card and "| adversarial | 0 |" in card
     assert probabilistic_checkpoints(tmp_path / "checkpoints") == {target.name: kl}
+    # the report's uniform reference scores exactly the same reveals
+    uniform = uniform_kl(tmp_path / "checkpoints", target.name, kl)
+    counts = {(r["kind"], r["partial_reveals"]): r["count"] for r in kl["by_partial_reveals"]}
+    assert {(r["kind"], r["partial_reveals"]): r["count"] for r in uniform["by_partial_reveals"]} == counts
+    assert uniform["mean_kl"]["random"] > 0
 
 
 def test_report_gains_the_pfsa_section(tmp_path, monkeypatch):

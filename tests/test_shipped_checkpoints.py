@@ -8,7 +8,10 @@ from training.evaluate import evaluate_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 SHIPPED = sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "model.safetensors").is_file())
-TRACKERS = [name for name in SHIPPED if "deltanet-neg" in name]
+# deterministic DeltaNet [0, 2] checkpoints (plain or renormalised): they must really track state
+TRACKERS = [name for name in SHIPPED if ("deltanet-neg" in name or "deltanet-renorm" in name)
+            and not name.endswith("-prob")]
+PROBABILISTIC = [name for name in SHIPPED if name.endswith("-prob")]
 
 
 def test_the_headline_checkpoints_are_shipped():
@@ -52,3 +55,19 @@ def test_readme_python_example_runs(monkeypatch):
     heads = scope["report"].heads
     assert heads.loc[heads["reflection_fraction"].idxmax(), ["layer", "head"]].tolist() == [0, 3]
     assert scope["cache"]["blocks.0.attn.hook_state"].shape[2:] == (4, 16, 16)
+
+
+@pytest.mark.parametrize("name", PROBABILISTIC)
+def test_probabilistic_checkpoint_beats_a_uniform_guess_and_records_its_kl(name):
+    import math
+
+    from probes.belief_kl import belief_kl
+    from training.data import TrainingData, task_config_from_meta
+
+    path = CHECKPOINTS / name
+    meta = models.read_checkpoint_meta(path)
+    assert set(meta["metrics"]["belief_kl"]["mean_kl"]) == {"random", "adversarial"}
+    data = TrainingData(task_config_from_meta(meta), seed=0)
+    result = belief_kl(models.load(path), data.tokenizer, data.eval_spec(), n_random=32, n_adversarial=0, seed=99)
+    uniform = result.rows.p.map(lambda p: sum(x * math.log(x * len(p)) for x in p if x > 0))
+    assert result.rows.kl.mean() < uniform.mean(), (result.rows.kl.mean(), uniform.mean())

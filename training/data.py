@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from tasks import TraceSpec, collate, generate_trace, make_tokenizer, trace_seed
-from tasks.probabilistic import generate_prob_trace
 from tasks.errors import DeltalensError
+from tasks.probabilistic import ProbTraceSpec, generate_prob_trace
 from training.config import TaskConfig
 
 
@@ -32,15 +32,15 @@ class TrainingData:
         self.tokenizer = make_tokenizer(task.tokenizer, spec if self.probabilistic else task.group,
                                         action_set=task.action_set)
 
-    def _prob_spec(self, actions, spacing: int):
-        from tasks.probabilistic import ProbTraceSpec
-
+    def _prob_spec(self, actions, spacing: int) -> ProbTraceSpec:
         task = self.task
         return ProbTraceSpec(group=task.group, action_set=task.action_set, actions=actions, mix=tuple(task.mix),
                              swap_prob=float(task.swap_prob), choice_size=task.choice_size, spacing=spacing,
                              full_reveal_prob=task.full_reveal_prob)
 
-    def eval_spec(self, actions: int | None = None, spacing: int | None = None, reveal: str | None = None):
+    def eval_spec(
+        self, actions: int | None = None, spacing: int | None = None, reveal: str | None = None
+    ) -> TraceSpec | ProbTraceSpec:
         """Held-out traces: the training length (or `actions`) at the evaluation spacing (a
         ProbTraceSpec for probabilistic tasks, whose reveals follow full_reveal_prob, not `reveal`)."""
         if self.probabilistic:

@@ -167,8 +167,8 @@ def _write_png(fig, path: Path) -> str | None:
     except Exception as err:  # kaleido raises plain RuntimeErrors (and others) for a missing browser
         text = str(err)
         if "chrome" in text.lower() or "chromium" in text.lower():
-            return ("PNG export needs Chrome or Chromium for kaleido: run `plotly_get_chrome` (or "
-                    "`apt-get install chromium`), then `deltalens reproduce --no-train`; HTML figures were written")
+            return ("PNG export needs Chrome or Chromium for kaleido: run `bash scripts/setup.sh --png` (or "
+                    "`plotly_get_chrome`), then `deltalens reproduce --no-train`; HTML figures were written")
         first = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
         return f"PNG export failed ({first}); HTML figures were written"
     return None
