@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+import plotly.colors
 import plotly.graph_objects as go
 import torch
 
@@ -132,9 +133,11 @@ def belief_kl(model, tokenizer, spec: ProbTraceSpec, n_random: int = 256, n_adve
 def kl_figure(tables: dict[str, list[dict[str, Any]]], min_count: int = 20,
               colors: dict[str, str] | None = None) -> go.Figure:
     """Mean KL vs partial reveals since the last full reveal, one line per model and trace kind
-    (solid: random, dashed: adversarial). ``tables`` maps a model label to
+    (one colour per model; solid: random, dashed: adversarial). ``tables`` maps a model label to
     ``BeliefKL.table().to_dict("records")`` (what checkpoints store); rows with fewer than
     ``min_count`` reveals are dropped."""
+    palette = plotly.colors.qualitative.Plotly
+    colors = {label: (colors or {}).get(label, palette[i % len(palette)]) for i, label in enumerate(tables)}
     fig = go.Figure()
     for label, records in tables.items():
         table = pd.DataFrame.from_records(records)
@@ -144,7 +147,7 @@ def kl_figure(tables: dict[str, list[dict[str, Any]]], min_count: int = 20,
                 continue
             fig.add_trace(go.Scatter(
                 x=part.partial_reveals, y=part.kl, mode="lines+markers", name=f"{label} ({kind})",
-                line={"dash": dash, "color": (colors or {}).get(label)},
+                line={"dash": dash, "color": colors[label]}, legendgroup=label,
                 error_y={"type": "data", "array": part.kl_sem.fillna(0)},
             ))
     fig.update_layout(title="KL(exact posterior predictive ‖ model predictive) at reveals",
