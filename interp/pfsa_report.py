@@ -63,6 +63,10 @@ def uniform_kl(checkpoints: Path, name: str, kl: dict[str, Any]) -> dict[str, An
     return {**kl, "mean_kl": result.summary(), "by_partial_reveals": result.table().to_dict(orient="records")}
 
 
+def _show(step) -> str:
+    return "–" if step is None else str(int(step))
+
+
 def pfsa_section(checkpoints: Path) -> PfsaSection:
     from probes.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
     from probes.belief_kl import kl_figure
@@ -82,12 +86,10 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
         "|---|---|---|---|---|---|",
     ]
     for name in joint.underflow:
-        def show(value):
-            return "–" if value is None else str(int(value))
-        lines.append(f"| {name} | {show(joint.underflow[name])} | {show(joint.predicted[name])} "
-                     f"| {show(marginal.underflow[('adversarial', name)])} "
-                     f"| {show(marginal.predicted[('adversarial', name)])} "
-                     f"| {show(marginal.underflow[('random', name)])} |")
+        lines.append(f"| {name} | {_show(joint.underflow[name])} | {_show(joint.predicted[name])} "
+                     f"| {_show(marginal.underflow[('adversarial', name)])} "
+                     f"| {_show(marginal.predicted[('adversarial', name)])} "
+                     f"| {_show(marginal.underflow[('random', name)])} |")
     lines += ["", "– : no underflow within the sequence (1100 reveals for (a), 400 for (b)).", ""]
 
     found = probabilistic_checkpoints(checkpoints)
