@@ -8,9 +8,9 @@ from training.evaluate import evaluate_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 SHIPPED = sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "model.safetensors").is_file())
-# deterministic DeltaNet [0, 2] checkpoints: they must really track state (the renormalised
-# variant is shipped as trained, and its card says how far it got)
-TRACKERS = [name for name in SHIPPED if "deltanet-neg" in name and not name.endswith("-prob")]
+# deterministic DeltaNet [0, 2] checkpoints, plain or renormalised: they must really track state
+TRACKERS = [name for name in SHIPPED if ("deltanet-neg" in name or "deltanet-renorm" in name)
+            and not name.endswith("-prob")]
 PROBABILISTIC = [name for name in SHIPPED if name.endswith("-prob")]
 
 
