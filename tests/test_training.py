@@ -161,6 +161,18 @@ def test_export_writes_card_config_and_loadable_weights(tmp_path):
     models.load(target)
 
 
+def test_export_skips_lengths_past_a_transformers_context(tmp_path):
+    from training.export import export_run
+
+    config = tiny_config(arch="transformer", steps=2)
+    config.model["n_ctx"] = 48  # 6 actions fit, 24 (4x) do not
+    train(config, tmp_path / "run", progress=False)
+    report = export_run(tmp_path / "run", tmp_path / "ship", dump_toml(config), "deltalens train x", n_traces=8)
+    assert [r["actions"] for r in report["lengths"]][0] == 6
+    assert 24 in [s["actions"] for s in report["skipped"]]
+    assert "Not evaluated at 24 actions:" in (tmp_path / "ship" / "CARD.md").read_text()
+
+
 def test_spacing_schedule_switches_reveal_density():
     task = tiny_config().task
     task.actions, task.spacing_schedule = [12, 12], [[0, 1, 1], [5, 4, 4]]

@@ -104,6 +104,8 @@ def evaluate_checkpoint(
     """Accuracy of a checkpoint at several trace lengths (default 1x, 2x and 4x its training length).
 
     The headline `reveal_accuracy` / `trace_accuracy` is the lowest over the lengths evaluated.
+    A default length the model cannot take (past a Transformer's context) is listed under
+    `skipped` with the reason; lengths asked for explicitly must all fit.
     """
     import models
     from training.data import TrainingData, task_config_from_meta
@@ -113,14 +115,21 @@ def evaluate_checkpoint(
     data = TrainingData(task, seed=0)
     model = models.load(path)
     train_length = task.actions[1]
+    defaults = not lengths
     lengths = lengths or [train_length, 2 * train_length, 4 * train_length]
     spacing = spacing or task.eval_spacing
     # probabilistic traces print one variable or all of them by their own full_reveal_prob
     reveal = "pfsa" if data.probabilistic else data.eval_spec(reveal=reveal).reveal
-    rows = []
+    rows, skipped = [], []
     for actions in lengths:
         spec = data.eval_spec(actions, spacing, reveal)
-        result = evaluate(model, data.tokenizer, spec, n_traces=n_traces, seed=seed)
+        try:
+            result = evaluate(model, data.tokenizer, spec, n_traces=n_traces, seed=seed)
+        except DeltalensError as err:
+            if not defaults or not rows:
+                raise
+            skipped.append({"actions": actions, "error": str(err)})
+            continue
         rows.append({"actions": actions, "x_train": actions / train_length, **result.to_dict()})
     return {
         "checkpoint": str(path),
@@ -130,6 +139,7 @@ def evaluate_checkpoint(
         "reveal_accuracy": min(r["reveal_accuracy"] for r in rows),
         "trace_accuracy": min(r["trace_accuracy"] for r in rows),
         "lengths": rows,
+        **({"skipped": skipped} if skipped else {}),
     }
 
 

@@ -91,8 +91,13 @@ one or all by the probabilistic family's full_reveal_prob.
 |---|---|---|---|---|
 {rows}
 
-Reproduce with `deltalens eval checkpoints/{name}`.
+{_skipped_lines(reports)}Reproduce with `deltalens eval checkpoints/{name}`.
 """ + (_kl_section(kl) if kl else "")
+
+
+def _skipped_lines(reports: list[dict[str, Any]]) -> str:
+    skipped = {s["actions"]: s["error"] for rep in reports for s in rep.get("skipped", [])}
+    return "".join(f"Not evaluated at {actions} actions: {error}\n\n" for actions, error in sorted(skipped.items()))
 
 
 def _kl_section(kl: dict[str, Any]) -> str:
