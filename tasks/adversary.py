@@ -165,8 +165,6 @@ def predicted_underflow_cycle(spec: AdversarySpec, smallest_subnormal: float) ->
     return max(1, math.ceil(k_minus_1 - 1e-12) + 1)
 
 
-
-
 def adversarial_trace(sequence: AdversarialSequence, seed: int = 0) -> ProbTrace:
     """The sequence as a ProbTrace that tokenizers encode and models read: the block shuffle's
     outcome is drawn from ``seed``, the leak never happens (the outcome the adversary reveals),
@@ -174,12 +172,12 @@ def adversarial_trace(sequence: AdversarialSequence, seed: int = 0) -> ProbTrace
 
     Its spec is the probabilistic family whose statements it uses (random swaps with the leak's
     p), so the ``statement-prob`` tokenizer of that family encodes it."""
-    spec_ = sequence.spec
-    if spec_.block != 2:
+    adv = sequence.spec
+    if adv.block != 2:
         raise DeltalensError("adversarial traces for models use block = 2 (a random swap as the shuffle).")
-    n, probe = spec_.n, sequence.probe
+    n, probe = adv.n, sequence.probe
     rng = np.random.default_rng(seed)
-    family = ProbTraceSpec(group=f"S{n}", actions=3 * spec_.cycles, mix=(0.0, 1.0, 0.0), swap_prob=spec_.p,
+    family = ProbTraceSpec(group=f"S{n}", actions=3 * adv.cycles, mix=(0.0, 1.0, 0.0), swap_prob=adv.p,
                            spacing=3, full_reveal_prob=0.0, identity_init=True)
     names = VARIABLE_NAMES
     lines = [f"{PROMPT}import random\n"] + [f"{PROMPT}{names[i]} = {v}\n" for i, v in enumerate(sequence.q0)]
@@ -194,8 +192,8 @@ def adversarial_trace(sequence: AdversarialSequence, seed: int = 0) -> ProbTrace
             info += [LineInfo(LINE_PRINT, t, variables=(probe,)), LineInfo(LINE_OUTPUT, t, variables=(probe,))]
             reveals.append(Reveal(len(lines) - 1, t, (probe,), (state[probe],)))
             continue
-        i, j = (0, 1) if event == sequence.mix else (spec_.block - 1, probe)
-        p = 0.5 if event == sequence.mix else spec_.p
+        i, j = (0, 1) if event == sequence.mix else (adv.block - 1, probe)
+        p = 0.5 if event == sequence.mix else adv.p
         taken = event == sequence.mix and rng.random() < 0.5  # the leak is never taken
         realised = transposition(n, i, j) if taken else identity(n)
         state = apply_permutation(state, realised)
