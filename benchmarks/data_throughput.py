@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from tasks.dataset import TraceDataset, collate
-from tasks.tokenizers import TRACE_SPEC_KINDS, make_tokenizer
-from tasks.traces import TraceSpec, generate_trace
+from deltalens.tasks.dataset import TraceDataset, collate
+from deltalens.tasks.tokenizers import TRACE_SPEC_KINDS, make_tokenizer
+from deltalens.tasks.traces import TraceSpec, generate_trace
 
 SPEC = TraceSpec(group="S5", action_set="swaps", actions=24, spacing=4)
 

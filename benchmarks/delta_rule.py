@@ -35,11 +35,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-warnings.filterwarnings("ignore")
+from deltalens.models.delta_rule import chunk_delta_rule, chunk_delta_rule_with_states
 
-from models.delta_rule import chunk_delta_rule, chunk_delta_rule_with_states  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+warnings.filterwarnings("ignore")
 
 B, H, T, K, V = 16, 4, 1024, 32, 32
 
@@ -123,7 +122,7 @@ def capture_in_model() -> dict:
     """Same shape inside a model: 2-layer d=128 HookedDeltaNet (4 heads of 32), B=16, T=1024."""
     from fla.models import DeltaNetConfig
 
-    from models.deltanet import HookedDeltaNet
+    from deltalens.models.deltanet import HookedDeltaNet
 
     cfg = DeltaNetConfig(hidden_size=128, num_heads=H, num_hidden_layers=2, vocab_size=64, allow_neg_eigval=True)
     torch.manual_seed(0)
@@ -141,7 +140,7 @@ def long_forward() -> dict:
     """Runs in its own process (see main): an 8-layer d=256 model on 4096 tokens."""
     from fla.models import DeltaNetConfig
 
-    from models.deltanet import HookedDeltaNet
+    from deltalens.models.deltanet import HookedDeltaNet
 
     cfg = DeltaNetConfig(hidden_size=256, num_heads=4, num_hidden_layers=8, vocab_size=64, allow_neg_eigval=True)
     torch.manual_seed(0)
@@ -185,7 +184,7 @@ def _reset_peak_rss() -> None:
 
 
 def bench_cuda() -> dict:
-    from models.delta_rule import fla_kernels_available
+    from deltalens.models.delta_rule import fla_kernels_available
 
     if not fla_kernels_available():
         return {"available": False}

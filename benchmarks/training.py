@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from deltalens import models
+from deltalens.training.config import load_config
+from deltalens.training.data import TrainingData
+from deltalens.training.loop import next_token_loss, train
 
-import models  # noqa: E402
-from training.config import load_config  # noqa: E402
-from training.data import TrainingData  # noqa: E402
-from training.loop import next_token_loss, train  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 REFERENCE = ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement", "s3-transformer-statement",
              "s3-deltanet-neg-code"]
@@ -96,7 +94,9 @@ def main() -> None:
     out = {"benchmark": "training", "threads": args.threads, "torch": torch.__version__,
            "throughput": {name: throughput(name, args.steps) for name in REFERENCE}}
     if args.time_to_99:
-        out["time_to_99"] = {name: time_to_99(name) for name in ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement"]}
+        out["time_to_99"] = {
+            name: time_to_99(name) for name in ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement"]
+        }
     if args.from_runs:
         out["time_to_99_from_runs"] = {name: time_to_99_from_run(name)
                                        for name in ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement"]}

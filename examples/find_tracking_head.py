@@ -8,7 +8,7 @@ Steps, each a call you can make in a notebook:
 1. per-head beta and transition eigenvalue 1 - beta on action tokens (probes.eigenvalues): the
    tracking head is the one whose transitions are reflections (eigenvalue < -0.9) most often;
 2. that head's state dimensionality (probes.subspace);
-3. the paper's test (interp.sweep): map each head's beta range [0, 2] -> [0, 1] in turn and
+3. the paper's test (interp.head_sweep): map each head's beta range [0, 2] -> [0, 1] in turn and
    measure held-out reveal accuracy. Only the tracking head's rescale should collapse it.
 
 Runs in well under a minute on a laptop CPU (most of it is importing torch and fla).
@@ -38,11 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from interp.capture import capture, open_checkpoint
-    from interp.sweep import sweep
-    from probes.eigenvalues import eigenvalue_report
-    from probes.subspace import subspace_report
-    from tasks.errors import DeltalensError
+    from deltalens.interp.capture import capture
+    from deltalens.interp.head_sweep import sweep
+    from deltalens.probes.eigenvalues import eigenvalue_report
+    from deltalens.probes.subspace import subspace_report
+    from deltalens.tasks.errors import DeltalensError
+    from deltalens.training.opened import open_checkpoint
 
     try:
         checkpoint = open_checkpoint(args.checkpoint)

@@ -16,72 +16,32 @@ Names are exact hook names or shorthands, expanded per layer for the model's arc
 Paper notation: hook_beta is beta_t (B, T, H); hook_k is k_t after L2 norm (B, T, H, d_k);
 hook_state is S_t (B, T, H, d_k, d_v) in fla's [K, V] layout, the state after token t.
 
-`open_checkpoint(path)` loads a checkpoint with its tokenizer and held-out trace spec, and
-`Checkpoint.batch(n)` draws evaluation-split traces (never seen in training) for it.
+Batches of held-out traces for a checkpoint come from training/opened.py (`open_checkpoint(path)
+.batch(n)`), or from any `tasks.dataset.make_batch`.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Union
+from dataclasses import dataclass
+from typing import Union
 
+import pandas as pd
 import torch
 
-from tasks.errors import DeltalensError
-from tasks.tokenizers import TokenKind
+from deltalens.models.architecture import ARTICLE, architecture_of, n_heads_of, n_layers_of, require_deltanet
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.tokenizers import TokenKind
 
-__all__ = [
-    "ATTN_SHORTHANDS", "DELTANET_ONLY", "Capture", "Checkpoint", "architecture_of", "capture",
-    "checkpoint_batch", "expand_names", "open_checkpoint", "require_deltanet", "residual_names",
-]
+__all__ = ["ATTN_SHORTHANDS", "DELTANET_ONLY", "Capture", "capture", "expand_names", "residual_names"]
 
 ATTN_SHORTHANDS = ("beta", "beta_logit", "state", "k", "q", "v", "z")
 DELTANET_ONLY = ("beta", "beta_logit", "state")  # the delta rule's write strength and matrix state
 _HEADED = {"deltanet": ("beta", "beta_logit", "state", "k", "q", "v", "z"), "transformer": ("k", "q", "v", "z"),
            "lstm": ()}
-ARTICLE = {"deltanet": "a DeltaNet", "transformer": "a Transformer", "lstm": "an LSTM"}
 KIND_NAMES = {int(kind): kind.name.lower() for kind in TokenKind}
 LABELS = ("trace", "position", "token", "kind", "action_pos", "perm_id", "answer", "reveal_var", "state_step")
 
 Names = Union[str, Sequence[str], Callable[[str], bool], None]
-
-
-def architecture_of(model) -> str:
-    """'deltanet', 'transformer' or 'lstm' (the `arch` every deltalens model carries)."""
-    arch = getattr(model, "arch", None)
-    if arch is None:
-        name = type(model).__name__
-        arch = {"HookedDeltaNet": "deltanet", "HookedLSTM": "lstm", "TransformerBridge": "transformer"}.get(name)
-    if arch is None:
-        raise DeltalensError(f"{type(model).__name__} is not a deltalens model; build or load one with models.build/load.")
-    return arch
-
-
-def n_layers_of(model) -> int:
-    cfg = getattr(model, "cfg", None)
-    if cfg is not None and getattr(cfg, "n_layers", None):
-        return int(cfg.n_layers)
-    return int(getattr(model, "model_config", {}).get("n_layers") or len(model.blocks))
-
-
-def n_heads_of(model) -> int:
-    arch = architecture_of(model)
-    if arch == "lstm":
-        return 0
-    return int(model.cfg.n_heads)
-
-
-def require_deltanet(model, what: str = "beta") -> None:
-    """Raise a DeltalensError naming the architecture unless `model` is a DeltaNet."""
-    arch = architecture_of(model)
-    if arch != "deltanet":
-        raise DeltalensError(
-            f"this model is {ARTICLE.get(arch, arch)}, which has no {what}: only DeltaNet's delta rule has a "
-            f"write strength beta and a matrix state S_t; run the eigenvalue, subspace and beta tools on a "
-            f"DeltaNet checkpoint, or use the residual-stream probes on this one."
-        )
 
 
 def residual_names(model) -> list[str]:
@@ -166,8 +126,6 @@ class Capture:
 
     def frame(self):
         """The labels as a pandas DataFrame, one row per token (kind as a lower-case name)."""
-        import pandas as pd
-
         data = {key: self.labels[key].numpy() for key in LABELS}
         frame = pd.DataFrame(data)
         frame["kind"] = frame["kind"].map(KIND_NAMES)
@@ -227,7 +185,9 @@ def capture(model, batch: dict[str, torch.Tensor], names: Names = ("resid",), wi
                         ("answer", "answers"), ("reveal_var", "reveal_vars"), ("state_step", "state_steps")):
         value = batch.get(source)
         labels[key] = value.cpu()[trace, position] if value is not None else torch.full_like(trace, -1)
-    states = batch["states"].cpu()[trace, position] if "states" in batch else torch.zeros(len(trace), 0, dtype=torch.long)
+    states = (
+        batch["states"].cpu()[trace, position] if "states" in batch else torch.zeros(len(trace), 0, dtype=torch.long)
+    )
     return Capture(
         arch=arch, acts=acts, labels=labels, states=states, n_traces=B, n_layers=n_layers_of(model),
         n_heads=n_heads_of(model), lengths=lengths.cpu(),
@@ -235,87 +195,17 @@ def capture(model, batch: dict[str, torch.Tensor], names: Names = ("resid",), wi
     )
 
 
-# ---- checkpoints: the model, its tokenizer and its held-out traces -------------------------
+def deltanet_capture(source, batch, names) -> Capture:
+    """A Capture of a DeltaNet: `source` itself when it is one, else `capture(source, batch, names)`.
 
-
-@dataclass
-class Checkpoint:
-    """A loaded checkpoint with what is needed to draw its held-out traces."""
-
-    path: Path
-    model: Any
-    meta: dict[str, Any]
-    tokenizer: Any = None
-    spec: Any = None  # tasks.TraceSpec of its held-out evaluation traces
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def arch(self) -> str:
-        return architecture_of(self.model)
-
-    def batch(self, n_traces: int = 64, seed: int = 0, actions: int | None = None, spacing: int | None = None):
-        """`n_traces` eval-split traces of the checkpoint's task (optionally longer or sparser)."""
-        return checkpoint_batch(self, n_traces=n_traces, seed=seed, actions=actions, spacing=spacing)
-
-
-def _task_of(meta: dict[str, Any], path) -> tuple[Any, Any]:
-    from tasks import TraceSpec, Tokenizer
-
-    if not meta.get("tokenizer") or not meta.get("task"):
-        raise DeltalensError(
-            f"{path} records no tokenizer or task (a plain fla checkpoint?); build a batch yourself with "
-            f"tasks.make_batch(spec, tokenizer, n) and pass it to capture()."
-        )
-    tokenizer = Tokenizer.from_spec(meta["tokenizer"])
-    task = meta["task"]
-    if task.get("eval_spec"):
-        spec = TraceSpec.from_dict(dict(task["eval_spec"]))
-    else:  # older metadata: rebuild the held-out spec from the training task config
-        config = task.get("config", task)
-        actions = config.get("actions", 16)
-        spec = TraceSpec(group=config["group"], action_set=config.get("action_set", "swaps"),
-                         actions=actions[-1] if isinstance(actions, list) else actions,
-                         spacing=config.get("eval_spacing", 4), reveal=config.get("reveal", "one"))
-    return tokenizer, spec
-
-
-def open_checkpoint(path) -> Checkpoint:
-    """Load checkpoint `path` (models.load) with its tokenizer and held-out trace spec."""
-    import models
-
-    meta = models.read_checkpoint_meta(path)
-    model = models.load(path)
-    tokenizer, spec = _task_of(meta, path)
-    return Checkpoint(path=Path(path), model=model, meta=meta, tokenizer=tokenizer, spec=spec)
-
-
-def checkpoint_batch(checkpoint, n_traces: int = 64, seed: int = 0, actions: int | None = None,
-                     spacing: int | None = None) -> dict[str, torch.Tensor]:
-    """Eval-split traces for a checkpoint (a Checkpoint, a path, or its metadata dict)."""
-    from tasks import make_batch
-
-    if isinstance(checkpoint, Checkpoint):
-        tokenizer, spec = checkpoint.tokenizer, checkpoint.spec
-    elif isinstance(checkpoint, dict):
-        tokenizer, spec = _task_of(checkpoint, "this checkpoint")
-    else:
-        import models
-
-        tokenizer, spec = _task_of(models.read_checkpoint_meta(checkpoint), checkpoint)
-    if isinstance(n_traces, bool) or not isinstance(n_traces, int) or n_traces < 1:
-        raise DeltalensError(f"the number of traces must be a whole number >= 1, got {n_traces!r}.")
-    changes = {k: v for k, v in (("actions", actions), ("spacing", spacing)) if v is not None}
-    if changes:
-        spec = dataclasses.replace(spec, **changes)
-    return make_batch(spec, tokenizer, n_traces, seed=seed, split="eval")
-
-
-def batches(batch: dict[str, torch.Tensor], size: int) -> list[dict[str, torch.Tensor]]:
-    """Split a batch into consecutive pieces of at most `size` traces (labels travel along)."""
-    B = batch["tokens"].shape[0]
-    out = []
-    for start in range(0, B, size):
-        piece = {key: value[start:start + size] for key, value in batch.items() if torch.is_tensor(value) and value.ndim}
-        piece.update({key: value for key, value in batch.items() if not (torch.is_tensor(value) and value.ndim)})
-        out.append(piece)
-    return out
+    The probes that read beta or the state S_t take either a Capture or a model with a batch.
+    """
+    if isinstance(source, Capture):
+        if source.arch != "deltanet":
+            raise DeltalensError(f"this capture comes from a {source.arch} model, which has no beta; the "
+                                 "eigenvalue and subspace probes need a DeltaNet.")
+        return source
+    if batch is None:
+        raise DeltalensError("pass a Capture, or a model together with a batch of traces.")
+    require_deltanet(source)
+    return capture(source, batch, names=names)

@@ -34,7 +34,10 @@ from typing import Any, Union
 
 import torch
 
-from tasks.errors import DeltalensError
+from deltalens.interp.capture import Capture, capture, expand_names
+from deltalens.models.architecture import architecture_of, n_heads_of, n_layers_of, require_deltanet
+from deltalens.tasks.errors import DeltalensError
+from deltalens.training.evaluate import score_batch, summarise
 
 __all__ = ["Intervention", "rescale_beta", "ablate_head", "patch_activation", "patch_state", "head_means",
            "reveal_accuracy", "accuracy_under"]
@@ -58,7 +61,7 @@ class Intervention:
     def __len__(self) -> int:
         return len(self.hooks)
 
-    def __add__(self, other: "Intervention") -> "Intervention":
+    def __add__(self, other: Intervention) -> Intervention:
         return Intervention(f"{self.label} + {other.label}", [*self.hooks, *other.hooks])
 
     @contextmanager
@@ -75,8 +78,6 @@ NO_INTERVENTION = Intervention("none")
 
 
 def _check_head(model, layer: int, head: int | None) -> None:
-    from interp.capture import n_heads_of, n_layers_of
-
     n_layers, n_heads = n_layers_of(model), n_heads_of(model)
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
         raise DeltalensError(f"layer {layer!r} is out of range: this model has layers 0..{n_layers - 1}.")
@@ -129,8 +130,6 @@ def rescale_beta(model, layer: int, head: int | None, to: tuple[float, float] | 
 
     head None rescales every head of the layer.
     """
-    from interp.capture import require_deltanet
-
     require_deltanet(model, "beta to rescale")
     _check_head(model, layer, head)
     if to is not None and scale is not None:
@@ -170,8 +169,6 @@ def rescale_beta(model, layer: int, head: int | None, to: tuple[float, float] | 
 @torch.no_grad()
 def head_means(model, batch: dict[str, torch.Tensor], site: str = "z") -> dict[int, torch.Tensor]:
     """layer -> mean of blocks.{layer}.attn.hook_{site} over the batch's real tokens, (H, ...)."""
-    from interp.capture import capture
-
     cap = capture(model, batch, names=(site,))
     return {layer: cap.layer(site, layer).mean(0) for layer in range(cap.n_layers)}
 
@@ -184,8 +181,6 @@ def ablate_head(model, layer: int, head: int, method: str = "zero", site: str = 
     Mean ablation uses `mean` ((H, ...) or the head's own (...)) or computes it from the real tokens
     of `reference` (a batch). positions: None = every position.
     """
-    from interp.capture import architecture_of, expand_names
-
     if method not in ("zero", "mean"):
         raise DeltalensError(f"ablation method must be 'zero' or 'mean', got {method!r}.")
     if site not in ("z", "state"):
@@ -217,8 +212,6 @@ def ablate_head(model, layer: int, head: int, method: str = "zero", site: str = 
 
 
 def _source_tensor(source: Any, name: str) -> torch.Tensor:
-    from interp.capture import Capture
-
     if torch.is_tensor(source):
         return source
     if isinstance(source, Capture):
@@ -248,7 +241,9 @@ def patch_activation(name: str, source: Any, positions: Positions = None, head: 
         if head is not None:
             src = src[:, :, head]
         mask = _position_mask(positions, B, T, act.device)
-        return _edit(act, src, head, mask if mask is not None else torch.ones(B, T, dtype=torch.bool, device=act.device))
+        return _edit(
+            act, src, head, mask if mask is not None else torch.ones(B, T, dtype=torch.bool, device=act.device)
+        )
 
     where = f" H{head}" if head is not None else ""
     return Intervention(label or f"patch {name}{where}", [(name, hook)], None, head)
@@ -271,8 +266,6 @@ def patch_state(layer: int, head: int | None, source: Any, positions: Positions 
 @torch.no_grad()
 def reveal_accuracy(model, batches, intervention: Intervention | Sequence[Hook] | None = None):
     """training.evaluate's EvalResult (reveal and trace accuracy) on `batches` under `intervention`."""
-    from training.evaluate import score_batch, summarise
-
     if isinstance(batches, dict):
         batches = [batches]
     hooks = [] if intervention is None else list(intervention)

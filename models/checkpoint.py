@@ -26,11 +26,11 @@ the LSTM. Tensors that share storage (tied weights) are written once; loading ac
 name when the model ties it to one that is present.
 
 Atomic writes: everything goes into a hidden temp directory beside the target
-(`.NAME.saving-XXXX`), is flushed to disk, and then renamed into place. An existing checkpoint
-is first renamed aside (`.NAME.old-XXXX`) and removed only after the new one is in place, so a
-failure at any point leaves either the old or the new checkpoint under NAME (after a hard crash
-between the two renames, the old one survives as `.NAME.old-XXXX`). Listing code should skip
-names starting with a dot.
+(`.NAME.saving-XXXX`), is flushed to disk, and then swapped into place by models/atomic.py: an
+existing checkpoint is first renamed aside (`.NAME.old`) and removed only after the new one is
+in place, so a failure at any point leaves either the old or the new checkpoint under NAME
+(after a hard crash between the two renames, the old one survives as `.NAME.old`). Listing code
+should skip names starting with a dot.
 
 Every problem a person can fix (missing or not-JSON config, unknown architecture, missing,
 truncated or corrupt weights, tensors that do not match the config) raises `DeltalensError`
@@ -47,7 +47,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import DeltalensError
+import torch
+from safetensors.torch import load_file, save_file
+
+from deltalens.models.architecture import ARCHITECTURES
+from deltalens.models.atomic import fsync_dir, fsync_file, replace_dir
+from deltalens.models.build import build, deltanet_model_config
+from deltalens.tasks.errors import DeltalensError
+
+
+class MissingCheckpointFile(DeltalensError, FileNotFoundError):
+    """A checkpoint file that is not there (also a FileNotFoundError, as HF's loaders raise)."""
+
 
 FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"
@@ -92,8 +103,8 @@ def save_checkpoint(
                 raise DeltalensError(f"cannot write {name!r} beside the weights: use a plain file name of your own")
             (staging / name).write_text(text)
         _apply_umask(staging)
-        _fsync_dir(staging)
-        _swap_into_place(staging, target)
+        fsync_dir(staging)
+        replace_dir(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -104,8 +115,6 @@ def _arch_of(model) -> str:
     arch = getattr(model, "arch", None)
     if arch is None and type(model).__name__ == "HookedDeltaNet":
         arch = "deltanet"
-    from . import ARCHITECTURES
-
     if arch not in ARCHITECTURES:
         raise DeltalensError(
             f"cannot save a {type(model).__name__}: it has no known `arch` attribute; "
@@ -117,8 +126,6 @@ def _arch_of(model) -> str:
 def _model_config_of(model, arch: str) -> dict[str, Any]:
     config = getattr(model, "model_config", None)
     if config is None and arch == "deltanet":
-        from . import deltanet_model_config
-
         config = deltanet_model_config(model.config)
     return dict(config)
 
@@ -169,7 +176,7 @@ def _write_checkpoint(model, arch: str, section: dict[str, Any], directory: Path
         if config.get(SECTION) != section:
             config[SECTION] = section
             _write_json(config_path, config)
-        _fsync_file(directory / WEIGHTS_NAME)
+        fsync_file(directory / WEIGHTS_NAME)
         return
     _write_weights(model, directory / WEIGHTS_NAME)
     config: dict[str, Any] = {}
@@ -180,11 +187,9 @@ def _write_checkpoint(model, arch: str, section: dict[str, Any], directory: Path
 
 
 def _write_weights(model, file: Path) -> None:
-    from safetensors.torch import save_file
-
     tensors = _unique_tensors(model.state_dict())
     save_file(tensors, str(file), metadata={"format": "pt"})
-    _fsync_file(file)
+    fsync_file(file)
 
 
 def _unique_tensors(state_dict) -> dict[str, Any]:
@@ -202,7 +207,10 @@ def _unique_tensors(state_dict) -> dict[str, Any]:
     return out
 
 
+
+
 def _write_json(file: Path, data: dict[str, Any]) -> None:
+    """Plain write: the file is inside the staging folder, which replace_dir swaps in atomically."""
     with open(file, "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=2)
         handle.write("\n")
@@ -220,20 +228,8 @@ def _apply_umask(directory: Path) -> None:
         os.chmod(entry, (0o777 if entry.is_dir() else 0o666) & ~umask)
 
 
-def _fsync_file(file: Path) -> None:
-    with open(file, "rb") as handle:
-        os.fsync(handle.fileno())
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # platforms without directory fds (Windows): rename is still atomic there
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _is_replaceable(target: Path, rewritten: set[str] = frozenset()) -> bool:
@@ -244,21 +240,6 @@ def _is_replaceable(target: Path, rewritten: set[str] = frozenset()) -> bool:
     return (target / CONFIG_NAME).exists() or all(entry.name in rewritten for entry in target.iterdir())
 
 
-def _swap_into_place(staging: Path, target: Path) -> None:
-    if not target.exists():
-        os.replace(staging, target)
-        _fsync_dir(target.parent)
-        return
-    backup = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-    os.rmdir(backup)  # mkdtemp only reserved a unique name; rename needs it absent
-    os.replace(target, backup)
-    try:
-        os.replace(staging, target)
-    except BaseException:
-        os.replace(backup, target)  # put the old checkpoint back
-        raise
-    _fsync_dir(target.parent)
-    shutil.rmtree(backup, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- read
@@ -287,15 +268,11 @@ def load_checkpoint(path, **model_config_overrides: Any):
     built, e.g. `n_ctx=4096` to evaluate a rotary Transformer on longer traces. Overrides that
     change a weight's shape fail with the shape-mismatch error.
     """
-    from . import build
-
     directory = _checked_dir(path)
     config_file = directory / CONFIG_NAME
     weights_file = directory / WEIGHTS_NAME
     arch, model_config, _, raw_config = _read_config(config_file)
     if arch == "deltanet":
-        from . import deltanet_model_config
-
         # Build from the top-level fla fields, the ones fla itself would load.
         model_config = deltanet_model_config(_fla_model_config(raw_config))
     model_config = {**model_config, **model_config_overrides}
@@ -314,8 +291,6 @@ def load_checkpoint(path, **model_config_overrides: Any):
     if model_config_overrides:
         described_by += " with " + ", ".join(f"{k}={v!r}" for k, v in model_config_overrides.items())
     _check_tensors(model, arch, saved, weights_file, described_by)
-    import torch
-
     with torch.no_grad():
         result = model.load_state_dict(saved, strict=False)
     # Our own check above already vetted names; anything the model still reports is a bug, not user error.
@@ -324,6 +299,11 @@ def load_checkpoint(path, **model_config_overrides: Any):
         raise RuntimeError(f"load_state_dict rejected {unexpected} after validation")
     model.eval()
     return model
+
+
+def read_config_json(path) -> dict[str, Any]:
+    """The whole config.json of checkpoint `path` (fla's fields and our section), validated."""
+    return _read_config(_checked_dir(path) / CONFIG_NAME)[3]
 
 
 def _checked_dir(path) -> Path:
@@ -339,10 +319,8 @@ def _checked_dir(path) -> Path:
 
 def _read_config(config_file: Path) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(architecture, model_config, deltalens section, whole config) from a config.json, validated."""
-    from . import ARCHITECTURES
-
     if not config_file.is_file():
-        raise DeltalensError(
+        raise MissingCheckpointFile(
             f"{config_file} is missing; a checkpoint folder needs {CONFIG_NAME} and {WEIGHTS_NAME}, "
             f"so re-save it with models.save"
         )
@@ -361,6 +339,8 @@ def _read_config(config_file: Path) -> tuple[str, dict[str, Any], dict[str, Any]
         )
 
     section = config.get(SECTION)
+    if isinstance(section, dict) and "architecture" not in section and config.get("model_type") == "delta_net":
+        section = None  # an fla config that carries a user's own "deltalens" entry: still fla's DeltaNet
     if section is None:
         if config.get("model_type") == "delta_net":
             return "deltanet", _fla_model_config(config), {}, config
@@ -392,16 +372,32 @@ def _fla_model_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read_weights(weights_file: Path) -> dict[str, Any]:
-    from safetensors.torch import load_file
-
-    if not weights_file.is_file():
-        raise DeltalensError(f"{weights_file} is missing; the checkpoint is incomplete, so re-save it")
-    try:
-        return load_file(str(weights_file), device="cpu")
-    except Exception as err:  # safetensors raises its own SafetensorError and OSErrors
-        raise DeltalensError(
-            f"{weights_file} is truncated or corrupt ({_first_line(err)}); re-save the checkpoint or copy it again"
-        ) from None
+    """The state dict in `weights_file`, or in the shards its HF index names (safetensors only)."""
+    index = weights_file.with_name(f"{weights_file.name}.index.json")
+    files = [weights_file]
+    if not weights_file.is_file() and index.is_file():
+        try:
+            files = [
+                weights_file.with_name(s) for s in sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            ]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as err:
+            raise DeltalensError(
+                f"{index} is not a readable shard index ({_first_line(err)}); save the model again"
+            ) from None
+    state: dict[str, Any] = {}
+    for file in files:
+        if not file.is_file():
+            pickled = [p.name for p in file.parent.glob("*.bin")] + [p.name for p in file.parent.glob("*.pt")]
+            hint = (f"; only safetensors weights are loaded, never pickle files such as {pickled[0]}: re-save the "
+                    "model with save_pretrained" if pickled else "; the checkpoint is incomplete, so re-save it")
+            raise MissingCheckpointFile(f"{file} is missing{hint}")
+        try:
+            state.update(load_file(str(file), device="cpu"))
+        except Exception as err:  # safetensors raises its own SafetensorError and OSErrors
+            raise DeltalensError(
+                f"{file} is truncated or corrupt ({_first_line(err)}); re-save the checkpoint or copy it again"
+            ) from None
+    return state
 
 
 def _check_tensors(model, arch: str, saved: dict[str, Any], weights_file: Path, described_by: str) -> None:

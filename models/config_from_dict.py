@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from tasks.errors import DeltalensError
+from deltalens.tasks.errors import DeltalensError
 
 C = TypeVar("C")
 

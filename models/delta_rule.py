@@ -56,7 +56,8 @@ Chunked (WY/UT) form, for one chunk with starting state S_0 and rows t = 1..C:
 from __future__ import annotations
 
 import operator
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -310,7 +311,6 @@ def _chunk_forward_renorm(q, k, v, beta, S, chunk_size: int, with_states: bool, 
     segment (if any) is end-padded to a multiple of C and not renormalised. One kernel call.
     """
     B, T, H, K = q.shape
-    V = v.shape[-1]
     C = min(chunk_size, R)
     L_seg = -(-R // C) * C  # segment length after padding: a multiple of C
     front = L_seg - R

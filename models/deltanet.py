@@ -28,24 +28,28 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from safetensors.torch import save_file
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.utilities import Slice
 from transformer_lens.utilities import remove_batch_dim as drop_batch_dim
 
-from models.deltanet_mixer import DeltaNetMixer
-from models.hook_names import lens_name
-from models.rms_norm import RMSNorm
+from deltalens.models.atomic import write_atomic
+from deltalens.models.checkpoint import load_checkpoint, read_config_json
+from deltalens.models.deltanet_mixer import DeltaNetMixer
+from deltalens.models.hook_names import lens_name
+from deltalens.models.rms_norm import RMSNorm
+from deltalens.tasks.errors import DeltalensError
 
 __all__ = ["HookedDeltaNet", "DeltaNetBlock", "DeltaNetMLP"]
 
@@ -127,16 +131,6 @@ def _check_supported(config) -> None:
         )
 
 
-def _atomic_write_bytes(path: Path, write: Callable[[str], None]) -> None:
-    """Write through a temp file in the same directory, then rename over `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 class HookedDeltaNet(HookedRootModule):
@@ -336,7 +330,7 @@ class HookedDeltaNet(HookedRootModule):
         return mixer.beta_lo.clone(), mixer.beta_hi.clone()
 
     @contextmanager
-    def state_edit(self, layer: int, edit: Callable[[int, torch.Tensor], torch.Tensor]) -> Iterator["HookedDeltaNet"]:
+    def state_edit(self, layer: int, edit: Callable[[int, torch.Tensor], torch.Tensor]) -> Iterator[HookedDeltaNet]:
         """Within the block, layer `layer` runs the reference recurrence with S_t := edit(t, S_t).
 
         edit gets t and S_t [batch, head, d_k, d_v] after every update and returns the state the
@@ -358,7 +352,7 @@ class HookedDeltaNet(HookedRootModule):
     # ---- fla / HF interchange ----------------------------------------------------------------
 
     @classmethod
-    def from_fla(cls, fla_model: nn.Module) -> "HookedDeltaNet":
+    def from_fla(cls, fla_model: nn.Module) -> HookedDeltaNet:
         """A HookedDeltaNet with the weights of an `fla.models.DeltaNetForCausalLM`."""
         model = cls(fla_model.config)
         model.load_state_dict(fla_model.state_dict())
@@ -380,8 +374,6 @@ class HookedDeltaNet(HookedRootModule):
         `DeltaNetForCausalLM.from_pretrained` still loads the directory. Each file is written
         atomically (temp file + rename). As with HF, a tied lm_head.weight is not stored.
         """
-        from safetensors.torch import save_file
-
         directory = Path(save_directory)
         directory.mkdir(parents=True, exist_ok=True)
 
@@ -410,8 +402,8 @@ class HookedDeltaNet(HookedRootModule):
                 json.dump(config, f, indent=2, sort_keys=True)
                 f.write("\n")
 
-        _atomic_write_bytes(directory / WEIGHTS_NAME, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
-        _atomic_write_bytes(directory / CONFIG_NAME, write_config)
+        write_atomic(directory / WEIGHTS_NAME, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+        write_atomic(directory / CONFIG_NAME, write_config)
 
     @classmethod
     def from_pretrained(
@@ -419,49 +411,18 @@ class HookedDeltaNet(HookedRootModule):
         directory: Union[str, os.PathLike],
         device: Union[str, torch.device, None] = None,
         dtype: Optional[torch.dtype] = None,
-    ) -> "HookedDeltaNet":
+    ) -> HookedDeltaNet:
         """Load a directory written by this class's or fla's `save_pretrained` (safetensors only).
 
-        Extra keys in config.json (e.g. "deltalens") stay on `model.config` as attributes.
+        The one loader, models/checkpoint.py, reads it; extra keys in config.json (e.g.
+        "deltalens") stay on `model.config` as attributes, as HF does.
         """
-        from safetensors.torch import load_file
-
-        directory = Path(directory)
-        if not (directory / CONFIG_NAME).is_file():
-            raise FileNotFoundError(f"{directory} has no {CONFIG_NAME}; point from_pretrained at a saved model directory.")
-        from fla.models import DeltaNetConfig
-
-        with open(directory / CONFIG_NAME) as f:
-            raw = json.load(f)
-        if raw.get("model_type", "delta_net") != "delta_net":
-            raise ValueError(f"{directory / CONFIG_NAME} describes a {raw.get('model_type')!r} model, not delta_net.")
-        config = DeltaNetConfig.from_pretrained(str(directory))
-
-        index = directory / f"{WEIGHTS_NAME}.index.json"
-        if (directory / WEIGHTS_NAME).is_file():
-            state = load_file(str(directory / WEIGHTS_NAME))
-        elif index.is_file():
-            with open(index) as f:
-                shards = sorted(set(json.load(f)["weight_map"].values()))
-            state = {}
-            for shard in shards:
-                state.update(load_file(str(directory / shard)))
-        else:
-            raise FileNotFoundError(
-                f"{directory} has no {WEIGHTS_NAME}; only safetensors weights are loaded (never pickle "
-                "files such as pytorch_model.bin). Re-save the model with save_pretrained."
-            )
-
-        model = cls(config)
-        if config.tie_word_embeddings:
-            state.pop("lm_head.weight", None)
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
-        if missing or unexpected:
-            raise ValueError(
-                f"{directory / WEIGHTS_NAME} does not match its config.json: missing {missing[:5]}, "
-                f"unexpected {unexpected[:5]}."
-            )
+        model = load_checkpoint(directory)
+        if not isinstance(model, cls):
+            raise DeltalensError(f"{directory} holds a {type(model).__name__}, not a DeltaNet.")
+        for key, value in read_config_json(directory).items():
+            if not hasattr(model.config, key):
+                setattr(model.config, key, value)
         if dtype is not None:
             model = model.to(dtype)
         if device is not None:

@@ -36,7 +36,8 @@ Parameters are fla's, unchanged: weights move freely between plain and renormali
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Optional, Union
 
 import torch
 import torch.nn as nn
@@ -44,15 +45,16 @@ import torch.nn.functional as F
 from einops import rearrange
 from transformer_lens.hook_points import HookPoint
 
-from models.delta_rule import (
+from deltalens.models.delta_rule import (
     chunk_delta_rule,
     chunk_delta_rule_with_states,
     delta_rule_recurrence,
     l2_normalize,
     replay_with_state_edits,
 )
-from models.rms_norm import RMSNorm, RMSNormGated
-from models.short_conv import ShortConvolution
+from deltalens.models.rms_norm import RMSNorm, RMSNormGated
+from deltalens.models.short_conv import ShortConvolution
+from deltalens.tasks.errors import DeltalensError
 
 __all__ = ["DeltaNetMixer"]
 
@@ -124,11 +126,7 @@ class DeltaNetMixer(nn.Module):
         self.state_edit: Optional[StateEdit] = None  # set through HookedDeltaNet.state_edit
         # Renormalise S to unit Frobenius norm after every state_norm_every-th token (0: never). A
         # deltalens extension read from the config (fla's DeltaNetConfig keeps unknown keys).
-        every = getattr(config, "state_norm_every", None)
-        every = 0 if every is None else every
-        if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-            raise ValueError(f"state_norm_every must be a non-negative integer (0 = off), got {every!r}.")
-        self.state_norm_every = every
+        self.state_norm_every = checked_state_norm_every(getattr(config, "state_norm_every", None))
 
     # ---- beta range ------------------------------------------------------------------------
 
@@ -194,8 +192,8 @@ class DeltaNetMixer(nn.Module):
                 seen = self.hook_state(states)
                 if seen is not states or states._version != version:
                     raise RuntimeError(
-                        "blocks.%d.attn.hook_state changed the state while a state_edit is active; "
-                        "edit through one of them, not both." % self.layer_idx
+                        f"blocks.{self.layer_idx}.attn.hook_state changed the state while a state_edit is "
+                        "active; edit through one of them, not both."
                     )
             return o
         if not wants_states:
@@ -234,3 +232,14 @@ class DeltaNetMixer(nn.Module):
         else:
             o = self.o_norm(o)
         return self.o_proj(rearrange(o, "b t h d -> b t (h d)"))
+
+
+def checked_state_norm_every(every) -> int:
+    """The config's state_norm_every (None = 0 = off), refused unless a whole number >= 0."""
+    every = 0 if every is None else every
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise DeltalensError(
+            f"state_norm_every must be a non-negative integer (tokens between state renormalisations, "
+            f"0 = off), got {every!r}"
+        )
+    return every

@@ -54,11 +54,11 @@ from typing import Any, Optional
 
 import torch
 import torch.nn as nn
-from transformer_lens.HookedRootModule import HookedRootModule
 from transformer_lens.hook_points import HookPoint
+from transformer_lens.HookedRootModule import HookedRootModule
 
-from models.config_from_dict import config_from_dict
-from tasks.errors import DeltalensError
+from deltalens.models.config_from_dict import config_from_dict
+from deltalens.tasks.errors import DeltalensError
 
 
 @dataclass

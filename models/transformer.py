@@ -43,8 +43,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from models.config_from_dict import config_from_dict
-from tasks.errors import DeltalensError
+from deltalens.models.config_from_dict import config_from_dict
+from deltalens.tasks.errors import DeltalensError
 
 POSITIONAL_EMBEDDING_TYPES = ("standard", "rotary")
 NORMALIZATION_TYPES = ("LN", "RMS", "LNPRE", "RMSPRE")  # the *PRE variants have no learned scale

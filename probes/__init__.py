@@ -1,32 +1,10 @@
-"""Measurements on captured activations.
+"""Measurements of captured activations and of beliefs.
 
-Re-exports (loaded on first use, so `import probes` stays cheap)::
+    eigenvalues.py    beta and the transition eigenvalues 1 - beta per head; the tracking head
+    subspace.py       the state's singular values, effective rank, PCA dimension, action-key span
+    linear_probes.py  decoding each variable's value from the residual stream and each head's state
+    summary.py        every per-head measurement of a checkpoint in one table (`deltalens probe`)
+    belief_decay.py   how the unnormalised belief mass of a linear filter decays (PFSA-SR)
 
-    eigenvalue_report, EigenvalueReport, transition_eigenvalues, transition_products   probes.eigenvalues
-    subspace_report, SubspaceReport, effective_rank, pca_dims, numerical_rank         probes.subspace
-    linear_probes, ProbeReport                                                       probes.linear_probes
-
-Each takes a `interp.capture.Capture` (or a model and a batch) and returns a dataclass of pandas
-frames; the plotly figure for it sits in the same module (interp.sweep has the sweep figure).
-probes.belief_decay (belief mass without renormalisation) is imported directly.
+Each returns a dataclass of pandas frames, with the plotly figure for it in the same module.
 """
-from __future__ import annotations
-
-import importlib
-
-_LAZY = {
-    **dict.fromkeys(("eigenvalue_report", "EigenvalueReport", "transition_eigenvalues", "transition_products"),
-                    "probes.eigenvalues"),
-    **dict.fromkeys(("subspace_report", "SubspaceReport", "effective_rank", "pca_dims", "numerical_rank"),
-                    "probes.subspace"),
-    **dict.fromkeys(("linear_probes", "ProbeReport"), "probes.linear_probes"),
-}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'probes' has no attribute {name!r}")
-
-
-__all__ = sorted(_LAZY)

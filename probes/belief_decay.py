@@ -1,10 +1,11 @@
 """Belief decay without renormalisation: how fast a linear RNN's belief mass drains, and when it hits 0.
 
-Measurements 4a and 4b of issue 6, on the PFSA-SR of tasks/pfsa.py (no trained model needed):
+Two measurements on the PFSA-SR of tasks/pfsa.py (no trained model needed):
 
-(a) ``joint_decay`` (``halving_decay``, ``random_joint_decay``): the unnormalised joint belief b~_t (n! entries) is masked by every partial
-    reveal and never renormalised, so its mass ||b~_t||_1 equals P(o_1, ..., o_k), the
-    probability of what has been revealed (the *law*, computed by the exact float64 filter).
+(a) ``joint_decay`` (``halving_decay``, ``random_joint_decay``): the unnormalised joint belief b~_t
+    (n! entries) is masked by every partial reveal and never renormalised, so its mass ||b~_t||_1
+    equals P(o_1, ..., o_k), the probability of what has been revealed (the *law*, computed by
+    the exact float64 filter).
     **Exactly 1/2 per reveal** (the paper's 1/2, 1/4, 1/8 ...) needs every reveal to have
     predictive probability 1/2: ``halving_sequence`` = from a known state, a fair swap
     ``a, b = (b, a) if random.random() < 0.5 else (a, b)`` then ``print('a', a)``. The belief
@@ -42,9 +43,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from tasks.adversary import adversarial_sequence, predicted_underflow_cycle
-from tasks.errors import DeltalensError
-from tasks.pfsa import (
+from deltalens.tasks.adversary import adversarial_sequence, predicted_underflow_cycle
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.pfsa import (
     PFSA,
     Action,
     Event,
@@ -54,7 +55,7 @@ from tasks.pfsa import (
     run_linear_joint,
     run_linear_marginal,
 )
-from tasks.probabilistic import ProbTraceSpec, generate_prob_trace
+from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
 
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 
@@ -173,7 +174,7 @@ def _first_below(peaks: np.ndarray, rows: list[int], limit: float) -> int | None
 
 
 def halving_decay(reveals: int = 1100, n: int = 3, dtypes: Sequence[str] = DTYPES) -> JointDecay:
-    """4a: the 1/2, 1/4, 1/8 ... law and its underflow step per dtype."""
+    """(a): the 1/2, 1/4, 1/8 ... law and its underflow step per dtype."""
     q0, events = halving_sequence(reveals, n=n)
     out = joint_decay(q0, events, dtypes, description=f"fair swap + partial reveal, n={n}")
     out.predicted = {name: (k if (k := predicted_halving_underflow(name)) <= reveals else None) for name in dtypes}
@@ -182,7 +183,7 @@ def halving_decay(reveals: int = 1100, n: int = 3, dtypes: Sequence[str] = DTYPE
 
 def random_joint_decay(reveals: int = 200, spec: ProbTraceSpec | None = None, seed: int = 0,
                        dtypes: Sequence[str] = DTYPES) -> JointDecay:
-    """4a on a random probabilistic trace with partial reveals only (law = its likelihood)."""
+    """(a) on a random probabilistic trace with partial reveals only (law = its likelihood)."""
     spec = spec or ProbTraceSpec(group="S3", actions=reveals * 2, spacing=2, full_reveal_prob=0.0,
                                  mix=(0.2, 0.5, 0.3), swap_prob=0.3)
     trace = generate_prob_trace(spec, seed)
@@ -230,7 +231,7 @@ def _marginal_records(name: str, sequence: str, n: int, q0, events, chosen=None,
 
 def marginal_decay(cycles: int = 400, n: int = 3, block: int = 2, p: float = 0.75,
                    random_reveals: int = 400, seed: int = 0, dtypes: Sequence[str] = DTYPES) -> MarginalDecay:
-    """4b: the linear marginal filter on a random trace vs on the adversary.
+    """(b): the linear marginal filter on a random trace vs on the adversary.
 
     Tracked mass: the adversary's chosen entries (law h (1 - p/h)^k); for the random trace the
     smallest row mass (a row at 0 means a variable has no value left).
@@ -312,8 +313,15 @@ def marginal_decay_figure(result: MarginalDecay) -> go.Figure:
     for (sequence, name), part in frame.groupby(["sequence", "dtype"], sort=False):
         column = "chosen_mass" if sequence == "adversarial" else "min_row_mass"
         part = part[part[column] > 0]
-        fig.add_trace(go.Scatter(x=part.reveal, y=part[column], name=f"{sequence} {name}", mode="lines",
-                                 line=dict(color=_COLOURS.get(name), dash="solid" if sequence == "adversarial" else "dot")))
+        fig.add_trace(
+            go.Scatter(
+                x=part.reveal,
+                y=part[column],
+                name=f"{sequence} {name}",
+                mode="lines",
+                line=dict(color=_COLOURS.get(name), dash="solid" if sequence == "adversarial" else "dot"),
+            )
+        )
     _underflow_markers(fig, {k: v for k, v in result.underflow.items() if k[0] == "adversarial"}, "adversary ")
     fig.update_layout(title="Unnormalised marginal belief: adversarial (chosen entries) vs random (smallest row)",
                       xaxis_title="partial reveals", yaxis_title="mass", yaxis_type="log", template="plotly_white")

@@ -31,10 +31,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import torch
 
-from tasks.errors import DeltalensError
-from tasks.tokenizers import TokenKind
+from deltalens.interp.capture import deltanet_capture
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import is_even, lex_unrank
+from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = ["NAMES", "EigenvalueReport", "eigenvalue_report", "transition_eigenvalues", "transition_products",
            "beta_heatmap", "eigenvalue_histogram", "product_eigenvalue_figure"]
@@ -107,23 +110,7 @@ class EigenvalueReport:
         return rows.iloc[0].to_dict()
 
 
-def _as_capture(source, batch, names):
-    from interp.capture import Capture, capture, require_deltanet
-
-    if isinstance(source, Capture):
-        if source.arch != "deltanet":
-            raise DeltalensError(f"this capture comes from a {source.arch} model, which has no beta; the "
-                                 "eigenvalue and subspace probes need a DeltaNet.")
-        return source
-    if batch is None:
-        raise DeltalensError("pass a Capture, or a model together with a batch of traces.")
-    require_deltanet(source)
-    return capture(source, batch, names=names)
-
-
 def _perm_odd(perm_ids: np.ndarray, n: int) -> np.ndarray:
-    from tasks.groups import is_even, lex_unrank
-
     cache: dict[int, bool] = {}
     out = np.zeros(len(perm_ids), dtype=bool)
     for i, pid in enumerate(perm_ids.tolist()):
@@ -137,7 +124,7 @@ def _perm_odd(perm_ids: np.ndarray, n: int) -> np.ndarray:
 def eigenvalue_report(source, batch=None, threshold: float = REFLECTION_THRESHOLD,
                       trivial_tol: float = 1e-4) -> EigenvalueReport:
     """Beta and eigenvalue statistics of every head; `source` is a Capture (with NAMES) or a model + batch."""
-    cap = _as_capture(source, batch, NAMES)
+    cap = deltanet_capture(source, batch, NAMES)
     for name in [f"blocks.{l}.attn.hook_{x}" for l in range(cap.n_layers) for x in NAMES]:
         if name not in cap:
             raise DeltalensError(f"the capture lacks {name}; capture with names=('beta', 'k').")
@@ -256,8 +243,6 @@ def _products(cap, threshold: float, trivial_tol: float) -> tuple[pd.DataFrame, 
 
 def beta_heatmap(report: EigenvalueReport, column: str = "mean_beta_action"):
     """Layer x head heatmap of one column of `report.heads` (default: mean beta on action tokens)."""
-    import plotly.graph_objects as go
-
     grid = report.heads.pivot(index="layer", columns="head", values=column)
     fig = go.Figure(go.Heatmap(
         z=grid.values, x=[f"head {h}" for h in grid.columns], y=[f"layer {l}" for l in grid.index],
@@ -271,8 +256,6 @@ def beta_heatmap(report: EigenvalueReport, column: str = "mean_beta_action"):
 def eigenvalue_histogram(report: EigenvalueReport, layer: int | None = None, head: int | None = None,
                          value: str = "eigenvalue"):
     """Histogram of one head's eigenvalues (or betas), one colour per token kind; default: the tracking head."""
-    import plotly.graph_objects as go
-
     if layer is None or head is None:
         layer, head = report.tracking_head()
     rows = report.tokens[(report.tokens["layer"] == layer) & (report.tokens["head"] == head)]
@@ -290,8 +273,6 @@ def eigenvalue_histogram(report: EigenvalueReport, layer: int | None = None, hea
 
 def product_eigenvalue_figure(report: EigenvalueReport, layer: int | None = None, head: int | None = None):
     """Non-trivial eigenvalues of the per-action transition products in the complex plane."""
-    import plotly.graph_objects as go
-
     if layer is None or head is None:
         layer, head = report.tracking_head()
     rows = report.product_eigenvalues

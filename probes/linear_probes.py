@@ -32,9 +32,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
+from tqdm.auto import tqdm
 
-from tasks.errors import DeltalensError
+from deltalens.interp.capture import Capture, capture
+from deltalens.models.architecture import architecture_of, n_heads_of, n_layers_of
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = ["ProbeReport", "linear_probes", "probe_sites", "probe_accuracy_figure"]
 
@@ -45,7 +53,9 @@ SITES = ("resid", "state")
 class ProbeReport:
     """One row per (site, variable): test accuracy of the probe and of its shuffled-label control."""
 
-    results: pd.DataFrame  # site, kind ("resid" | "state"), layer, head, target, variable, accuracy, control_accuracy, chance, ...
+    results: (
+        pd.DataFrame
+    )  # site, kind ("resid" | "state"), layer, head, target, variable, accuracy, control_accuracy, chance, ...
     n_train_traces: int
     n_test_traces: int
 
@@ -78,8 +88,6 @@ def probe_sites(source, sites: Sequence[str] = SITES) -> list[tuple[str, str, in
     Residual sites: hook_embed (layer -1) and each layer's output. State sites: every head of
     every layer's hook_state (DeltaNet only; other architectures have none, silently).
     """
-    from interp.capture import Capture, architecture_of, n_heads_of, n_layers_of
-
     unknown = set(sites) - set(SITES)
     if unknown:
         raise DeltalensError(f"unknown probe site(s) {sorted(unknown)}; use 'resid' and/or 'state'.")
@@ -99,10 +107,6 @@ def probe_sites(source, sites: Sequence[str] = SITES) -> list[tuple[str, str, in
 
 
 def _fit_score(x_train, y_train, x_test, y_test, max_iter: int, seed: int) -> float:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
-    from threadpoolctl import threadpool_limits
-
     if len(np.unique(y_train)) < 2:  # one class only: the probe is the constant predictor
         return float((y_test == y_train[0]).mean())
     scaler = StandardScaler().fit(x_train)
@@ -120,8 +124,6 @@ TARGETS = ("value", "source")
 
 def probe_positions(cap, at: str | int | Sequence[int] = "readout") -> np.ndarray:
     """(N,) bool: the tokens `at` names (see the module docstring)."""
-    from tasks.tokenizers import TokenKind
-
     if at == "all":
         return cap.mask(None).numpy()
     if at == "readout":
@@ -166,8 +168,6 @@ def linear_probes(source, batch: dict[str, torch.Tensor] | None = None, sites: S
     source: a model with `batch`, or a Capture holding the sites' hooks ('resid', 'state').
     Works on every architecture: residual sites everywhere, state sites on DeltaNet.
     """
-    from interp.capture import Capture, capture
-
     if not 0 < test_fraction < 1:
         raise DeltalensError(f"test_fraction must be between 0 and 1, got {test_fraction!r}.")
     plan = probe_sites(source, sites)
@@ -191,8 +191,6 @@ def linear_probes(source, batch: dict[str, torch.Tensor] | None = None, sites: S
     trace = cap.labels["trace"].numpy()
     chosen = probe_positions(cap, at)
     if after_init:
-        from tasks.tokenizers import TokenKind
-
         is_init = (cap.labels["kind"] == int(TokenKind.INIT)).numpy()
         position = cap.labels["position"].numpy()
         last_init = np.full(n_traces, -1)
@@ -212,8 +210,6 @@ def linear_probes(source, batch: dict[str, torch.Tensor] | None = None, sites: S
     jobs = [(site, target, var) for site in plan for target in targets for var in range(cap.n_vars)]
     iterator = jobs
     if progress:
-        from tqdm.auto import tqdm
-
         iterator = tqdm(jobs, desc="probes", leave=False)
     features_cache: dict[str, np.ndarray] = {}
     for (label, kind, layer, head, name), target, var in iterator:
@@ -240,9 +236,8 @@ def linear_probes(source, batch: dict[str, torch.Tensor] | None = None, sites: S
 
 
 def probe_accuracy_figure(report: ProbeReport):
-    """Probe accuracy (and shuffled-label control) per site and target: residual stream by depth, then each head's state."""
-    import plotly.graph_objects as go
-
+    """Probe accuracy (and shuffled-label control) per site and target: residual stream by depth, then each
+    head's state."""
     summary = report.summary()
     fig = go.Figure()
     for target, part in summary.groupby("target", sort=False):

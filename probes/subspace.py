@@ -26,10 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import torch
 
-from tasks.errors import DeltalensError
-from tasks.tokenizers import TokenKind
+from deltalens.interp.capture import deltanet_capture
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = ["NAMES", "SubspaceReport", "subspace_report", "effective_rank", "pca_dims", "numerical_rank",
            "singular_value_figure", "pca_figure"]
@@ -80,17 +82,13 @@ def numerical_rank(x: torch.Tensor, rtol: float = KEY_RTOL) -> tuple[int, int, i
 class SubspaceReport:
     """Per-head state dimensionality (see the module docstring)."""
 
-    heads: pd.DataFrame  # layer, head, effective_rank, effective_rank_std, pca_dim_90, pca_dim_99, key_rank, key_dim_90, ...
+    heads: (
+        pd.DataFrame
+    )  # layer, head, effective_rank, effective_rank_std, pca_dim_90, pca_dim_99, key_rank, key_dim_90, ...
     spectra: pd.DataFrame  # layer, head, index, singular_value (mean of sigma_i / sigma_1 over tokens)
     pca: pd.DataFrame  # layer, head, component, explained_variance_ratio, cumulative
     key_spectra: pd.DataFrame  # layer, head, index, singular_value (sigma_i / sigma_1 of the action keys)
     key_rtol: float = KEY_RTOL
-
-
-def _as_capture(source, batch, names):
-    from probes.eigenvalues import _as_capture as as_capture
-
-    return as_capture(source, batch, names)
 
 
 @torch.no_grad()
@@ -102,7 +100,7 @@ def subspace_report(source, batch=None, kinds: int | Sequence[int] | None = None
     kinds: TokenKind(s) whose states enter effective rank and PCA (None: every real token).
     max_tokens: PCA runs on at most this many tokens, drawn at random with `seed`.
     """
-    cap = _as_capture(source, batch, NAMES)
+    cap = deltanet_capture(source, batch, NAMES)
     for name in [f"blocks.{l}.attn.hook_{x}" for l in range(cap.n_layers) for x in NAMES]:
         if name not in cap:
             raise DeltalensError(f"the capture lacks {name}; capture with names=('state', 'k').")
@@ -155,8 +153,6 @@ def subspace_report(source, batch=None, kinds: int | Sequence[int] | None = None
 
 def singular_value_figure(report: SubspaceReport, which: str = "state", log: bool = True):
     """Mean normalised singular values sigma_i / sigma_1 of every head's state (or action keys)."""
-    import plotly.graph_objects as go
-
     frame = report.spectra if which == "state" else report.key_spectra
     fig = go.Figure()
     for (l, h), part in frame.groupby(["layer", "head"]):
@@ -170,8 +166,6 @@ def singular_value_figure(report: SubspaceReport, which: str = "state", log: boo
 
 def pca_figure(report: SubspaceReport):
     """Cumulative explained variance of the flattened states, one line per head."""
-    import plotly.graph_objects as go
-
     fig = go.Figure()
     for (l, h), part in report.pca.groupby(["layer", "head"]):
         fig.add_trace(go.Scatter(x=part["component"], y=part["cumulative"], mode="lines+markers", name=f"L{l} H{h}"))

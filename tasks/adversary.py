@@ -55,18 +55,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tasks.errors import DeltalensError
-from tasks.groups import VARIABLE_NAMES, apply_permutation, identity, transposition
-from tasks.pfsa import Action, Event, Observation, joint_filter
-from tasks.probabilistic import (
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import VARIABLE_NAMES, apply_permutation, identity, transposition
+from deltalens.tasks.pfsa import Action, Event, Observation, joint_filter
+from deltalens.tasks.probabilistic import (
     ProbTrace,
     ProbTraceSpec,
-    _rotation,
     choice_statement,
     group_posteriors,
+    rotation,
     swap_statement,
 )
-from tasks.traces import LINE_ACTION, LINE_INIT, LINE_OUTPUT, LINE_PRINT, PROMPT, LineInfo, Reveal
+from deltalens.tasks.traces import LINE_ACTION, LINE_INIT, LINE_OUTPUT, LINE_PRINT, PROMPT, LineInfo, Reveal
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,9 @@ class AdversarySpec:
 
     def __post_init__(self) -> None:
         if not 2 <= self.block < self.n:
-            raise DeltalensError(f"the adversary needs 2 <= block < n (a probe variable), got block={self.block}, n={self.n}.")
+            raise DeltalensError(
+                f"the adversary needs 2 <= block < n (a probe variable), got block={self.block}, n={self.n}."
+            )
         if not 0.0 < self.p < 1.0:
             raise DeltalensError(f"the leak probability must be strictly between 0 and 1, got {self.p}.")
         if self.cycles < 1:
@@ -144,7 +146,7 @@ def adversarial_sequence(n: int = 3, block: int = 2, p: float = 0.5, cycles: int
     if h == 2:
         mix = Action.swap(n, 0, 1, 0.5)
     else:
-        mix = Action.choice([_rotation(n, tuple(range(h)), s) for s in range(h)])
+        mix = Action.choice([rotation(n, tuple(range(h)), s) for s in range(h)])
     leak = Action.swap(n, h - 1, probe, p)
     reveal = Observation((probe,), (q0[probe],))
     events: list[Event] = []

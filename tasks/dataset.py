@@ -31,9 +31,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from tasks.errors import DeltalensError
-from tasks.tokenizers import PAD_ID, SUPERVISIONS, EncodedTrace, Tokenizer
-from tasks.traces import Trace, TraceSpec, generate_trace
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
+from deltalens.tasks.tokenizers import PAD_ID, SUPERVISIONS, EncodedTrace, Tokenizer
+from deltalens.tasks.traces import Trace, TraceSpec, generate_trace
 
 SPLITS = {"train": 0, "eval": 1}
 
@@ -60,8 +61,6 @@ def generate_any(spec, seed: int) -> Trace:
     """The trace of a TraceSpec or of a ProbTraceSpec (tasks/probabilistic.py) for ``seed``."""
     if isinstance(spec, TraceSpec):
         return generate_trace(spec, seed)
-    from tasks.probabilistic import ProbTraceSpec, generate_prob_trace  # it builds on this package
-
     if isinstance(spec, ProbTraceSpec):
         return generate_prob_trace(spec, seed)
     raise DeltalensError(f"expected a TraceSpec or a ProbTraceSpec, got {type(spec).__name__}.")
@@ -198,3 +197,16 @@ def make_batch(
     """Traces 0..batch_size-1 of ``TraceDataset(spec, tokenizer, batch_size, seed, split)``, collated."""
     dataset = TraceDataset(spec, tokenizer, batch_size, seed=seed, split=split, supervision=supervision)
     return collate([dataset[i] for i in range(batch_size)])
+
+
+def split_batch(batch: dict[str, torch.Tensor], size: int) -> list[dict[str, torch.Tensor]]:
+    """Split a batch into consecutive pieces of at most `size` traces (labels travel along)."""
+    B = batch["tokens"].shape[0]
+    out = []
+    for start in range(0, B, size):
+        piece = {
+            key: value[start : start + size] for key, value in batch.items() if torch.is_tensor(value) and value.ndim
+        }
+        piece.update({key: value for key, value in batch.items() if not (torch.is_tensor(value) and value.ndim)})
+        out.append(piece)
+    return out

@@ -41,7 +41,7 @@ import random
 import re
 from collections.abc import Iterator, Sequence
 
-from tasks.errors import DeltalensError
+from deltalens.tasks.errors import DeltalensError
 
 Permutation = tuple[int, ...]
 
@@ -370,7 +370,7 @@ GROUP_FAMILIES: dict[str, type[PermutationGroup]] = {
 _GROUP_NAME = re.compile(r"\s*([SAZDC])\s*_?\s*(\d+)\s*", re.IGNORECASE)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def get_group(name: str) -> PermutationGroup:
     """``"S5"`` -> SymmetricGroup(5). Case-insensitive; ``S_5`` and ``C5`` (= Z5) also work."""
     match = _GROUP_NAME.fullmatch(str(name))
@@ -474,7 +474,7 @@ def _finite_action_list(group: PermutationGroup, name: str) -> tuple[Permutation
     return tuple(sorted(p for p in found if group.contains(p)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cached_action_set(group_name: str, name: str) -> ActionSet:
     group = get_group(group_name)
     return ActionSet(group, name, _finite_action_list(group, name))

@@ -78,8 +78,8 @@ from typing import Any, Union
 
 import numpy as np
 
-from tasks.errors import DeltalensError
-from tasks.groups import VARIABLE_NAMES, Permutation, apply_permutation, identity, inverse, is_permutation
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import VARIABLE_NAMES, Permutation, apply_permutation, identity, inverse, is_permutation
 
 MAX_JOINT_N = 8  # 8! = 40320 belief entries; 9! would be 362880 per step, too slow for the CPU tests
 
@@ -149,7 +149,11 @@ class Observation:
     line: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
-        if not self.variables or len(self.variables) != len(self.values) or len(set(self.variables)) != len(self.variables):
+        if (
+            not self.variables
+            or len(self.variables) != len(self.values)
+            or len(set(self.variables)) != len(self.variables)
+        ):
             raise DeltalensError("an observation names each printed variable once, with one value each.")
 
     def is_full(self, n: int) -> bool:
@@ -177,7 +181,7 @@ def _take(x: Any, index: np.ndarray, axis: int = 0) -> Any:
     """x[index] along axis 0 (gather), for numpy arrays and torch tensors alike."""
     if _is_numpy(x):
         return x[index]
-    import torch
+    import torch  # only when given tensors: `deltalens belief` runs on numpy without torch (~1.6 s)
 
     return x[torch.from_numpy(index).to(x.device)]
 
@@ -186,7 +190,7 @@ def _like(x: Any, arr: np.ndarray) -> Any:
     """arr as an array of x's kind, dtype and device."""
     if _is_numpy(x):
         return arr.astype(x.dtype)
-    import torch
+    import torch  # only when given tensors: `deltalens belief` runs on numpy without torch (~1.6 s)
 
     return torch.from_numpy(np.ascontiguousarray(arr)).to(dtype=x.dtype, device=x.device)
 
@@ -204,7 +208,7 @@ def max_entry(x: Any) -> float:
 
 # --- the automaton --------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _state_table(n: int) -> tuple[np.ndarray, np.ndarray]:
     """All value tuples of 1..n in lex order (n!, n), and their base-(n+1) codes (sorted)."""
     states = np.array(list(itertools.permutations(range(1, n + 1))), dtype=np.int64).reshape(-1, n)
@@ -283,13 +287,17 @@ class PFSA:
 
     def _check_observation(self, obs: Observation) -> None:
         if max(obs.variables) >= self.n or min(obs.values) < 1 or max(obs.values) > self.n:
-            raise DeltalensError(f"{_where(obs)}the print shows {obs.describe()}, outside {self.n} variables and values 1..{self.n}.")
+            raise DeltalensError(
+                f"{_where(obs)}the print shows {obs.describe()}, outside {self.n} variables and values 1..{self.n}."
+            )
 
     # linear steps (numpy or torch, any dtype)
     def transition(self, b: Any, action: Action) -> Any:
         """b D_sigma, gathered: b'[q'] = sum_k probs[k] * b[q' o perms[k]^-1]."""
         if action.n != self.n:
-            raise DeltalensError(f"{_where(action)}the statement moves {action.n} variables, the automaton has {self.n}.")
+            raise DeltalensError(
+                f"{_where(action)}the statement moves {action.n} variables, the automaton has {self.n}."
+            )
         out = None
         for p, w in action.branches():
             term = _take(b, self.preimage(p))

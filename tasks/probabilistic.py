@@ -35,9 +35,7 @@ Paper notation -> code
 * ``parse_prob_trace(text)``: what an observer knows from a transcript (q0, the statements, the
   printed values); it does not use the seed, since simulating the Mersenne Twister is not state
   tracking. Traces without a seed (``>>> import random``) parse too; they do not replay.
-* ``ProbCodeTokenizer`` (kind ``code-prob``): the ``code`` tokenizer with the extra Python
-  tokens appended, so every deterministic token keeps its id; multi-digit numbers (the seed,
-  the digits of p) are spelled one digit per token.
+* Their tokenizers (``code-prob``, ``statement-prob``) live in ``tasks.tokenizers``.
 """
 from __future__ import annotations
 
@@ -45,13 +43,13 @@ import itertools
 import random
 import re
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tasks.errors import DeltalensError
-from tasks.groups import (
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import (
     VARIABLE_NAMES,
     Permutation,
     apply_permutation,
@@ -61,9 +59,8 @@ from tasks.groups import (
     read_assignment,
     transposition,
 )
-from tasks.pfsa import MAX_JOINT_N, PFSA, Action, Event, Observation, RevealPosterior, joint_filter
-from tasks.tokenizers import CodeTokenizer, Tokenizer, code_pieces, code_vocabulary
-from tasks.traces import (
+from deltalens.tasks.pfsa import MAX_JOINT_N, PFSA, Action, Event, Observation, RevealPosterior, joint_filter
+from deltalens.tasks.traces import (
     LINE_ACTION,
     LINE_INIT,
     LINE_OUTPUT,
@@ -74,6 +71,8 @@ from tasks.traces import (
     Reveal,
     Trace,
     check_action_count,
+    spec_fields,
+    spec_to_dict,
 )
 
 ACTION_KINDS = ("det", "swap", "choice")  # order of ProbTraceSpec.mix
@@ -107,7 +106,8 @@ class ProbTraceSpec:
         mix = tuple(float(w) for w in self.mix) if isinstance(self.mix, (list, tuple)) else ()
         if len(mix) != 3 or any(w < 0 for w in mix) or sum(mix) <= 0:
             raise DeltalensError(
-                f"mix takes three weights >= 0 (deterministic, random swap, random choice), not all 0; got {self.mix!r}."
+                f"mix takes three weights >= 0 (deterministic, random swap, random choice), not all 0; "
+                f"got {self.mix!r}."
             )
         object.__setattr__(self, "mix", mix)
         if mix[0] > 0:
@@ -117,13 +117,14 @@ class ProbTraceSpec:
                 raise DeltalensError(f"{group.name} has no swaps; set the random-swap weight of mix to 0.")
             if not isinstance(self.swap_prob, float) or not re.fullmatch(r"0\.\d+", repr(self.swap_prob)):
                 raise DeltalensError(
-                    f"swap_prob must be a probability strictly between 0 and 1 written like 0.3, got {self.swap_prob!r}."
+                    f"swap_prob must be a probability strictly between 0 and 1 written like 0.3, "
+                    f"got {self.swap_prob!r}."
                 )
         if mix[2] > 0:
             k = self.choice_size
             if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= group.n:
                 raise DeltalensError(f"choice_size must be from 2 to {group.n} variables, got {k!r}.")
-            if not group.contains(_rotation(group.n, tuple(range(k)), 1)):
+            if not group.contains(rotation(group.n, tuple(range(k)), 1)):
                 raise DeltalensError(
                     f"a rotation of {k} variables is odd, so not in {group.name}; use an odd choice_size."
                 )
@@ -144,18 +145,11 @@ class ProbTraceSpec:
         return get_group(self.group).n
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["mix"] = list(self.mix)
-        if isinstance(self.actions, tuple):
-            out["actions"] = list(self.actions)
-        return out
+        return spec_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProbTraceSpec:
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise DeltalensError(f"unknown probabilistic trace spec field(s): {', '.join(sorted(unknown))}.")
-        data = dict(data)
+        data = spec_fields(cls, data, "probabilistic trace spec")
         if "mix" in data:
             data["mix"] = tuple(data["mix"])
         return cls(**data)
@@ -163,7 +157,7 @@ class ProbTraceSpec:
 
 # --- statements ------------------------------------------------------------------------------
 
-def _rotation(n: int, variables: tuple[int, ...], shift: int) -> Permutation:
+def rotation(n: int, variables: tuple[int, ...], shift: int) -> Permutation:
     """variables[r] takes the old value of variables[(r + shift) % k]."""
     p = list(range(n))
     k = len(variables)
@@ -272,7 +266,7 @@ def generate_prob_trace(spec: ProbTraceSpec, seed: int, posteriors: bool = True)
             realised = transposition(n, i, j) if hidden.random() < spec.swap_prob else identity(n)
         else:
             chosen = tuple(sorted(rng.sample(range(n), spec.choice_size)))
-            options = [_rotation(n, chosen, s) for s in range(spec.choice_size)]
+            options = [rotation(n, chosen, s) for s in range(spec.choice_size)]
             line = f"{PROMPT}{choice_statement(chosen)}\n"
             kernel = Action.choice(options)
             realised = hidden.choice(options)  # same draw as random.choice on a list of that length
@@ -322,7 +316,9 @@ def group_posteriors(posteriors: list[RevealPosterior], reveals: list[Reveal]) -
 _LIST = r"[a-j](?:, [a-j])*"
 _HEADER = re.compile(r">>> import random(?:; random\.seed\((\d+)\))?\n?")
 _INIT = re.compile(r">>> ([a-j]) = (\d+)\n?")
-_COND = re.compile(rf">>> ({_LIST}) = \(({_LIST})\) if random\.random\(\) < (\d*\.?\d+(?:[eE]-?\d+)?) else \(({_LIST})\)\n?")
+_COND = re.compile(
+    rf">>> ({_LIST}) = \(({_LIST})\) if random\.random\(\) < (\d*\.?\d+(?:[eE]-?\d+)?) else \(({_LIST})\)\n?"
+)
 _CHOICE = re.compile(rf">>> ({_LIST}) = random\.choice\(\[(\({_LIST}\)(?:, \({_LIST}\))*)\]\)\n?")
 _PRINT_ONE = re.compile(r">>> print\('([a-j])', \1\)\n?")
 _PRINT_MANY = re.compile(rf">>> print\(({_LIST})\)\n?")
@@ -398,7 +394,9 @@ def parse_prob_trace(text: str) -> ProbProgram:
             out = lines[index + 1].rstrip("\n").split(" ")
             if one:
                 if len(out) != 2 or out[0] != names:
-                    raise DeltalensError(f"line {lineno + 1}: expected '{names} <value>' after the print, got {' '.join(out)!r}.")
+                    raise DeltalensError(
+                        f"line {lineno + 1}: expected '{names} <value>' after the print, got {' '.join(out)!r}."
+                    )
                 out = out[1:]
             if len(out) != len(variables) or not all(x.isdigit() and 1 <= int(x) <= n for x in out):
                 raise DeltalensError(
@@ -450,73 +448,6 @@ def reveal_token_posteriors(trace: ProbTrace, encoded: Any) -> np.ndarray:
     return out
 
 
-# --- tokenizer ---------------------------------------------------------------------------------
-
-PROB_KIND = "code-prob"
-_DIGITS = [str(d) for d in range(10)]
-PROB_EXTRA_TOKENS = [
-    " import", " random", "random", ";", ".", "seed", "choice", " if", " else", " <", " (", "[", "]",
-] + _DIGITS + [" " + d for d in _DIGITS]
-
-
-def prob_code_vocabulary(n: int) -> list[str]:
-    """``code_vocabulary(n)`` followed by the extra tokens it lacks (append-only: old ids keep)."""
-    base = code_vocabulary(n)
-    have = set(base)
-    return base + [t for t in PROB_EXTRA_TOKENS if t not in have]
-
-
-class ProbCodeTokenizer(CodeTokenizer):
-    """The ``code`` tokenizer extended for probabilistic traces (kind ``code-prob``).
-
-    Its first ``code_vocabulary(n)`` ids are the code tokenizer's, so deterministic traces get
-    identical ids; a number piece not in the vocabulary is spelled one digit per token.
-    """
-
-    kind = PROB_KIND
-
-    def __init__(self, n: int):
-        super().__init__(n)
-        self._tokens = prob_code_vocabulary(n)
-        self._ids = {t: i for i, t in enumerate(self._tokens)}
-        self._value_ids = frozenset(i for i, t in enumerate(self._tokens) if t.strip().isdigit())
-
-    def describe(self) -> str:
-        return f"code-prob (n={self.n})"
-
-    def _encode_line(self, line: str, lineno: int) -> tuple[int, ...]:
-        ids = []
-        for piece in code_pieces(line):
-            token_id = self._ids.get(piece)
-            if token_id is not None:
-                ids.append(token_id)
-            elif piece.strip().isdigit():  # "4821" -> "4" "8" "2" "1"; " 25" -> " 2" "5"
-                lead = 2 if piece.startswith(" ") else 1
-                ids.extend(self._ids[d] for d in [piece[:lead], *piece[lead:]])
-            else:
-                raise self._not_in_vocab(piece, lineno)
-        return tuple(ids)
-
-    def check_spec(self, spec: Any) -> None:
-        if spec.n > self.n:
-            raise DeltalensError(
-                f"{spec.group} traces use {spec.n} variables but this tokenizer knows only {self.n}; "
-                f"build it with ProbCodeTokenizer({spec.n})."
-            )
-
-    @classmethod
-    def from_spec(cls, spec: dict[str, Any]) -> Tokenizer:
-        """Read back ``to_spec()`` of a code-prob tokenizer (others go to ``Tokenizer.from_spec``)."""
-        if not isinstance(spec, dict) or spec.get("kind") != PROB_KIND:
-            return Tokenizer.from_spec(spec)
-        tokenizer = cls(int(spec["n"]))
-        if spec.get("vocab_size") != tokenizer.vocab_size or spec.get("fingerprint") != tokenizer.fingerprint():
-            raise DeltalensError(
-                f"the saved {tokenizer.describe()} vocabulary differs from the one this version of deltalens builds."
-            )
-        return tokenizer
-
-
 def spec_actions(spec: ProbTraceSpec) -> Iterator[Action]:
     """Sigma of a spec: every action statement its traces can contain (deterministic ones listed
     from the action set, which for ``full`` is all of G)."""
@@ -531,4 +462,4 @@ def spec_actions(spec: ProbTraceSpec) -> Iterator[Action]:
                 yield Action.swap(n, i, j, spec.swap_prob)
     if spec.mix[2] > 0:
         for chosen in itertools.combinations(range(n), spec.choice_size):
-            yield Action.choice([_rotation(n, chosen, s) for s in range(spec.choice_size)])
+            yield Action.choice([rotation(n, chosen, s) for s in range(spec.choice_size)])

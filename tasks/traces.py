@@ -37,8 +37,8 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Union
 
-from tasks.errors import DeltalensError
-from tasks.groups import (
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import (
     VARIABLE_NAMES,
     Permutation,
     apply_permutation,
@@ -110,18 +110,12 @@ class TraceSpec:
         return self.actions if isinstance(self.actions, int) else self.actions[1]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (a range becomes a list); ``TraceSpec.from_dict`` reads it back."""
-        out = asdict(self)
-        if isinstance(self.actions, tuple):
-            out["actions"] = list(self.actions)
-        return out
+        """JSON-ready (tuples become lists); ``TraceSpec.from_dict`` reads it back."""
+        return spec_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TraceSpec:
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise DeltalensError(f"unknown trace spec field(s): {', '.join(sorted(unknown))}.")
-        return cls(**data)
+        return cls(**spec_fields(cls, data, "trace spec"))
 
     def describe(self) -> str:
         m = self.actions if isinstance(self.actions, int) else f"{self.actions[0]}-{self.actions[1]}"
@@ -133,6 +127,19 @@ class TraceSpec:
             schedule = "no reveals"
         init = ", identity init" if self.identity_init else ""
         return f"{self.group} {self.action_set}, {m} actions, {schedule} ({self.reveal}){init}"
+
+
+def spec_to_dict(spec) -> dict[str, Any]:
+    """A spec dataclass as JSON-ready data: its fields, tuples as lists."""
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(spec).items()}
+
+
+def spec_fields(cls, data: dict[str, Any], what: str) -> dict[str, Any]:
+    """``data`` checked against the fields of spec dataclass ``cls`` (one sentence for unknown ones)."""
+    unknown = set(data) - set(cls.__dataclass_fields__)
+    if unknown:
+        raise DeltalensError(f"unknown {what} field(s): {', '.join(sorted(unknown))}.")
+    return dict(data)
 
 
 def _not_int(x: object) -> bool:
@@ -318,7 +325,8 @@ def parse_trace(text: str, group: str | None = None, action_set: str = "full") -
             if index + 1 >= len(lines) or lines[index + 1] != expected:
                 got = lines[index + 1].rstrip() if index + 1 < len(lines) else "nothing"
                 raise DeltalensError(
-                    f"line {lineno + 1}: the print shows {got!r} but replaying the statements gives {expected.rstrip()!r}."
+                    f"line {lineno + 1}: the print shows {got!r} but replaying the statements gives "
+                    f"{expected.rstrip()!r}."
                 )
             t = len(actions)
             info += [LineInfo(LINE_PRINT, t, variables=shown), LineInfo(LINE_OUTPUT, t, variables=shown)]

@@ -35,8 +35,9 @@ from pathlib import Path
 
 import torch
 
-import models
-from tasks import TraceSpec, make_batch, make_tokenizer, read_assignment
+from deltalens import models
+from deltalens.tasks import TraceSpec, make_tokenizer, read_assignment
+from deltalens.tasks.dataset import make_batch
 
 KEY_SCALE = 100.0  # |k| before L2 norm: ||k||^2 = 1 - 1e-10, so beta = 2 gives eigenvalue -1 in fp32
 VALUE_SCALE = 30.0  # silu(30) = 30 in fp32, so the stored values are exact multiples of one-hots

@@ -6,17 +6,27 @@ import numpy as np
 import pytest
 import torch
 
-from probes.belief_decay import marginal_decay, marginal_decay_figure, smallest_subnormal
-from tasks.adversary import AdversarySpec, adversarial_sequence, predicted_underflow_cycle
-from tasks.errors import DeltalensError
-from tasks.pfsa import PFSA, Observation, joint_filter, marginal_filter, point_marginals, run_linear_joint, run_linear_marginal
-from tasks.probabilistic import parse_prob_trace
+from deltalens.probes.belief_decay import marginal_decay, marginal_decay_figure, smallest_subnormal
+from deltalens.tasks.adversary import AdversarySpec, adversarial_sequence, predicted_underflow_cycle
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.pfsa import (
+    PFSA,
+    Observation,
+    joint_filter,
+    marginal_filter,
+    point_marginals,
+    run_linear_joint,
+    run_linear_marginal,
+)
+from deltalens.tasks.probabilistic import parse_prob_trace
 
 
 def chosen_masses(seq, dtype=None):
     m0 = None if dtype is None else torch.from_numpy(point_marginals(seq.q0)).to(dtype)
     run = run_linear_marginal(seq.spec.n, seq.q0, seq.events, m0=m0)
-    return np.array([seq.chosen_mass(run.marginals[0])] + [seq.chosen_mass(run.marginals[e + 1]) for e in seq.reveal_events])
+    return np.array(
+        [seq.chosen_mass(run.marginals[0])] + [seq.chosen_mass(run.marginals[e + 1]) for e in seq.reveal_events]
+    )
 
 
 @pytest.mark.parametrize("n, block, p", [(3, 2, 0.5), (3, 2, 0.9), (4, 3, 0.3), (5, 3, 0.75), (6, 4, 0.5)])

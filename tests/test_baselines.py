@@ -9,8 +9,9 @@ import json
 import pytest
 import torch
 
-import models
-from tasks.errors import DeltalensError
+from deltalens import models
+from deltalens.models.transformer import TransformerConfig
+from deltalens.tasks.errors import DeltalensError
 
 # Two shared cores: one intra-op thread avoids OpenMP oversubscription (tens of times faster here).
 
@@ -61,9 +62,9 @@ def test_model_config_is_json_and_rebuilds_the_same_model(small, tokens):
 
 
 def test_transformer_defaults_resolved():
-    config = models.TransformerConfig(d_vocab=5)
+    config = TransformerConfig(d_vocab=5)
     assert (config.d_head, config.d_mlp, config.positional_embedding_type) == (16, 256, "rotary")
-    learned = models.TransformerConfig(d_vocab=5, positional_embedding_type="learned")
+    learned = TransformerConfig(d_vocab=5, positional_embedding_type="learned")
     assert learned.positional_embedding_type == "standard"
 
 

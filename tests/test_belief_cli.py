@@ -1,15 +1,14 @@
-"""`deltalens belief` (exact posteriors of a probabilistic trace) and `deltalens ptrace`, through interp.cli.main."""
+"""`deltalens belief` (exact posteriors of a probabilistic trace) and `deltalens ptrace`, through the CLI's main."""
 import io
 import json
 
 import numpy as np
 import pytest
 
-import interp.cli
-from interp.cli import main
-from tasks.adversary import adversarial_sequence
-from tasks.probabilistic import ProbTraceSpec, generate_prob_trace, parse_prob_trace
-from tasks.traces import replay_transcript
+from deltalens.cli.main import COMMANDS, main
+from deltalens.tasks.adversary import adversarial_sequence
+from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace, parse_prob_trace
+from deltalens.tasks.traces import replay_transcript
 
 EXAMPLE = """>>> import random; random.seed(8)
 >>> a = 1
@@ -36,10 +35,9 @@ def run(argv, capsys, monkeypatch=None, stdin=None):
 
 
 @pytest.fixture
-def with_ptrace(monkeypatch):
-    """ptrace lives in its own module; the lead adds it to interp.cli.COMMANDS."""
-    if "ptrace" not in interp.cli.COMMANDS:
-        monkeypatch.setattr(interp.cli, "COMMANDS", [*interp.cli.COMMANDS, "ptrace"])
+def with_ptrace():
+    """ptrace is one of the CLI's commands."""
+    assert "ptrace" in COMMANDS
 
 
 def test_documented_json_example(tmp_path, capsys):
@@ -86,7 +84,9 @@ def test_text_output_and_stdin(capsys, monkeypatch):
 
 
 def test_marginal_representation_is_offered_and_differs_where_it_should(capsys, monkeypatch):
-    _, out, _ = run(["belief", "--trace", "-", "--json", "--representation", "marginal"], capsys, monkeypatch, stdin=EXAMPLE)
+    _, out, _ = run(
+        ["belief", "--trace", "-", "--json", "--representation", "marginal"], capsys, monkeypatch, stdin=EXAMPLE
+    )
     report = json.loads(out)
     assert report["representation"] == "marginal"
     assert report["reveals"][0]["predictive"] == {"1": 0.25, "2": 0.0, "3": 0.75}  # before any reveal: exact

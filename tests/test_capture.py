@@ -1,13 +1,15 @@
-"""interp.capture: activations aligned with trace labels, on every architecture."""
+"""interp.capture and training.opened: activations aligned with trace labels, on every architecture."""
 import pytest
 import torch
-
-import models
 from handset import swap_model
-from interp.capture import Capture, capture, checkpoint_batch, expand_names, open_checkpoint
-from interp.interventions import rescale_beta
-from tasks import TokenKind, TraceSpec, make_batch
-from tasks.errors import DeltalensError
+
+from deltalens import models
+from deltalens.interp.capture import Capture, capture, expand_names
+from deltalens.interp.interventions import rescale_beta
+from deltalens.tasks import TokenKind, TraceSpec
+from deltalens.tasks.dataset import make_batch
+from deltalens.tasks.errors import DeltalensError
+from deltalens.training.opened import checkpoint_batch, open_checkpoint
 
 
 @pytest.fixture(scope="module")

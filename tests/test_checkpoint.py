@@ -5,14 +5,15 @@ import dataclasses
 import json
 import os
 import pickle
+import stat
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
-import models
-import models.checkpoint as checkpoint
-from tasks.errors import DeltalensError
-
+import deltalens.models.checkpoint as checkpoint
+from deltalens import models
+from deltalens.tasks.errors import DeltalensError
 
 VOCAB = 9
 CONFIGS = {
@@ -334,8 +335,6 @@ def test_truncated_or_corrupt_weights(lstm_checkpoint, damage):
 
 
 def _rewrite_weights(path, edit):
-    from safetensors.torch import load_file, save_file
-
     tensors = load_file(str(path / "model.safetensors"))
     edit(tensors)
     save_file(tensors, str(path / "model.safetensors"))
@@ -374,11 +373,6 @@ def test_weights_of_a_different_architecture(tmp_path, lstm_checkpoint):
 
 
 def test_saved_checkpoint_has_ordinary_permissions(tmp_path):
-    import os
-    import stat
-
-    import models
-
     target = models.save(models.build("lstm", d_vocab=8, d_model=8, n_layers=1), tmp_path / "ckpt")
     umask = os.umask(0)
     os.umask(umask)

@@ -1,11 +1,12 @@
-"""`deltalens trace` and `deltalens demo` through interp.cli.main."""
+"""`deltalens trace` and `deltalens demo` through the CLI's main."""
 import json
 
 import pytest
 
-from interp.cli import main
-from tasks.tokenizers import Tokenizer
-from tasks.traces import TraceSpec, generate_trace, replay_transcript
+from deltalens.cli.main import main
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.tokenizers import Tokenizer
+from deltalens.tasks.traces import TraceSpec, generate_trace, replay_transcript
 
 
 def run(argv, capsys):
@@ -114,8 +115,6 @@ def test_bad_arguments_exit_2_with_one_line(argv, words, capsys):
 
 
 def test_debug_shows_the_exception():
-    from tasks.errors import DeltalensError
-
     with pytest.raises(DeltalensError):
         main(["--debug", "trace", "--group", "X5"])
 

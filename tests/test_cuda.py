@@ -43,7 +43,7 @@ def _run(fn, inputs, do, dht):
 @pytest.mark.parametrize("D", [32, 64])
 @pytest.mark.parametrize("beta_max", [1.0, 2.0])
 def test_fla_chunk_kernel_bf16_matches_torch_kernel(T, D, beta_max):
-    from models.delta_rule import chunk_delta_rule
+    from deltalens.models.delta_rule import chunk_delta_rule
 
     inputs = _inputs(2, T, 2, D, torch.bfloat16, beta_max)
     do = torch.rand(2, T, 2, D, device="cuda")
@@ -64,7 +64,7 @@ def test_fla_chunk_kernel_bf16_matches_torch_kernel(T, D, beta_max):
 
 
 def test_fla_dispatch_fp32_uses_fused_recurrent_and_matches():
-    from models.delta_rule import chunk_delta_rule
+    from deltalens.models.delta_rule import chunk_delta_rule
 
     q, k, v, b, h0 = (x.detach().float() for x in _inputs(2, 100, 2, 32, torch.float32, 2.0))
     o_fla, ht_fla = chunk_delta_rule(q, k, v, b, initial_state=h0, output_final_state=True)  # auto: fla
@@ -75,7 +75,7 @@ def test_fla_dispatch_fp32_uses_fused_recurrent_and_matches():
 def test_hooked_deltanet_on_cuda_matches_fla_model():
     from fla.models import DeltaNetConfig, DeltaNetForCausalLM
 
-    from models.deltanet import HookedDeltaNet
+    from deltalens.models.deltanet import HookedDeltaNet
 
     cfg = DeltaNetConfig(hidden_size=128, num_heads=2, num_hidden_layers=2, vocab_size=64, allow_neg_eigval=True,
                          use_gate=True)

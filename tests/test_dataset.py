@@ -3,10 +3,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from tasks.dataset import SPLITS, TraceDataset, collate, make_batch, trace_seed
-from tasks.errors import DeltalensError
-from tasks.tokenizers import PAD_ID, TokenKind, make_tokenizer
-from tasks.traces import TraceSpec, generate_trace
+from deltalens.tasks.dataset import SPLITS, TraceDataset, collate, make_batch, trace_seed
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.tokenizers import PAD_ID, TokenKind, make_tokenizer
+from deltalens.tasks.traces import TraceSpec, generate_trace
 
 SPEC = TraceSpec(group="S5", action_set="swaps", actions=(4, 20), spacing=3)
 

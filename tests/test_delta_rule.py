@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models.delta_rule import (
+from deltalens.models.delta_rule import (
     chunk_delta_rule,
     chunk_delta_rule_with_states,
     delta_rule_recurrence,

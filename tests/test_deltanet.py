@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 from fla.models import DeltaNetConfig
 
-import models.deltanet_mixer as mixer_module
-from models.delta_rule import delta_rule_recurrence
-from models.deltanet import HookedDeltaNet
-from models.hook_names import deltanet_hook_names
+import deltalens.models.deltanet_mixer as mixer_module
+from deltalens.models.delta_rule import delta_rule_recurrence
+from deltalens.models.deltanet import HookedDeltaNet
+from deltalens.models.hook_names import deltanet_hook_names
 
 VOCAB, T = 23, 40
 
@@ -75,7 +75,10 @@ def test_run_with_cache_keys_and_shapes():
     for name, shape in shapes.items():
         assert tuple(cache[name].shape) == shape, name
     # residual bookkeeping holds between the hooks
-    assert maxerr(cache["blocks.0.hook_resid_mid"], cache["blocks.0.hook_resid_pre"] + cache["blocks.0.hook_attn_out"]) < 1e-6
+    assert (
+        maxerr(cache["blocks.0.hook_resid_mid"], cache["blocks.0.hook_resid_pre"] + cache["blocks.0.hook_attn_out"])
+        < 1e-6
+    )
     assert maxerr(cache["blocks.1.hook_resid_pre"], cache["blocks.0.hook_resid_post"]) == 0
     # hook_q / hook_k are what the recurrence uses: unit vectors
     assert maxerr(cache["blocks.0.attn.hook_k"].norm(dim=-1), torch.ones(B, T, H)) < 1e-3

@@ -1,16 +1,18 @@
 """`deltalens train` and `deltalens eval` end to end on a tiny model."""
 import json
 
-from interp.cli import main
-from tasks import TraceSpec, generate_trace
-from training.config import dump_toml
+from deltalens.cli.main import main
+from deltalens.tasks import TraceSpec, generate_trace
+from deltalens.training.config import dump_toml
 from tests.test_training import tiny_config
 
 
 def test_train_then_eval_generated_and_written_traces(tmp_path, capsys):
     config = tmp_path / "train.toml"
     config.write_text(dump_toml(tiny_config(arch="lstm", steps=2)))
-    assert main(["train", str(config), "run.eval_every=0", "--out", str(tmp_path / "run"), "--no-progress", "--json"]) == 0
+    assert (
+        main(["train", str(config), "run.eval_every=0", "--out", str(tmp_path / "run"), "--no-progress", "--json"]) == 0
+    )
     trained = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert trained["step"] == 2 and 0.0 <= trained["reveal_accuracy"] <= 1.0
 

@@ -19,9 +19,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fla.models import DeltaNetConfig, DeltaNetForCausalLM
 
-from models.deltanet import HookedDeltaNet
-from models.rms_norm import RMSNorm, RMSNormGated, rms_norm_ref
-from models.short_conv import ShortConvolution, short_conv_ref
+from deltalens.models.deltanet import HookedDeltaNet
+from deltalens.models.rms_norm import RMSNorm, RMSNormGated, rms_norm_ref
+from deltalens.models.short_conv import ShortConvolution, short_conv_ref
 
 CONFIGS = {
     "default": dict(),
@@ -44,7 +44,7 @@ def fla_model(cfg, seed=0):
     torch.manual_seed(seed)
     model = DeltaNetForCausalLM(cfg).eval()
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for _name, p in model.named_parameters():
             if p.ndim == 1:  # norm weights
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
             else:
@@ -94,7 +94,9 @@ def fla_runs_on_cpu():
         stack.enter_context(mock.patch.object(RMSNorm, "forward", rms_forward))
         stack.enter_context(mock.patch.object(FusedRMSNormGated, "forward", gated_forward))
         stack.enter_context(mock.patch.object(ShortConvolution, "forward", conv_forward))
-        stack.enter_context(mock.patch.object(fla_mlp, "swiglu_linear", lambda x, y, w, b: F.linear(F.silu(x) * y, w, b)))
+        stack.enter_context(
+            mock.patch.object(fla_mlp, "swiglu_linear", lambda x, y, w, b: F.linear(F.silu(x) * y, w, b))
+        )
         stack.enter_context(mock.patch.object(fla_mlp, "swiglu", lambda x, y: F.silu(x) * y))
         yield
 
@@ -222,7 +224,8 @@ def test_short_convolution_matches_fla_parameters_and_reference(bias, activation
 
 
 def test_rms_norms_match_fla_torch_references():
-    from fla.modules import FusedRMSNormGated, RMSNorm as FlaRMSNorm
+    from fla.modules import FusedRMSNormGated
+    from fla.modules import RMSNorm as FlaRMSNorm
     from fla.modules.norm.layernorm import rms_norm_ref as fla_rms_ref
     from fla.modules.norm.layernorm_gated import rms_norm_ref as fla_gated_ref
 

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from tasks.errors import DeltalensError
-from tasks.groups import (
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import (
     ACTION_SETS,
     MAX_N,
     AlternatingGroup,

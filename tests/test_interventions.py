@@ -1,16 +1,23 @@
-"""interp.interventions and interp.sweep on the hand-set swap tracker (answers known)."""
+"""interp.interventions and interp.head_sweep on the hand-set swap tracker (answers known)."""
 import pandas as pd
 import pytest
 import torch
-
-import models
 from handset import swap_model
-from interp.capture import capture
-from interp.interventions import (Intervention, ablate_head, accuracy_under, patch_activation, patch_state,
-                                  rescale_beta, reveal_accuracy)
-from interp.sweep import sweep, sweep_figure
-from tasks import TokenKind
-from tasks.errors import DeltalensError
+
+from deltalens import models
+from deltalens.interp.capture import capture
+from deltalens.interp.head_sweep import sweep, sweep_figure
+from deltalens.interp.interventions import (
+    Intervention,
+    ablate_head,
+    accuracy_under,
+    patch_activation,
+    patch_state,
+    rescale_beta,
+    reveal_accuracy,
+)
+from deltalens.tasks import TokenKind
+from deltalens.tasks.errors import DeltalensError
 
 TRACK = (1, 1)
 DECOYS = [(0, 0), (0, 1), (1, 0)]

@@ -1,8 +1,8 @@
 """parse_trace rebuilds a generated trace's ground truth from its text alone."""
 import pytest
 
-from tasks import TraceSpec, generate_trace, make_tokenizer, parse_trace
-from tasks.errors import DeltalensError
+from deltalens.tasks import TraceSpec, generate_trace, make_tokenizer, parse_trace
+from deltalens.tasks.errors import DeltalensError
 
 
 @pytest.mark.parametrize("group, action_set, reveal", [("S3", "swaps", "one"), ("S5", "full", "all"),

@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from probes.belief_decay import (
+from deltalens.probes.belief_decay import (
     halving_decay,
     halving_sequence,
     joint_decay_figure,
     predicted_halving_underflow,
     smallest_subnormal,
 )
-from tasks.errors import DeltalensError
-from tasks.groups import apply_permutation, lex_rank
-from tasks.pfsa import (
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import apply_permutation, lex_rank
+from deltalens.tasks.pfsa import (
     PFSA,
     Action,
     Observation,
@@ -30,7 +30,7 @@ from tasks.pfsa import (
     run_linear_marginal,
     sinkhorn,
 )
-from tasks.probabilistic import ProbTraceSpec, generate_prob_trace
+from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
 
 
 def random_perm(rng, n):
@@ -66,7 +66,7 @@ def flat(result):
 def test_joint_filter_equals_enumeration_of_hidden_outcomes():
     rng = random.Random(0)
     checked = 0
-    for trial in range(60):
+    for _trial in range(60):
         n = rng.choice([2, 3, 3, 4])
         q0, events = random_events(rng, n, rng.randint(3, 11))
         exact = joint_filter(PFSA(n, q0), events)
@@ -243,7 +243,7 @@ def test_linear_steps_run_in_torch_dtypes():
     assert out.dtype == torch.bfloat16 and out[0, q0[1] - 1] == 1 and out[1, q0[1] - 1] == 0
 
 
-# --- 4a: the 1/2 law and its underflow -------------------------------------------------------------
+# --- (a): the 1/2 law and its underflow -------------------------------------------------------------
 
 def test_halving_law_and_underflow_step_per_dtype():
     result = halving_decay(reveals=1100)

@@ -1,4 +1,4 @@
-"""Issue 6 item 4c: statement-prob tokens, adversarial traces for models, KL to the exact belief,
+"""PFSA-SR models: statement-prob tokens, adversarial traces for models, KL to the exact belief,
 training and exporting on probabilistic traces, and the PFSA-SR section of the report."""
 from __future__ import annotations
 
@@ -6,24 +6,25 @@ import json
 import math
 
 import numpy as np
+import plotly.io
 import pytest
 import torch
 
-import models
-from interp.commands.reproduce import write_report
-from interp.pfsa_report import probabilistic_checkpoints, uniform_kl
-from probes.belief_kl import partial_counts, reveal_kl, token_table, value_candidates
-from tasks import Tokenizer, make_tokenizer
-from tasks.adversary import adversarial_sequence, adversarial_trace
-from tasks.errors import DeltalensError
-from tasks.pfsa import joint_filter
-from tasks.probabilistic import ProbTraceSpec, generate_prob_trace
-from tasks.traces import TraceSpec, generate_trace
-from training.config import TrainConfig
-from training.data import TrainingData
-from training.export import export_run
-from training.loop import train
-from training.sweep import CellStatus, load_sweep
+from deltalens import models
+from deltalens.reports.pfsa_section import probabilistic_checkpoints, uniform_kl
+from deltalens.reports.reproduce import write_report
+from deltalens.tasks import Tokenizer, make_tokenizer
+from deltalens.tasks.adversary import adversarial_sequence, adversarial_trace
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.pfsa import joint_filter
+from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
+from deltalens.tasks.traces import TraceSpec, generate_trace
+from deltalens.training.belief_kl import partial_counts, reveal_kl, token_table, value_candidates
+from deltalens.training.config import TrainConfig
+from deltalens.training.data import TrainingData
+from deltalens.training.export import export_run
+from deltalens.training.grid import CellStatus, load_sweep
+from deltalens.training.loop import train
 
 SPEC = ProbTraceSpec(group="S3", actions=(10, 14), swap_prob=0.5, spacing=2, full_reveal_prob=0.3)
 
@@ -170,8 +171,6 @@ def test_train_export_and_report_a_probabilistic_checkpoint(tmp_path, arch):
 
 
 def test_report_gains_the_pfsa_section(tmp_path, monkeypatch):
-    import plotly.io
-
     from tests.test_reproduce import tiny_sweep
 
     monkeypatch.setattr(plotly.io, "write_image", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no chrome")))

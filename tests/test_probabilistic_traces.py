@@ -6,27 +6,37 @@ import re
 import numpy as np
 import pytest
 
-from tasks.errors import DeltalensError
-from tasks.groups import apply_permutation, identity
-from tasks.pfsa import Action, joint_filter
-from tasks.probabilistic import (
-    PROB_EXTRA_TOKENS,
-    ProbCodeTokenizer,
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import apply_permutation, identity
+from deltalens.tasks.pfsa import Action, joint_filter
+from deltalens.tasks.probabilistic import (
     ProbTraceSpec,
     generate_prob_trace,
     parse_prob_trace,
     reveal_token_posteriors,
     spec_actions,
 )
-from tasks.tokenizers import BOS_ID, CodeTokenizer, TokenKind
-from tasks.traces import LINE_ACTION, TraceSpec, generate_trace, replay_transcript
+from deltalens.tasks.tokenizers import (
+    BOS_ID,
+    PROB_EXTRA_TOKENS,
+    CodeTokenizer,
+    ProbCodeTokenizer,
+    Tokenizer,
+    TokenKind,
+    make_tokenizer,
+)
+from deltalens.tasks.traces import LINE_ACTION, TraceSpec, generate_trace, replay_transcript
 
 
 def random_spec(rng):
     group = rng.choice(["S2", "S3", "S3", "S4", "S5", "A3", "A4", "A5"])
     n = int(group[1:])
     alternating = group[0] == "A"
-    det_sets = ["cycles", "full", "generators"] if alternating else ["swaps", "full", "generators"] + (["cycles"] if n > 2 else [])
+    det_sets = (
+        ["cycles", "full", "generators"]
+        if alternating
+        else ["swaps", "full", "generators"] + (["cycles"] if n > 2 else [])
+    )
     odd_sizes = [k for k in range(3, n + 1, 2)]
     choice_size = rng.choice(odd_sizes if alternating else list(range(2, n + 1)))
     mix = [rng.random() for _ in range(3)]
@@ -91,7 +101,9 @@ def test_ground_truth_is_consistent():
             assert [p.variable for p in posts] == list(reveal.variables)
             assert all(p.probability > 0 and np.isclose(p.predictive.sum(), 1) for p in posts)
         for line, info in zip(trace.lines, trace.line_info):
-            assert (info.kind == LINE_ACTION) == (line.startswith(">>> ") and "=" in line and not re.match(r">>> [a-j] = \d", line))
+            assert (info.kind == LINE_ACTION) == (
+                line.startswith(">>> ") and "=" in line and not re.match(r">>> [a-j] = \d", line)
+            )
         if spec.mix == (1.0, 0.0, 0.0):
             assert set(trace.kinds) <= {"det"}
 
@@ -138,18 +150,24 @@ def test_deterministic_traces_and_seedless_headers_parse_too():
     assert np.allclose(joint_filter(program.pfsa(), program.events).reveals[0].predictive, [0.25, 0.75])
 
 
-@pytest.mark.parametrize("text, words", [
-    ("", "empty"),
-    (">>> a = 1\n", "values 1..n"),
-    (">>> a = 1\n>>> b = 2\n>>> a, b = random.choice([(b, a)])\n", "never runs 'import random'"),
-    (">>> import random\n>>> a = 1\n>>> b = 2\n>>> a = b\n", "line 4"),
-    (">>> import random\n>>> a = 1\n>>> b = 2\n>>> print('a', a)\nb 1\n", "line 5"),
-    (">>> import random\n>>> a = 1\n>>> b = 2\n>>> print(a, b)\n1 3\n", "line 5"),
-    (">>> import random\n>>> a = 1\n>>> b = 2\na 1\n", "output line with no print"),
-    (">>> import random\n>>> a = 1\n>>> b = 2\n>>> a, b = (b, a) if random.random() < 1.5 else (a, b)\n", "not in \\[0, 1\\]"),
-    (">>> import random\n>>> a = 1\n>>> b = 2\n>>> a, b = (b, b) if random.random() < 0.5 else (a, b)\n", "line 4"),
-    (">>> import random\n>>> a = 1\n>>> b = 2\n>>> print('a', a)\n", "no output line"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("", "empty"),
+        (">>> a = 1\n", "values 1..n"),
+        (">>> a = 1\n>>> b = 2\n>>> a, b = random.choice([(b, a)])\n", "never runs 'import random'"),
+        (">>> import random\n>>> a = 1\n>>> b = 2\n>>> a = b\n", "line 4"),
+        (">>> import random\n>>> a = 1\n>>> b = 2\n>>> print('a', a)\nb 1\n", "line 5"),
+        (">>> import random\n>>> a = 1\n>>> b = 2\n>>> print(a, b)\n1 3\n", "line 5"),
+        (">>> import random\n>>> a = 1\n>>> b = 2\na 1\n", "output line with no print"),
+        (
+            ">>> import random\n>>> a = 1\n>>> b = 2\n>>> a, b = (b, a) if random.random() < 1.5 else (a, b)\n",
+            "not in \\[0, 1\\]",
+        ),
+        (">>> import random\n>>> a = 1\n>>> b = 2\n>>> a, b = (b, b) if random.random() < 0.5 else (a, b)\n", "line 4"),
+        (">>> import random\n>>> a = 1\n>>> b = 2\n>>> print('a', a)\n", "no output line"),
+    ],
+)
 def test_bad_transcripts_are_refused_with_the_line(text, words):
     with pytest.raises(DeltalensError, match=words):
         parse_prob_trace(text)
@@ -228,7 +246,12 @@ def test_code_prob_tokens_and_digit_spelling():
     assert tok.pieces(tok.encode(">>> a, b = (b, a) if random.random() < 0.25 else (a, b)\n")) == [
         ">>>", " a", ",", " b", " =", " (", "b", ",", " a", ")", " if", " random", ".", "random", "(", ")",
         " <", " 0", ".", "2", "5", " else", " (", "a", ",", " b", ")", "\n"]
-    assert tok.pieces(tok.encode(">>> a, b, c = random.choice([(a, b, c), (b, c, a)])\n"))[9:13] == ["choice", "(", "[", "("]
+    assert tok.pieces(tok.encode(">>> a, b, c = random.choice([(a, b, c), (b, c, a)])\n"))[9:13] == [
+        "choice",
+        "(",
+        "[",
+        "(",
+    ]
     with pytest.raises(DeltalensError, match="'d'"):
         tok.encode(">>> print('d', d)\n")
 
@@ -243,9 +266,6 @@ def test_code_prob_spec_round_trips():
 
 
 def test_code_prob_is_a_registered_tokenizer_kind():
-    from tasks import Tokenizer, make_tokenizer
-    from tasks.probabilistic import ProbCodeTokenizer
-
     tokenizer = make_tokenizer("code-prob", "S3")
     assert isinstance(tokenizer, ProbCodeTokenizer)
     again = Tokenizer.from_spec(tokenizer.to_spec())

@@ -4,16 +4,30 @@ import math
 import numpy as np
 import pytest
 import torch
-
-import models
 from handset import swap_model
-from interp.capture import capture
-from probes.eigenvalues import (beta_heatmap, eigenvalue_histogram, eigenvalue_report, product_eigenvalue_figure,
-                                transition_eigenvalues, transition_products)
-from probes.linear_probes import linear_probes, probe_accuracy_figure, probe_targets
-from probes.subspace import effective_rank, numerical_rank, pca_dims, pca_figure, singular_value_figure, subspace_report
-from tasks import TokenKind, TraceSpec, make_batch, make_tokenizer
-from tasks.errors import DeltalensError
+
+from deltalens import models
+from deltalens.interp.capture import capture
+from deltalens.probes.eigenvalues import (
+    beta_heatmap,
+    eigenvalue_histogram,
+    eigenvalue_report,
+    product_eigenvalue_figure,
+    transition_eigenvalues,
+    transition_products,
+)
+from deltalens.probes.linear_probes import linear_probes, probe_accuracy_figure, probe_targets
+from deltalens.probes.subspace import (
+    effective_rank,
+    numerical_rank,
+    pca_dims,
+    pca_figure,
+    singular_value_figure,
+    subspace_report,
+)
+from deltalens.tasks import TokenKind, TraceSpec, make_tokenizer
+from deltalens.tasks.dataset import make_batch
+from deltalens.tasks.errors import DeltalensError
 
 TRACK = (1, 1)
 
@@ -138,7 +152,9 @@ def test_state_subspace_of_the_hand_set_head(cap):
     others = heads.drop(index=TRACK)
     assert np.allclose(others["effective_rank"], 1.0) and (others["key_rank"] == 0).all()
     spectrum = report.spectra[(report.spectra["layer"] == 1) & (report.spectra["head"] == 1)]
-    assert np.allclose(spectrum["singular_value"].iloc[:3], 1.0) and np.allclose(spectrum["singular_value"].iloc[3:], 0.0)
+    assert np.allclose(spectrum["singular_value"].iloc[:3], 1.0) and np.allclose(
+        spectrum["singular_value"].iloc[3:], 0.0
+    )
 
 
 def test_state_subspace_for_four_variables():

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import models
-import models.delta_rule as delta_rule_module
-from models.delta_rule import (
+import deltalens.models.delta_rule as delta_rule_module
+from deltalens import models
+from deltalens.models.delta_rule import (
     _fla_delta_rule_renorm,
     chunk_delta_rule,
     chunk_delta_rule_with_states,
@@ -16,7 +16,7 @@ from models.delta_rule import (
     renormalise_state,
     replay_with_state_edits,
 )
-from tasks.errors import DeltalensError
+from deltalens.tasks.errors import DeltalensError
 
 TOL = 1e-5  # fp32 max abs error between the chunked paths and the reference (states have norm ~1)
 GRAD_TOL = 1e-4

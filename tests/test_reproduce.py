@@ -4,18 +4,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import plotly.io
 import pytest
 
-import training.sweep as sweep_module
-from interp.cli import main
-from interp.commands.reproduce import write_report
-from tasks.errors import DeltalensError
-from training.config import load_config
-from training.loop import LAST, TRAINER_STATE
-from training.sweep import (
-    DOES_NOT_HOLD, HOLDS, NOT_MEASURED, Cell, CellStatus, Thresholds, cell_config, evaluate_claims, load_sweep,
-    read_results, run_cell,
+import deltalens.training.grid as sweep_module
+from deltalens.cli.main import main
+from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, evaluate_claims
+from deltalens.reports.reproduce import write_report
+from deltalens.tasks.errors import DeltalensError
+from deltalens.training.config import load_config
+from deltalens.training.grid import (
+    Cell,
+    CellStatus,
+    Thresholds,
+    cell_config,
+    load_sweep,
+    read_results,
+    run_cell,
 )
+from deltalens.training.loop import LAST, TRAINER_STATE
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,8 +76,22 @@ def tiny_sweep(tmp_path, steps: int = 3) -> Path:
 
 
 def cli(tmp_path, *extra: str) -> int:
-    return main(["reproduce", "--sweep", str(tmp_path / "tiny.toml"), "--results", str(tmp_path / "results"),
-                 "--out", str(tmp_path / "reports"), "--runs", str(tmp_path / "runs"), "--no-progress", "--no-pfsa", *extra])
+    return main(
+        [
+            "reproduce",
+            "--sweep",
+            str(tmp_path / "tiny.toml"),
+            "--results",
+            str(tmp_path / "results"),
+            "--out",
+            str(tmp_path / "reports"),
+            "--runs",
+            str(tmp_path / "runs"),
+            "--no-progress",
+            "--no-pfsa",
+            *extra,
+        ]
+    )
 
 
 def test_paper_sweep_has_every_cell_and_the_shipped_recipe():
@@ -233,8 +254,6 @@ def test_claims_follow_the_thresholds():
 
 
 def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, capsys):
-    import plotly.io
-
     sweep = load_sweep(tiny_sweep(tmp_path))
     statuses = [CellStatus(c, short="not trained yet", reason="no result file") for c in sweep.cells]
     statuses[1].result = {**result("deltanet-neg", 2, [0.95, 0.9, 0.8]), "wall_time_s": 60.0}

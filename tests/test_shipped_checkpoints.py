@@ -1,10 +1,14 @@
 """The shipped checkpoints load, track state on fresh held-out traces, and show the paper's head."""
+import math
+import re
 from pathlib import Path
 
 import pytest
 
-import models
-from training.evaluate import evaluate_checkpoint
+from deltalens import models
+from deltalens.training.belief_kl import belief_kl
+from deltalens.training.evaluate import evaluate_checkpoint
+from deltalens.training.opened import open_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 SHIPPED = sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "model.safetensors").is_file())
@@ -45,8 +49,6 @@ def test_example_finds_a_tracking_head_whose_rescale_collapses_accuracy(capsys):
 
 
 def test_readme_python_example_runs(monkeypatch):
-    import re
-
     root = CHECKPOINTS.parent
     block = re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(), re.S)[0]
     monkeypatch.chdir(root)
@@ -59,15 +61,8 @@ def test_readme_python_example_runs(monkeypatch):
 
 @pytest.mark.parametrize("name", PROBABILISTIC)
 def test_probabilistic_checkpoint_beats_a_uniform_guess_and_records_its_kl(name):
-    import math
-
-    from probes.belief_kl import belief_kl
-    from training.data import TrainingData, task_config_from_meta
-
-    path = CHECKPOINTS / name
-    meta = models.read_checkpoint_meta(path)
-    assert set(meta["metrics"]["belief_kl"]["mean_kl"]) == {"random", "adversarial"}
-    data = TrainingData(task_config_from_meta(meta), seed=0)
-    result = belief_kl(models.load(path), data.tokenizer, data.eval_spec(), n_random=32, n_adversarial=0, seed=99)
+    checkpoint = open_checkpoint(CHECKPOINTS / name)
+    assert set(checkpoint.meta["metrics"]["belief_kl"]["mean_kl"]) == {"random", "adversarial"}
+    result = belief_kl(checkpoint.model, checkpoint.tokenizer, checkpoint.spec, n_random=32, n_adversarial=0, seed=99)
     uniform = result.rows.p.map(lambda p: sum(x * math.log(x * len(p)) for x in p if x > 0))
     assert result.rows.kl.mean() < uniform.mean(), (result.rows.kl.mean(), uniform.mean())

@@ -5,19 +5,21 @@ import random
 
 import pytest
 
-from tasks.errors import DeltalensError
-from tasks.groups import MAX_N, get_action_set, lex_rank, valid_action_sets
-from tasks.tokenizers import (
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import MAX_N, get_action_set, lex_rank, valid_action_sets
+from deltalens.tasks.tokenizers import (
     BOS_ID,
     PAD_ID,
+    TOKENIZER_KINDS,
+    TOKENIZERS,
     CodeTokenizer,
     StatementTokenizer,
-    TokenKind,
     Tokenizer,
+    TokenKind,
     code_pieces,
     make_tokenizer,
 )
-from tasks.traces import LINE_ACTION, TraceSpec, generate_trace
+from deltalens.tasks.traces import LINE_ACTION, TraceSpec, generate_trace
 
 GROUP_NAMES = [f"{f}{n}" for f in "SAZD" for n in range(2, MAX_N + 1) if not (f in "AD" and n == 2)]
 
@@ -279,3 +281,12 @@ def test_action_tokens_carry_the_state_after_the_action_only_on_the_last_token()
     assert all(enc.states[t] == trace.states[0] for t in range(start, stop - 1))
     assert enc.states[stop - 1] == trace.states[1]
     assert set(enc.action_pos[start:stop]) == {0}
+
+
+def test_every_kind_has_its_module_and_one_entry_in_the_table():
+    assert TOKENIZERS == Tokenizer.kinds  # every class registers itself under its kind
+    assert tuple(TOKENIZERS) == TOKENIZER_KINDS
+    modules = {cls.__module__.rsplit(".", 1)[1] for cls in TOKENIZERS.values()}
+    assert modules == {"code", "statement", "code_prob", "statement_prob"}  # one module a kind
+    for kind, cls in TOKENIZERS.items():
+        assert cls.kind == kind

@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from tasks.errors import DeltalensError
-from tasks.groups import MAX_N, VARIABLE_NAMES, apply_permutation, get_action_set, valid_action_sets
-from tasks.traces import (
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import MAX_N, VARIABLE_NAMES, apply_permutation, get_action_set, valid_action_sets
+from deltalens.tasks.traces import (
     LINE_ACTION,
     LINE_INIT,
     LINE_OUTPUT,

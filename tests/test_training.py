@@ -6,13 +6,15 @@ import json
 import pytest
 import torch
 
-import models
-from tasks import PAD_ID
-from tasks.errors import DeltalensError
-from training.config import TrainConfig, apply_overrides, dump_toml, load_config
-from training.data import TrainingData
-from training.evaluate import evaluate
-from training.loop import LAST, train
+from deltalens import models
+from deltalens.tasks import PAD_ID, TraceSpec, make_tokenizer
+from deltalens.tasks.dataset import make_batch
+from deltalens.tasks.errors import DeltalensError
+from deltalens.training.config import TrainConfig, apply_overrides, dump_toml, load_config
+from deltalens.training.data import TrainingData
+from deltalens.training.evaluate import evaluate, score_batch
+from deltalens.training.export import export_run
+from deltalens.training.loop import LAST, next_token_loss, train
 
 
 def tiny_config(arch: str = "deltanet", steps: int = 6) -> TrainConfig:
@@ -64,7 +66,9 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
         if step == 4:  # from now on the model outputs NaN logits
             model_cls = type(models.load(tmp_path / "run" / LAST))
             real_forward = model_cls.forward
-            monkeypatch.setattr(model_cls, "forward", lambda self, tokens, *a, **k: real_forward(self, tokens) * float("nan"))
+            monkeypatch.setattr(
+                model_cls, "forward", lambda self, tokens, *a, **k: real_forward(self, tokens) * float("nan")
+            )
 
     with pytest.raises(DeltalensError, match="loss became nan at step 5"):
         train(config, tmp_path / "run", progress=False, on_step=poison_after_step_4)
@@ -141,8 +145,6 @@ def test_evaluate_scores_a_perfect_oracle_and_a_constant_model():
 
 
 def test_export_writes_card_config_and_loadable_weights(tmp_path):
-    from training.export import export_run
-
     config = tiny_config(arch="lstm", steps=2)
     train(config, tmp_path / "run", progress=False)
     target = tmp_path / "ship"
@@ -162,8 +164,6 @@ def test_export_writes_card_config_and_loadable_weights(tmp_path):
 
 
 def test_export_skips_lengths_past_a_transformers_context(tmp_path):
-    from training.export import export_run
-
     config = tiny_config(arch="transformer", steps=2)
     config.model["n_ctx"] = 48  # 6 actions fit, 24 (4x) do not
     train(config, tmp_path / "run", progress=False)
@@ -194,8 +194,6 @@ def test_mixed_reveals_draw_one_or_all_per_trace_and_evaluate_on_one():
 
 
 def test_next_token_loss_pairs_logits_at_t_minus_1_with_token_t():
-    from training.loop import next_token_loss
-
     tokens = torch.tensor([[1, 5, 6, 7, 0]])
     batch = {"tokens": tokens, "loss_mask": torch.tensor([[False, True, True, True, False]]),
              "reveal_mask": torch.tensor([[False, False, False, True, False]])}
@@ -232,9 +230,6 @@ def test_ctrl_c_saves_finished_steps_and_early_stop_survives_resume(tmp_path):
 
 
 def test_accuracy_by_position_counts_actions_not_action_tokens():
-    from training.evaluate import score_batch
-    from tasks import TraceSpec, make_batch, make_tokenizer
-
     spec = TraceSpec(group="S3", actions=12, spacing=4)
     tokenizer = make_tokenizer("code", spec)  # ~9 tokens per action line
     batch = make_batch(spec, tokenizer, 4)

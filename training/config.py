@@ -16,12 +16,13 @@ Overrides use dotted keys, `task.group=S5 optim.lr=1e-3 run.steps=100`, parsed a
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import DeltalensError
+import tomllib
+
+from deltalens.tasks.errors import DeltalensError
 
 
 @dataclass
@@ -89,7 +90,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         unknown = set(data) - {"task", "model", "optim", "run"}
         if unknown:
             raise DeltalensError(f"unknown config table(s) {sorted(unknown)}; expected task, model, optim, run")
@@ -118,7 +119,9 @@ def _make(cls, values: dict[str, Any], table: str):
         _check_type(table, key, value, getattr(defaults, key))
     for key in ("actions", "spacing"):
         if key in values and not (len(values[key]) == 2 and 1 <= values[key][0] <= values[key][1]):
-            raise DeltalensError(f"[{table}] {key} must be a number >= 1 or [lo, hi] with 1 <= lo <= hi, got {values[key]!r}")
+            raise DeltalensError(
+                f"[{table}] {key} must be a number >= 1 or [lo, hi] with 1 <= lo <= hi, got {values[key]!r}"
+            )
     for stage in values.get("spacing_schedule", []):
         if not (isinstance(stage, list) and len(stage) == 3 and 1 <= stage[1] <= stage[2]):
             raise DeltalensError(f"spacing_schedule entries are [from_step, lo, hi] with 1 <= lo <= hi, got {stage!r}")

@@ -9,10 +9,11 @@ from typing import Any
 
 import torch
 
-from tasks import TraceSpec, collate, generate_trace, make_tokenizer, trace_seed
-from tasks.errors import DeltalensError
-from tasks.probabilistic import ProbTraceSpec, generate_prob_trace
-from training.config import TaskConfig
+from deltalens.tasks import TraceSpec, generate_trace, make_tokenizer
+from deltalens.tasks.dataset import collate, trace_seed
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
+from deltalens.training.config import TaskConfig
 
 
 class TrainingData:
@@ -55,7 +56,7 @@ class TrainingData:
         )
 
     def task_dict(self) -> dict[str, Any]:
-        """What a checkpoint records about its task (read back by `task_config_from_meta`)."""
+        """What a checkpoint records about its task (read back by training/opened.py)."""
         return {"config": vars(self.task).copy(), "eval_spec": self.eval_spec().to_dict()}
 
     def max_actions(self, step: int, total_steps: int) -> int:
@@ -94,14 +95,3 @@ class TrainingData:
             )
             encoded.append(self.tokenizer.encode_trace(generate_trace(spec, seed)))
         return collate(encoded, supervision=self.task.supervision)
-
-
-def task_config_from_meta(meta: dict[str, Any]) -> TaskConfig:
-    """The TaskConfig a checkpoint was trained with (from its deltalens metadata)."""
-    task = meta.get("task") or {}
-    if "config" not in task:
-        raise DeltalensError(
-            "this checkpoint does not record the task it was trained on (no deltalens task metadata, "
-            "e.g. a plain fla checkpoint); evaluate it with --traces FILE instead"
-        )
-    return TaskConfig(**task["config"])

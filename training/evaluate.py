@@ -15,8 +15,11 @@ from typing import Any
 
 import torch
 
-from tasks import TraceSpec, make_batch
-from tasks.errors import DeltalensError
+from deltalens import models
+from deltalens.tasks.dataset import collate, make_batch
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.traces import TraceSpec, parse_trace
+from deltalens.training.opened import open_checkpoint
 
 
 @dataclass
@@ -107,13 +110,9 @@ def evaluate_checkpoint(
     A default length the model cannot take (past a Transformer's context) is listed under
     `skipped` with the reason; lengths asked for explicitly must all fit.
     """
-    import models
-    from training.data import TrainingData, task_config_from_meta
-
-    meta = models.read_checkpoint_meta(path)
-    task = task_config_from_meta(meta)
-    data = TrainingData(task, seed=0)
-    model = models.load(path)
+    checkpoint = open_checkpoint(path)
+    data, model = checkpoint.require_task(), checkpoint.model
+    task = data.task
     train_length = task.actions[1]
     defaults = not lengths
     lengths = lengths or [train_length, 2 * train_length, 4 * train_length]
@@ -145,11 +144,11 @@ def evaluate_checkpoint(
 
 def evaluate_text_file(path, traces_file) -> EvalResult:
     """Accuracy of a checkpoint on code-format REPL traces written elsewhere (blank-line separated)."""
-    import models
-    from tasks import Tokenizer, collate, parse_trace
-
-    meta = models.read_checkpoint_meta(path)
-    tokenizer = Tokenizer.from_spec(meta["tokenizer"])
+    checkpoint = open_checkpoint(path, load_model=False)
+    tokenizer = checkpoint.tokenizer
+    if tokenizer is None:
+        raise DeltalensError(f"{path} records no tokenizer, so its traces cannot be encoded; it is not a deltalens "
+                             "checkpoint (a plain fla DeltaNet?)")
     if not traces_file.is_file():
         raise DeltalensError(f"traces file {traces_file} does not exist")
     blocks = [b for b in traces_file.read_text().split("\n\n") if b.strip()]

@@ -8,13 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import models
-from tasks.errors import DeltalensError
-from training.evaluate import evaluate_checkpoint
-from training.loop import LAST
+from deltalens import models
+from deltalens.tasks.errors import DeltalensError
+from deltalens.training.belief_kl import belief_kl
+from deltalens.training.evaluate import evaluate_checkpoint
+from deltalens.training.loop import LAST
+from deltalens.training.opened import open_checkpoint
 
 
-def export_run(run_dir: str | Path, target: str | Path, config_text: str, command: str, n_traces: int = 512) -> dict[str, Any]:
+def export_run(
+    run_dir: str | Path, target: str | Path, config_text: str, command: str, n_traces: int = 512
+) -> dict[str, Any]:
     """Evaluate `run_dir/last` at 1x, 2x and 4x its training length and write it to `target`."""
     last = Path(run_dir) / LAST
     if not last.is_dir():
@@ -42,14 +46,13 @@ def _probabilistic(meta: dict[str, Any]) -> bool:
     return str(meta["training"]["config"]["task"].get("tokenizer", "")).endswith("-prob")
 
 
-def belief_kl_report(checkpoint: Path, n_random: int = 512, n_adversarial: int = 128, cycles: int = 16) -> dict[str, Any]:
+def belief_kl_report(
+    checkpoint: Path, n_random: int = 512, n_adversarial: int = 128, cycles: int = 16
+) -> dict[str, Any]:
     """KL(exact posterior predictive || model) on held-out random and adversarial traces
-    (probes/belief_kl.py), as JSON: mean per kind and the table by partial reveals."""
-    from probes.belief_kl import belief_kl
-    from training.data import TrainingData, task_config_from_meta
-
-    data = TrainingData(task_config_from_meta(models.read_checkpoint_meta(checkpoint)), seed=0)
-    model = models.load(checkpoint)
+    (training/belief_kl.py), as JSON: mean per kind and the table by partial reveals."""
+    opened = open_checkpoint(checkpoint)
+    data, model = opened.require_task(), opened.model
     result = belief_kl(model, data.tokenizer, data.eval_spec(), n_random=n_random, n_adversarial=n_adversarial,
                        cycles=cycles)
     return {"n_random": n_random, "n_adversarial": n_adversarial, "adversarial_cycles": cycles,
@@ -70,19 +73,21 @@ def model_card(name: str, meta: dict[str, Any], reports: list[dict[str, Any]], c
     arch = ", ".join(f"{k}={v}" for k, v in model.items())
     schedule = sorted(task["spacing_schedule"])
     spacing = schedule if schedule and schedule[0][0] == 0 else [[0, *task["spacing"]], *schedule]
+    lo, hi = task["actions"]
+    training, seed = meta["training"], config["run"]["seed"]
     return f"""# {name}
 
-* **Task:** {task['group']} `{task['action_set']}`, `{task['tokenizer']}` tokenizer, {task['actions'][0]}-{task['actions'][1]} actions
-  per trace, reveal `{task['reveal']}`, supervision `{task['supervision']}`; reveal spacing
+* **Task:** {task["group"]} `{task["action_set"]}`, `{task["tokenizer"]}` tokenizer, {lo}-{hi} actions
+  per trace, reveal `{task["reveal"]}`, supervision `{task["supervision"]}`; reveal spacing
   schedule `[from_step, lo, hi]`: {spacing}.
 * **Model:** {arch}.
-* **Training:** {meta['training']['step']} steps, {meta['training']['wall_time_s']:.0f} s of training wall time, seed {config['run']['seed']}.
+* **Training:** {training["step"]} steps, {training["wall_time_s"]:.0f} s of training wall time, seed {seed}.
 * **Command:** `{command}`
 
 ## Held-out evaluation
 
 Fresh traces from the evaluation split (seeds never used in training), reveal spacing
-{report['spacing']}, {report['n_traces']} traces per length. Reveal accuracy: fraction of revealed values
+{report["spacing"]}, {report["n_traces"]} traces per length. Reveal accuracy: fraction of revealed values
 predicted right (argmax over the whole vocabulary); trace accuracy: every reveal of a trace right.
 Reveal `one` prints one random variable (`print('a', a)`), `all` prints every variable, `pfsa`
 one or all by the probabilistic family's full_reveal_prob.

@@ -10,21 +10,23 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-import models
-from tasks.errors import DeltalensError
-from training.config import TrainConfig, dump_toml
-from training.data import TrainingData
-from training.evaluate import evaluate
-from training.optimizer_state import load_optimizer, save_optimizer
-from training.schedule import learning_rate
+from deltalens import models
+from deltalens.models.atomic import recover_dir, replace_dir
+from deltalens.tasks.errors import DeltalensError
+from deltalens.training.config import TrainConfig, dump_toml
+from deltalens.training.data import TrainingData
+from deltalens.training.evaluate import evaluate
+from deltalens.training.optimizer_state import load_optimizer, save_optimizer
+from deltalens.training.schedule import learning_rate
 
 LAST = "last"
 TRAINER_STATE = "trainer_state.json"
@@ -83,9 +85,7 @@ def train(
     step, wall, history, stopped_early = 0, 0.0, [], False
     last = run_dir / LAST
     if resume:
-        interrupted_swap = last.with_name(f".{LAST}.old")
-        if not last.exists() and (interrupted_swap / TRAINER_STATE).is_file():
-            interrupted_swap.rename(last)  # killed between the two renames of _replace_dir
+        recover_dir(last)  # killed between the two renames of replace_dir
         if not (last / TRAINER_STATE).is_file():
             raise DeltalensError(f"cannot resume: {last} holds no trainer state; start without --resume")
         state = json.loads((last / TRAINER_STATE).read_text())
@@ -118,7 +118,7 @@ def train(
             "step": step, "wall_time_s": wall, "history": history, "config": config.to_dict(),
             "stopped_early": stopped_early,
         }))
-        _replace_dir(staging, last)
+        replace_dir(staging, last)
 
     def run_eval() -> dict[str, Any]:
         model.eval()
@@ -183,15 +183,8 @@ def _resume_key(config: dict[str, Any]) -> dict[str, Any]:
     """The parts of a config a resumed run must share with its start (the rest is cadence);
     keys added to the config since the run started count with their defaults."""
     config = TrainConfig.from_dict(config).to_dict()
-    run = {k: v for k, v in config["run"].items() if k not in ("threads", "eval_every", "checkpoint_every", "eval_traces")}
+    run = {
+        k: v for k, v in config["run"].items() if k not in ("threads", "eval_every", "checkpoint_every", "eval_traces")
+    }
     return {**config, "run": run}
 
-
-def _replace_dir(new: Path, target: Path) -> None:
-    """Move `new` to `target`, replacing it; at every moment one complete copy exists on disk."""
-    old = target.with_name(f".{target.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if target.exists():
-        target.rename(old)
-    new.rename(target)
-    shutil.rmtree(old, ignore_errors=True)

@@ -15,10 +15,10 @@ import argparse
 import json
 import sys
 
-from tasks.errors import DeltalensError
-from tasks.probabilistic import ProbCodeTokenizer, ProbTraceSpec, generate_prob_trace, reveal_token_posteriors
-from tasks.tokenizers import TokenKind
-from tasks.traces import parse_action_count
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace, reveal_token_posteriors
+from deltalens.tasks.tokenizers import ProbCodeTokenizer, TokenKind
+from deltalens.tasks.traces import parse_action_count
 
 
 def parse_mix(text: str) -> tuple[float, float, float]:

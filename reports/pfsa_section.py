@@ -1,8 +1,8 @@
-"""The PFSA-SR section of `deltalens reproduce`: belief decay (4a, 4b) and trained models' KL (4c).
+"""The PFSA-SR section of `deltalens reproduce`: belief decay (a, b) and trained models' KL (c).
 
-4a and 4b need no model (probes/belief_decay.py, seconds on a CPU). 4c reads what the
+(a) and (b) need no model (probes/belief_decay.py, seconds on a CPU). (c) reads what the
 probabilistic checkpoints recorded when they were exported (`metrics.belief_kl` in their
-config.json, written by training/export.py with probes/belief_kl.py), so the report never
+config.json, written by training/export.py with training/belief_kl.py), so the report never
 retrains or re-evaluates them.
 """
 from __future__ import annotations
@@ -15,7 +15,10 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from probes.belief_kl import partial_counts
+from deltalens import models
+from deltalens.probes.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
+from deltalens.training.belief_kl import BeliefKL, adversarial_traces, kl_figure, partial_counts, random_traces
+from deltalens.training.opened import open_checkpoint
 
 MAX_PARTIAL = 8  # columns of the KL table: partial reveals since the last full reveal
 
@@ -28,8 +31,6 @@ class PfsaSection:
 
 def probabilistic_checkpoints(root: Path) -> dict[str, dict[str, Any]]:
     """name -> metrics.belief_kl of every checkpoint under ``root`` trained on probabilistic traces."""
-    import models
-
     found: dict[str, dict[str, Any]] = {}
     if not Path(root).is_dir():
         return found
@@ -44,11 +45,7 @@ def probabilistic_checkpoints(root: Path) -> dict[str, dict[str, Any]]:
 def uniform_kl(checkpoints: Path, name: str, kl: dict[str, Any]) -> dict[str, Any]:
     """`belief_kl` of a predictor that puts 1/n on every value, on the traces the export of
     checkpoint ``name`` scored (same family, counts and seeds): the scale a model's KL sits on."""
-    import models
-    from probes.belief_kl import BeliefKL, adversarial_traces, random_traces
-    from training.data import TrainingData, task_config_from_meta
-
-    spec = TrainingData(task_config_from_meta(models.read_checkpoint_meta(Path(checkpoints) / name)), seed=0).eval_spec()
+    spec = open_checkpoint(Path(checkpoints) / name, load_model=False).eval_spec()
     traces = {"random": random_traces(spec, kl["n_random"]),
               "adversarial": adversarial_traces(spec, kl["n_adversarial"], kl["adversarial_cycles"])}
     rows = []
@@ -68,9 +65,6 @@ def _show(step) -> str:
 
 
 def pfsa_section(checkpoints: Path) -> PfsaSection:
-    from probes.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
-    from probes.belief_kl import kl_figure
-
     joint = halving_decay()
     marginal = marginal_decay()
     lines = [
@@ -82,7 +76,8 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
         f"but the adversary of tasks/adversary.py drains its chosen entries by {marginal.rate:g} per reveal "
         f"(measured in float64: {marginal.measured_rate:.4f}). Partial reveal at which the tracked mass is exactly 0:",
         "",
-        "| dtype | (a) joint, halving law | (a) predicted | (b) marginal, adversary | (b) predicted | (b) marginal, random trace |",
+        "| dtype | (a) joint, halving law | (a) predicted | (b) marginal, adversary | (b) predicted "
+        "| (b) marginal, random trace |",
         "|---|---|---|---|---|---|",
     ]
     for name in joint.underflow:
@@ -94,7 +89,10 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
 
     found = probabilistic_checkpoints(checkpoints)
     if found:  # the same held-out reveals scored against a uniform guess, for scale
-        found = {**found, "uniform guess (reference)": uniform_kl(checkpoints, next(iter(found)), next(iter(found.values())))}
+        found = {
+            **found,
+            "uniform guess (reference)": uniform_kl(checkpoints, next(iter(found)), next(iter(found.values()))),
+        }
     lines += ["### (c) Trained models on probabilistic traces", ""]
     if not found:
         lines += [f"No probabilistic checkpoint under `{checkpoints}` records `belief_kl` yet.", ""]
@@ -116,7 +114,9 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
                     continue
                 cells = [f"{by[k]['kl']:.3f}" if k in by and by[k]["count"] >= 20 else "–"
                          for k in range(MAX_PARTIAL + 1)]
-                lines.append(f"| {name} | {kind} | {kl['mean_kl'].get(kind, float('nan')):.4f} | " + " | ".join(cells) + " |")
+                lines.append(
+                    f"| {name} | {kind} | {kl['mean_kl'].get(kind, float('nan')):.4f} | " + " | ".join(cells) + " |"
+                )
         lines.append("")
     tables = {name: kl["by_partial_reveals"] for name, kl in found.items()}
     figures = [

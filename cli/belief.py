@@ -31,9 +31,9 @@ import json
 import sys
 from pathlib import Path
 
-from tasks.errors import DeltalensError
-from tasks.pfsa import FilterResult, joint_filter, marginal_filter
-from tasks.probabilistic import parse_prob_trace
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.pfsa import FilterResult, joint_filter, marginal_filter
+from deltalens.tasks.probabilistic import parse_prob_trace
 
 
 def register(subparsers) -> None:

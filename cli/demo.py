@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import argparse
 
-from tasks.errors import DeltalensError
-from tasks.groups import VARIABLE_NAMES
-from tasks.tokenizers import TRACE_SPEC_KINDS, make_tokenizer
-from tasks.traces import TraceSpec, generate_trace, replay_transcript
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import VARIABLE_NAMES
+from deltalens.tasks.tokenizers import TRACE_SPEC_KINDS, make_tokenizer
+from deltalens.tasks.traces import TraceSpec, generate_trace, replay_transcript
 
 
 def register(subparsers) -> None:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 import sys
 
-from tasks.errors import DeltalensError
+from deltalens.interp.intervention_names import INTERVENTIONS
+from deltalens.tasks.errors import DeltalensError
 
 
 def register(subparsers) -> None:
-    from interp.sweep import INTERVENTIONS
-
     parser = subparsers.add_parser(
         "intervene",
         help="reveal accuracy when one head's beta is rescaled or a head is ablated (one head, or a sweep)",
@@ -46,7 +45,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from interp.capture import open_checkpoint
+    from deltalens.training.opened import open_checkpoint
 
     single = args.beta_scale is not None or args.beta_range is not None or args.ablate is not None
     if args.sweep and (single or args.layer is not None or args.head is not None):
@@ -63,7 +62,7 @@ def run(args) -> int:
 
 
 def _sweep(args, model, batch) -> int:
-    from interp.sweep import sweep
+    from deltalens.interp.head_sweep import sweep
 
     result = sweep(model, batch, args.sweep, progress=sys.stderr.isatty())
     if args.json:
@@ -77,7 +76,7 @@ def _sweep(args, model, batch) -> int:
 
 
 def _single(args, model, batch) -> int:
-    from interp.interventions import ablate_head, reveal_accuracy, rescale_beta
+    from deltalens.interp.interventions import ablate_head, rescale_beta, reveal_accuracy
 
     if args.ablate:
         iv = ablate_head(model, args.layer, args.head, args.ablate, site=args.site,

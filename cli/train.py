@@ -16,24 +16,28 @@ def register(subparsers) -> None:
     parser.add_argument("overrides", nargs="*", help="overrides such as run.steps=200 optim.lr=1e-3 task.group=S5")
     parser.add_argument("--out", required=True, help="run directory (its checkpoint is OUT/last)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    parser.add_argument("--export", metavar="DIR", help="when done, write the model, its config and a model card to DIR")
+    parser.add_argument(
+        "--export", metavar="DIR", help="when done, write the model, its config and a model card to DIR"
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--json", action="store_true", help="print the final result as one JSON object")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from training.config import load_config
-    from training.loop import train
+    from deltalens.training.config import load_config
+    from deltalens.training.loop import train
 
     config = load_config(args.config, args.overrides)
     result = train(config, args.out, resume=args.resume, progress=not args.no_progress)
     final = result.history[-1]
     if args.export:
-        from training.config import dump_toml
-        from training.export import export_run
+        from deltalens.training.config import dump_toml
+        from deltalens.training.export import export_run
 
-        command = " ".join(["deltalens train", args.config, *args.overrides, "--out", args.out, "--export", args.export])
+        command = " ".join(
+            ["deltalens train", args.config, *args.overrides, "--out", args.out, "--export", args.export]
+        )
         # the shipped train.toml is the config as run, overrides applied, so it retrains alone
         text = Path(args.config).read_text() if not args.overrides else dump_toml(config)
         report = export_run(args.out, args.export, text, command)

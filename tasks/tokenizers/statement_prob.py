@@ -1,6 +1,6 @@
 """The ``statement-prob`` tokenizer: one token per statement line of a probabilistic trace.
 
-It is the ``statement`` tokenizer (tasks/tokenizers.py) of the trace family's group and action
+It is the ``statement`` tokenizer (statement.py) of the trace family's group and action
 set, with the probabilistic statements appended after its action block, so a deterministic
 statement keeps its id:
 
@@ -10,7 +10,7 @@ statement keeps its id:
     choices    ``a, b, c = random.choice([...])`` for every set of ``choice_size`` variables
 
 A trace is ~5x shorter than with ``code-prob``, which is what makes training the probabilistic
-checkpoints of issue 6 fit a CPU. The vocabulary depends on p and ``choice_size``, so the spec
+checkpoints fit a CPU. The vocabulary depends on p and ``choice_size``, so the spec
 records them.
 """
 from __future__ import annotations
@@ -19,9 +19,11 @@ import itertools
 import re
 from typing import Any
 
-from tasks.errors import DeltalensError
-from tasks.groups import get_group
-from tasks.tokenizers import PROMPT, StatementTokenizer, Tokenizer
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import get_group
+from deltalens.tasks.probabilistic import choice_statement, rotation, swap_statement
+from deltalens.tasks.tokenizers.statement import StatementTokenizer
+from deltalens.tasks.traces import PROMPT
 
 KIND = "statement-prob"
 HEADER = f"{PROMPT}import random\n"
@@ -32,8 +34,6 @@ class ProbStatementTokenizer(StatementTokenizer):
     kind = KIND
 
     def __init__(self, group: str, action_set: str, swap_prob: float, choice_size: int):
-        from tasks.probabilistic import _rotation, choice_statement, swap_statement
-
         super().__init__(get_group(group), action_set)
         n = self.n
         self.swap_prob, self.choice_size = float(swap_prob), int(choice_size)
@@ -43,7 +43,7 @@ class ProbStatementTokenizer(StatementTokenizer):
             # only the choices the group contains (an even rotation size is not in A_n)
             group_obj = get_group(group)
             extra += [f"{PROMPT}{choice_statement(c)}\n" for c in itertools.combinations(range(n), self.choice_size)
-                      if group_obj.contains(_rotation(n, c, 1))]
+                      if group_obj.contains(rotation(n, c, 1))]
         self._extra = extra
         self._extra_ids = {line: self.action_offset + self.actions.size + i for i, line in enumerate(extra)}
 
@@ -58,7 +58,8 @@ class ProbStatementTokenizer(StatementTokenizer):
         return super().token_of(token_id)
 
     def describe(self) -> str:
-        return f"statement-prob ({self.group_name} {self.action_set_name}, p={self.swap_prob:g}, choice of {self.choice_size})"
+        family = f"p={self.swap_prob:g}, choice of {self.choice_size}"
+        return f"statement-prob ({self.group_name} {self.action_set_name}, {family})"
 
     def _encode_line(self, line: str, lineno: int) -> tuple[int, ...]:
         if _HEADER.fullmatch(line):
@@ -72,7 +73,9 @@ class ProbStatementTokenizer(StatementTokenizer):
         """Every trace of a ProbTraceSpec encodes: same group and action set, p and choice size."""
         wanted = (self.group_name, self.action_set_name)
         if (spec.group, spec.action_set) != wanted:
-            raise DeltalensError(f"the {self.describe()} tokenizer cannot encode {spec.group} {spec.action_set} traces.")
+            raise DeltalensError(
+                f"the {self.describe()} tokenizer cannot encode {spec.group} {spec.action_set} traces."
+            )
         if spec.mix[1] > 0 and spec.swap_prob != self.swap_prob:
             raise DeltalensError(
                 f"the {self.describe()} tokenizer knows random swaps with p={self.swap_prob:g} only, "
@@ -86,16 +89,5 @@ class ProbStatementTokenizer(StatementTokenizer):
         return {**super().to_spec(), "swap_prob": self.swap_prob, "choice_size": self.choice_size}
 
     @classmethod
-    def from_spec(cls, spec: dict[str, Any]) -> Tokenizer:
-        """Read back ``to_spec()`` (other kinds go to ``Tokenizer.from_spec``)."""
-        if not isinstance(spec, dict) or spec.get("kind") != KIND:
-            return Tokenizer.from_spec(spec)
-        try:
-            tokenizer = cls(spec["group"], spec["action_set"], spec["swap_prob"], spec["choice_size"])
-        except (KeyError, TypeError, ValueError) as err:
-            raise DeltalensError(f"this statement-prob tokenizer spec is incomplete or malformed ({err}).") from None
-        if spec.get("vocab_size") != tokenizer.vocab_size or spec.get("fingerprint") != tokenizer.fingerprint():
-            raise DeltalensError(
-                f"the saved {tokenizer.describe()} vocabulary differs from the one this version of deltalens builds."
-            )
-        return tokenizer
+    def build_from_spec(cls, spec: dict[str, Any]) -> ProbStatementTokenizer:
+        return cls(spec["group"], spec["action_set"], spec["swap_prob"], spec["choice_size"])

@@ -1,4 +1,4 @@
-"""`deltalens` command line: one subcommand per module in interp/commands/.
+"""`deltalens` command line: one subcommand per module of this package.
 
 Each command module exposes `register(subparsers)`, which adds its parser and sets `func`.
 User errors (DeltalensError) print one line on stderr and exit 2; `--debug` shows the traceback.
@@ -10,10 +10,9 @@ import importlib
 import sys
 import warnings
 
-from tasks.errors import DeltalensError
+from deltalens.tasks.errors import DeltalensError
 
-# Subcommands in the order `--help` lists them; a module that is missing is skipped, so the
-# CLI keeps working while a room is still being built.
+# Subcommands in the order `--help` lists them, one module of this package each.
 COMMANDS = ["demo", "trace", "ptrace", "train", "eval", "reproduce", "probe", "intervene", "belief"]
 
 
@@ -27,13 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"interp.commands.{name}")
-        except ModuleNotFoundError as err:
-            if err.name == f"interp.commands.{name}":
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(f"deltalens.cli.{name}").register(sub)
     for command in sub.choices.values():  # `deltalens eval X --debug` works as well as `deltalens --debug eval X`
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser

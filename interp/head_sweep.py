@@ -7,28 +7,26 @@ collapses reveal accuracy; rescaling any other head leaves it nearly untouched. 
 largest drop. A tqdm bar shows progress; pass the frame of an interrupted sweep as `done` to
 skip the heads it already has.
 
-Named interventions (`INTERVENTIONS`):
-
-    beta-range    rescale_beta(model, l, h, to=(0, 1))      DeltaNet only
-    zero-z        ablate_head(..., "zero", site="z")         DeltaNet and Transformer
-    mean-z        ablate_head(..., "mean", site="z")         mean over the batch's real tokens
-    zero-state    ablate_head(..., "zero", site="state")     DeltaNet only
-    mean-state    ablate_head(..., "mean", site="state")
+Named interventions: `INTERVENTIONS` (interp/intervention_names.py).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Union
 
-from tasks.errors import DeltalensError
+import pandas as pd
+import plotly.graph_objects as go
+from tqdm.auto import tqdm
 
-if TYPE_CHECKING:  # pandas and torch load on first use: the CLI imports this module for its choices
-    import pandas as pd
+from deltalens.interp.intervention_names import INTERVENTIONS
+from deltalens.interp.interventions import ablate_head, head_means, rescale_beta, reveal_accuracy
+from deltalens.models.architecture import architecture_of, n_heads_of, n_layers_of, require_deltanet
+from deltalens.tasks.dataset import split_batch
+from deltalens.tasks.errors import DeltalensError
 
 __all__ = ["INTERVENTIONS", "SweepResult", "sweep", "sweep_figure"]
 
-INTERVENTIONS = ("beta-range", "zero-z", "mean-z", "zero-state", "mean-state")
 Builder = Callable[[Any, int, int], Any]  # (model, layer, head) -> Intervention
 
 
@@ -51,9 +49,6 @@ class SweepResult:
 
 
 def _builder(model, intervention: Union[str, Builder], batches) -> tuple[str, Builder]:
-    from interp.capture import architecture_of, require_deltanet
-    from interp.interventions import ablate_head, head_means, rescale_beta
-
     if callable(intervention):
         return getattr(intervention, "__name__", "custom"), intervention
     if intervention not in INTERVENTIONS:
@@ -88,12 +83,7 @@ def sweep(model, batch: Union[dict, list], intervention: Union[str, Builder] = "
     batch: a batch of held-out traces (split into pieces of `batch_size`) or a list of batches.
     intervention: a name from INTERVENTIONS or a callable (model, layer, head) -> Intervention.
     """
-    import pandas as pd
-
-    from interp.capture import batches as split, n_heads_of, n_layers_of
-    from interp.interventions import reveal_accuracy
-
-    pieces = [p for b in (batch if isinstance(batch, list) else [batch]) for p in split(b, batch_size)]
+    pieces = [p for b in (batch if isinstance(batch, list) else [batch]) for p in split_batch(b, batch_size)]
     name, build = _builder(model, intervention, pieces)
     n_traces = sum(int(p["tokens"].shape[0]) for p in pieces)
     baseline = reveal_accuracy(model, pieces)
@@ -103,14 +93,20 @@ def sweep(model, batch: Union[dict, list], intervention: Union[str, Builder] = "
     todo = [lh for lh in heads if lh not in finished]
     iterator = todo
     if progress:
-        from tqdm.auto import tqdm
-
         iterator = tqdm(todo, desc=f"sweep {name}", unit="head")
     for layer, head in iterator:
         iv = build(model, layer, head)
         result = reveal_accuracy(model, pieces, iv)
-        rows.append({"layer": layer, "head": head, "label": iv.label, "accuracy": result.reveal_accuracy,
-                     "trace_accuracy": result.trace_accuracy, "drop": baseline.reveal_accuracy - result.reveal_accuracy})
+        rows.append(
+            {
+                "layer": layer,
+                "head": head,
+                "label": iv.label,
+                "accuracy": result.reveal_accuracy,
+                "trace_accuracy": result.trace_accuracy,
+                "drop": baseline.reveal_accuracy - result.reveal_accuracy,
+            }
+        )
     frame = pd.DataFrame(rows, columns=["layer", "head", "label", "accuracy", "trace_accuracy", "drop"])
     frame = frame.sort_values(["accuracy", "layer", "head"]).reset_index(drop=True)
     return SweepResult(baseline=baseline.reveal_accuracy, frame=frame, intervention=name, n_traces=n_traces)
@@ -118,8 +114,6 @@ def sweep(model, batch: Union[dict, list], intervention: Union[str, Builder] = "
 
 def sweep_figure(result: SweepResult):
     """Bar chart of reveal accuracy per head under the intervention, with the baseline as a line."""
-    import plotly.graph_objects as go
-
     frame = result.frame.sort_values(["layer", "head"])
     labels = [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])]
     fig = go.Figure(go.Bar(x=labels, y=frame["accuracy"], name=result.intervention,

@@ -1,4 +1,4 @@
-"""Tokenizers for REPL traces: ``code`` (Python-token level, as in the paper) and ``statement``.
+"""What every tokenizer kind shares: token kinds, the vocabulary layout, labels per token, the JSON spec.
 
 Both share one vocabulary layout and one JSON spec format, and both decode by concatenation
 (spaces ride inside tokens GPT-style), so ``decode(encode(text)) == text`` exactly.
@@ -43,21 +43,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from tasks.errors import DeltalensError
-from tasks.groups import (
-    MAX_N,
-    MIN_N,
-    VARIABLE_NAMES,
-    ActionSet,
-    PermutationGroup,
-    get_action_set,
-    get_group,
-    lex_rank,
-    read_assignment,
-)
-from tasks.traces import LINE_ACTION, LINE_OUTPUT, PROMPT, Trace, TraceSpec
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import MAX_N, MIN_N, VARIABLE_NAMES, lex_rank
+from deltalens.tasks.traces import LINE_ACTION, LINE_OUTPUT, PROMPT, Trace, TraceSpec
 
 TOKENIZER_KINDS = ("code", "statement", "code-prob", "statement-prob")  # *-prob: probabilistic traces
 # kinds that encode any deterministic trace of a TraceSpec (statement-prob needs a probabilistic family)
@@ -161,9 +151,16 @@ class EncodedTrace:
 
 
 class Tokenizer:
-    """Shared machinery; ``CodeTokenizer`` and ``StatementTokenizer`` define the vocabulary."""
+    """Shared machinery; each kind's subclass (one module per kind) defines the vocabulary."""
 
     kind = ""
+    # kind -> class, filled as each kind's module defines its class; ``from_spec`` reads it
+    kinds: ClassVar[dict[str, type[Tokenizer]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.kind:
+            Tokenizer.kinds[cls.kind] = cls
 
     def __init__(self, n: int):
         if not MIN_N <= n <= MAX_N:
@@ -203,6 +200,20 @@ class Tokenizer:
         return DeltalensError(
             f"{piece!r} on line {lineno} is not in the vocabulary of the {self.describe()} tokenizer."
         )
+
+    def _piece_ids(self, line: str, table: dict[str, int], lineno: int) -> tuple[int, ...]:
+        """Ids of the code pieces of ``line`` looked up in ``table``; misses go to ``_unknown_piece``."""
+        ids: list[int] = []
+        for piece in code_pieces(line):
+            token_id = table.get(piece)
+            if token_id is None:
+                ids.extend(self._unknown_piece(piece, lineno))
+            else:
+                ids.append(token_id)
+        return tuple(ids)
+
+    def _unknown_piece(self, piece: str, lineno: int) -> list[int]:
+        raise self._not_in_vocab(piece, lineno)
 
     def _line_ids(self, line: str, lineno: int) -> tuple[int, ...]:
         ids = self._line_cache.get(line)
@@ -322,20 +333,12 @@ class Tokenizer:
                 f"version {SPEC_VERSION}."
             )
         kind = spec.get("kind")
-        if kind == "code":
-            tokenizer: Tokenizer = CodeTokenizer(int(spec["n"]))
-        elif kind == "statement":
-            tokenizer = StatementTokenizer(get_group(spec["group"]), spec["action_set"])
-        elif kind == "code-prob":
-            from tasks.probabilistic import ProbCodeTokenizer  # imported late: it builds on this module
-
-            tokenizer = ProbCodeTokenizer(int(spec["n"]))
-        elif kind == "statement-prob":
-            from tasks.prob_statement_tokenizer import ProbStatementTokenizer
-
-            return ProbStatementTokenizer.from_spec(spec)
-        else:
+        if kind not in Tokenizer.kinds:
             raise DeltalensError(f"unknown tokenizer kind {kind!r} in spec; use one of {', '.join(TOKENIZER_KINDS)}.")
+        try:
+            tokenizer = Tokenizer.kinds[kind].build_from_spec(spec)
+        except (KeyError, TypeError, ValueError) as err:
+            raise DeltalensError(f"this {kind} tokenizer spec is incomplete or malformed ({err}).") from None
         size, printed = spec.get("vocab_size"), spec.get("fingerprint")
         if (size is not None and size != tokenizer.vocab_size) or (printed and printed != tokenizer.fingerprint()):
             raise DeltalensError(
@@ -343,6 +346,11 @@ class Tokenizer:
                 "builds; use the deltalens version that wrote it."
             )
         return tokenizer
+
+    @classmethod
+    def build_from_spec(cls, spec: dict[str, Any]) -> Tokenizer:
+        """This kind's tokenizer from the recipe fields of its spec (checked by ``from_spec``)."""
+        raise NotImplementedError
 
     @classmethod
     def from_json(cls, text: str) -> Tokenizer:
@@ -355,149 +363,3 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
         return cls.from_json(Path(path).read_text())
-
-
-class CodeTokenizer(Tokenizer):
-    """Python-token level: prompt, names, '=', ',', 'print', '(', quoted names, numbers, newline."""
-
-    kind = "code"
-
-    def __init__(self, n: int):
-        super().__init__(n)
-        self._tokens = code_vocabulary(n)
-        self._ids = {t: i for i, t in enumerate(self._tokens)}
-        self._value_ids = frozenset(i for i, t in enumerate(self._tokens) if t.strip().isdigit())
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self._tokens)
-
-    def token_of(self, token_id: int) -> str:
-        if not 0 <= token_id < len(self._tokens):
-            raise DeltalensError(f"token id {token_id} is outside the vocabulary (0..{len(self._tokens) - 1}).")
-        return self._tokens[token_id]
-
-    def describe(self) -> str:
-        return f"code (n={self.n})"
-
-    def _encode_line(self, line: str, lineno: int) -> tuple[int, ...]:
-        ids = []
-        for piece in code_pieces(line):
-            token_id = self._ids.get(piece)
-            if token_id is None:
-                raise self._not_in_vocab(piece, lineno)
-            ids.append(token_id)
-        return tuple(ids)
-
-    def check_spec(self, spec: TraceSpec) -> None:
-        if spec.n > self.n:
-            raise DeltalensError(
-                f"{spec.group} traces use {spec.n} variables but the code tokenizer knows only {self.n}; "
-                f"build it with make_tokenizer('code', {spec.group!r})."
-            )
-
-
-class StatementTokenizer(Tokenizer):
-    """One token per statement line; output lines as in ``code``; built for one group and action set."""
-
-    kind = "statement"
-
-    def __init__(self, group: PermutationGroup, action_set: str):
-        super().__init__(group.n)
-        self.group_name = group.name
-        self.action_set_name = action_set
-        self.actions: ActionSet = get_action_set(group, action_set)
-        self._fixed = statement_fixed_vocabulary(group.n)
-        self._fixed_ids = {t: i for i, t in enumerate(self._fixed)}
-        self._value_ids = frozenset(i for i, t in enumerate(self._fixed) if t.strip().isdigit())
-        self.action_offset = len(self._fixed)  # ids action_offset.. are the action block
-
-    @property
-    def vocab_size(self) -> int:
-        return self.action_offset + self.actions.size
-
-    def token_of(self, token_id: int) -> str:
-        if 0 <= token_id < self.action_offset:
-            return self._fixed[token_id]
-        if not 0 <= token_id < self.vocab_size:
-            raise DeltalensError(f"token id {token_id} is outside the vocabulary (0..{self.vocab_size - 1}).")
-        p = self.actions.element(token_id - self.action_offset)
-        return f"{PROMPT}{self.actions.statement(p)}\n"
-
-    def describe(self) -> str:
-        return f"statement ({self.group_name} {self.action_set_name})"
-
-    def _encode_line(self, line: str, lineno: int) -> tuple[int, ...]:
-        token_id = self._fixed_ids.get(line)
-        if token_id is not None:
-            return (token_id,)
-        if line.startswith(PROMPT):  # a statement: one token, or it is not in the vocabulary
-            body = line[len(PROMPT):-1] if line.endswith("\n") else None
-            try:
-                p = read_assignment(body, self.n) if body is not None else None
-            except DeltalensError:
-                p = None
-            if p is None or not self.actions.contains(p) or self.actions.statement(p) != body:
-                raise self._not_in_vocab(line, lineno)
-            return (self.action_offset + self.actions.index(p),)
-        ids = []
-        for piece in code_pieces(line):  # an output line
-            token_id = self._fixed_ids.get(piece)
-            if token_id is None:
-                raise self._not_in_vocab(piece, lineno)
-            ids.append(token_id)
-        return tuple(ids)
-
-    def check_spec(self, spec: TraceSpec) -> None:
-        if (spec.group, spec.action_set) != (self.group_name, self.action_set_name):
-            raise DeltalensError(
-                f"the {self.describe()} tokenizer cannot encode {spec.group} {spec.action_set} traces; "
-                f"build one with make_tokenizer('statement', {spec.group!r}, {spec.action_set!r})."
-            )
-
-
-def make_tokenizer(
-    kind: str,
-    task: TraceSpec | PermutationGroup | str | int,
-    action_set: str | None = None,
-) -> Tokenizer:
-    """The tokenizer of ``kind`` for a task.
-
-    ``task`` is a TraceSpec, a group (object or name like "S5"), or for ``code`` just n.
-    ``statement`` needs the action set: from the TraceSpec or the ``action_set`` argument.
-    """
-    if kind not in TOKENIZER_KINDS:
-        raise DeltalensError(f"unknown tokenizer {kind!r}; use one of {', '.join(TOKENIZER_KINDS)}.")
-    from tasks.probabilistic import ProbTraceSpec  # imported late: it builds on this module
-
-    if kind == "statement-prob":  # its vocabulary needs the family's p and choice size
-        from tasks.prob_statement_tokenizer import ProbStatementTokenizer
-
-        if not isinstance(task, ProbTraceSpec):
-            raise DeltalensError("a statement-prob tokenizer is built from a ProbTraceSpec (it needs p and the choice size).")
-        return ProbStatementTokenizer(task.group, task.action_set, task.swap_prob, task.choice_size)
-    if isinstance(task, (TraceSpec, ProbTraceSpec)):
-        group: PermutationGroup | None = get_group(task.group)
-        action_set = action_set or task.action_set
-    elif isinstance(task, PermutationGroup):
-        group = task
-    elif isinstance(task, str):
-        group = get_group(task)
-    elif isinstance(task, int) and not isinstance(task, bool):
-        group = None
-    else:
-        raise DeltalensError(f"make_tokenizer needs a TraceSpec, a group or n, got {task!r}.")
-    if kind in ("code", "code-prob"):
-        n = group.n if group is not None else task
-        if kind == "code-prob":
-            from tasks.probabilistic import ProbCodeTokenizer
-
-            return ProbCodeTokenizer(n)  # type: ignore[arg-type]
-        return CodeTokenizer(n)  # type: ignore[arg-type]
-    if group is None:
-        raise DeltalensError("a statement tokenizer needs a group and an action set, not just n.")
-    if action_set is None:
-        raise DeltalensError(
-            "a statement tokenizer needs an action set; pass action_set= (one of swaps, cycles, full, generators)."
-        )
-    return StatementTokenizer(group, action_set)

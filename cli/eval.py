@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from deltalens.tasks.errors import DeltalensError
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -26,9 +28,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.evaluate import evaluate_checkpoint, evaluate_text_file
-
-    from tasks.errors import DeltalensError
+    from deltalens.training.evaluate import evaluate_checkpoint, evaluate_text_file
 
     generation = {"--lengths": args.lengths, "--spacing": args.spacing, "--reveal": args.reveal,
                   "--n-traces": args.n_traces, "--seed": args.seed}
@@ -40,8 +40,12 @@ def run(args) -> int:
         report = {"checkpoint": args.checkpoint, "traces_file": args.traces, **result.to_dict()}
     else:
         report = evaluate_checkpoint(
-            args.checkpoint, lengths=args.lengths, spacing=args.spacing, n_traces=512 if args.n_traces is None else args.n_traces,
-            seed=0 if args.seed is None else args.seed, reveal=args.reveal,
+            args.checkpoint,
+            lengths=args.lengths,
+            spacing=args.spacing,
+            n_traces=512 if args.n_traces is None else args.n_traces,
+            seed=0 if args.seed is None else args.seed,
+            reveal=args.reveal,
         )
     if args.json:
         print(json.dumps(report))

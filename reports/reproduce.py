@@ -1,110 +1,20 @@
-"""`deltalens reproduce`: train the paper's sweep (only what is missing) and write the report.
+"""The reproduce report: OUT/reproduce.md with the paper's claims judged, a table per setting,
+the PFSA-SR section, and figures (HTML always, PNG when kaleido finds a browser).
 
-    deltalens reproduce [--sweep sweep/paper.toml] [--results reports/sweep] [--out reports]
-                        [--runs runs/sweep] [--only CELL_GLOB ...] [--no-train] [--steps N]
-
-Finished cells are read from their result files (results_dir/<cell>.json, the durable record);
-every other cell is trained, evaluated and recorded (training.sweep.run_cell), one progress bar
-over cells and one per training. Then OUT/reproduce.md gets a table per setting, the paper's
-claims judged from the data, and two figures (HTML always, PNG when kaleido finds a browser).
+    report = write_report(sweep, read_results(sweep, "reports/sweep"), Path("reports"), Path("checkpoints"))
 """
 from __future__ import annotations
 
-import fnmatch
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import plotly.io as pio
 
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "reproduce",
-        help="train the paper's experiment sweep (what is missing) and write reports/reproduce.md",
-        description="Reproduce Siems et al. (2026): train every cell of a sweep file (group x architecture x "
-        "reveal spacing x tokenizer) that has no result yet, evaluate it at 1x, 2x and 4x the training length, "
-        "and write a markdown report with the paper's claims judged against the measured numbers, plus plotly "
-        "figures. Killed runs resume; finished cells are never retrained.",
-    )
-    parser.add_argument("--sweep", default="sweep/paper.toml", help="sweep file (default sweep/paper.toml)")
-    parser.add_argument("--results", default="reports/sweep", help="one JSON per finished cell (default reports/sweep)")
-    parser.add_argument("--out", default="reports", help="where reproduce.md and figures/ go (default reports)")
-    parser.add_argument("--runs", default="runs/sweep", help="training run directories, resumable (default runs/sweep)")
-    parser.add_argument("--only", nargs="+", metavar="CELL_GLOB",
-                        help="train only cells whose name matches, e.g. 's3-*-k4' "
-                        "(names look like s3-deltanet-neg-statement-k4)")
-    parser.add_argument("--no-train", action="store_true", help="write the report from the results that exist")
-    parser.add_argument("--steps", type=int, help="training budget per cell (default: the sweep file's); results "
-                        "from another budget count as missing and are replaced")
-    parser.add_argument("--checkpoints", default="checkpoints",
-                        help="where the PFSA-SR section finds probabilistic checkpoints (default checkpoints)")
-    parser.add_argument("--no-pfsa", action="store_true", help="leave out the PFSA-SR section (belief decay and KL)")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    parser.set_defaults(func=run)
-
-
-def run(args) -> int:
-    from tasks.errors import DeltalensError
-    from training.sweep import check_models, load_sweep, read_results, run_cell, with_steps
-
-    sweep = load_sweep(args.sweep)
-    if args.steps is not None:
-        sweep = with_steps(sweep, args.steps)
-    statuses = read_results(sweep, args.results)
-    selected = statuses
-    if args.only:
-        selected = [s for s in statuses if any(fnmatch.fnmatchcase(s.cell.name, g) for g in args.only)]
-        if not selected:
-            names = ", ".join(s.cell.name for s in statuses[:3])
-            raise DeltalensError(f"--only {' '.join(args.only)} matches no cell of {args.sweep}; "
-                                 f"names look like {names}")
-    todo = [s for s in selected if s.result is None]
-    chosen = {s.cell for s in todo}
-    for status in statuses:
-        if status.result is None and status.cell not in chosen:
-            status.short, status.reason = "not selected", f"not selected by --only ({status.reason})"
-    trained = failed = 0
-    interrupted = False
-    if todo and not args.no_train:
-        from tqdm.auto import tqdm
-
-        check_models(sweep, {s.cell.arch for s in todo})
-        bar = tqdm(todo, desc="sweep", unit="cell", disable=args.no_progress, dynamic_ncols=True)
-        for status in bar:
-            bar.set_postfix_str(status.cell.name)
-            try:
-                status.result = run_cell(status.cell, sweep, args.runs, args.results, progress=not args.no_progress)
-                trained += 1
-            except DeltalensError as err:  # one broken cell (a NaN loss, say) does not stop the sweep
-                status.short, status.reason = "training failed", f"training failed: {err}"
-                failed += 1
-                bar.write(f"deltalens: {status.cell.name}: {status.reason}")
-            except KeyboardInterrupt:  # the run keeps its last checkpoint; report what is finished
-                status.short, status.reason = "interrupted", "interrupted; `deltalens reproduce` resumes it"
-                interrupted = True
-                break
-        bar.close()
-    elif todo:
-        for status in todo:
-            status.reason = f"{status.reason} (--no-train)"
-    report = write_report(sweep, statuses, Path(args.out), None if args.no_pfsa else Path(args.checkpoints))
-    done = sum(s.result is not None for s in statuses)
-    verdicts = [c.verdict for c in report.claims]
-    print(f"trained {trained} cell(s), {failed} failed; {done} of {len(statuses)} cells measured")
-    print(f"{report.markdown}: claims {verdicts.count('holds')} hold, {verdicts.count('does not hold')} do not hold, "
-          f"{verdicts.count('not measured')} not measured")
-    for figure in report.figures:
-        print(f"  {figure.html}" + (f", {figure.png}" if figure.png else ""))
-    if report.png_error:
-        print(f"deltalens: warning: {report.png_error}", file=sys.stderr)
-    if interrupted:
-        print("deltalens: interrupted; rerun `deltalens reproduce` to resume", file=sys.stderr)
-        return 130
-    return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# the report
+from deltalens.models.atomic import write_text_atomic
+from deltalens.reports.claims import accuracy_at, claim_rules, evaluate_claims
+from deltalens.reports.figures import ARCH_LABELS, length_figure, spacing_figure
+from deltalens.reports.pfsa_section import pfsa_section
+from deltalens.training.grid import cell_config, curriculum
 
 
 @dataclass
@@ -126,14 +36,8 @@ class Report:
 
 def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = None) -> Report:
     """Write OUT/reproduce.md and OUT/figures/*; a PNG failure leaves the rest intact. With
-    ``pfsa_checkpoints`` the report gains the PFSA-SR section (interp/pfsa_report.py)."""
-    from training.sweep import evaluate_claims, length_figure, spacing_figure
-
-    section = None
-    if pfsa_checkpoints is not None:
-        from interp.pfsa_report import pfsa_section
-
-        section = pfsa_section(pfsa_checkpoints)
+    ``pfsa_checkpoints`` the report gains the PFSA-SR section (pfsa_section.py)."""
+    section = pfsa_section(pfsa_checkpoints) if pfsa_checkpoints is not None else None
     results = [s.result for s in statuses if s.result is not None]
     claims = evaluate_claims(results, sweep.thresholds, settings=[s.cell.setting for s in statuses])
     figures_dir = out / "figures"
@@ -152,16 +56,14 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
             png_error = png_error or error
         figures.append(FigureFiles(name, title, html, None if error else png, error))
     markdown = out / "reproduce.md"
-    staging = markdown.with_name(f".{markdown.name}.tmp")
-    staging.write_text(render_markdown(sweep, statuses, claims, figures, out, section.lines if section else []))
-    os.replace(staging, markdown)
+    write_text_atomic(
+        markdown, render_markdown(sweep, statuses, claims, figures, out, section.lines if section else [])
+    )
     return Report(markdown, claims, figures, png_error)
 
 
 def _write_png(fig, path: Path) -> str | None:
     """None on success, else one line saying what failed and how to fix it."""
-    import plotly.io as pio
-
     try:
         pio.write_image(fig, path, format="png", scale=2)
     except Exception as err:  # kaleido raises plain RuntimeErrors (and others) for a missing browser
@@ -179,8 +81,6 @@ def _fmt(value: float | None) -> str:
 
 
 def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str] = ()) -> str:
-    from training.sweep import ARCH_LABELS, accuracy_at, cell_config, claim_rules, curriculum
-
     t = sweep.thresholds
     results = [s.result for s in statuses if s.result is not None]
     config = cell_config(statuses[0].cell, sweep).to_dict()  # budget, optimiser and task are shared

@@ -20,8 +20,8 @@ import argparse
 import json
 import sys
 
-from tasks.tokenizers import TokenKind, Tokenizer, make_tokenizer
-from tasks.traces import Trace, TraceSpec, generate_trace, parse_action_count
+from deltalens.tasks.tokenizers import Tokenizer, TokenKind, make_tokenizer
+from deltalens.tasks.traces import Trace, TraceSpec, generate_trace, parse_action_count
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:

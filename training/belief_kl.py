@@ -1,4 +1,4 @@
-"""How far a trained model's predictive is from the exact belief (PFSA-SR, issue 6 item 4c).
+"""How far a trained model's predictive is from the exact belief (PFSA-SR).
 
 At every revealed value of a probabilistic trace the exact posterior predictive p (the joint
 filter, tasks/pfsa.py) says how likely each value 1..n was given everything before it. The
@@ -14,15 +14,16 @@ Two kinds of held-out traces:
 * ``adversarial``: tasks/adversary.py's mix / leak / reveal cycle with block 2 (random swaps at
   the family's p), which never resets and drains the unnormalised marginal at a known rate.
 
-    from probes.belief_kl import belief_kl
+    from deltalens.training.belief_kl import belief_kl
     result = belief_kl(model, tokenizer, spec)          # spec: the checkpoint's ProbTraceSpec
     result.table()                                      # mean KL by kind x partial reveals
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,11 +31,10 @@ import plotly.colors
 import plotly.graph_objects as go
 import torch
 
-from tasks import collate
-from tasks.adversary import adversarial_sequence, adversarial_trace
-from tasks.dataset import trace_seed
-from tasks.errors import DeltalensError
-from tasks.probabilistic import ProbTrace, ProbTraceSpec, generate_prob_trace
+from deltalens.tasks.adversary import adversarial_sequence, adversarial_trace
+from deltalens.tasks.dataset import collate, trace_seed
+from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.probabilistic import ProbTrace, ProbTraceSpec, generate_prob_trace
 
 _DIGIT = re.compile(r"\d+")
 

@@ -1,4 +1,4 @@
-"""The paper's experiment grid: train, evaluate and record one cell at a time, then judge the claims.
+"""The paper's experiment grid: read the sweep file, then train, evaluate and record one cell at a time.
 
 Siems et al. (2026) compare DeltaNet with beta in [0, 2] (`deltanet-neg`: eigenvalues of the
 transition I - beta k k^T in [-1, 1]) and beta in [0, 1] (`deltanet-pos`), a Transformer and an
@@ -19,35 +19,33 @@ named by a hash of its config for the same reason.
     for status in read_results(sweep, "reports/sweep"):
         if status.result is None:
             run_cell(status.cell, sweep, "runs/sweep", "reports/sweep")
-    claims = evaluate_claims([s.result for s in read_results(sweep, "reports/sweep") if s.result])
+
+Judging the paper's claims from the results and drawing them is the reports room's job
+(reports/claims.py, reports/figures.py).
 """
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import hashlib
 import json
-import os
 import time
-import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import DeltalensError
-from training.config import TrainConfig
-from training.loop import LAST, TRAINER_STATE, train
+import tomllib
+import torch
+from tqdm.auto import tqdm
 
-# How the report names each architecture of the sweep's [models] table (others: the key itself).
-ARCH_LABELS = {
-    "deltanet-neg": "DeltaNet β∈[0,2]",
-    "deltanet-pos": "DeltaNet β∈[0,1]",
-    "transformer": "Transformer",
-    "lstm": "LSTM",
-}
-ARCH_COLORS = {"deltanet-neg": "#1f77b4", "deltanet-pos": "#ff7f0e", "transformer": "#2ca02c", "lstm": "#9467bd"}
-
-HOLDS, DOES_NOT_HOLD, NOT_MEASURED = "holds", "does not hold", "not measured"
+from deltalens import models
+from deltalens.models.atomic import write_json_atomic
+from deltalens.tasks.errors import DeltalensError
+from deltalens.training.config import TrainConfig
+from deltalens.training.data import TrainingData
+from deltalens.training.evaluate import evaluate_checkpoint
+from deltalens.training.loop import LAST, TRAINER_STATE, train
 
 # per-cell task fields: the sweep file may not set them in [task]
 _CELL_TASK_KEYS = {"group", "tokenizer", "spacing", "spacing_schedule", "eval_spacing"}
@@ -121,14 +119,14 @@ def load_sweep(path: str | Path) -> Sweep:
     if {"steps", "early_stop_accuracy"} & set(run):
         # one budget for every cell: steps live in [sweep], and no cell may stop early
         raise DeltalensError(f"{where}: [run] may not set steps or early_stop_accuracy; the budget is [sweep] steps")
-    models = _table(data, "models", where)
-    for key, table in models.items():
+    model_tables = _table(data, "models", where)
+    for key, table in model_tables.items():
         if not isinstance(table, dict) or "arch" not in table:
             raise DeltalensError(f"{where}: [models.{key}] needs an `arch` (deltanet, transformer or lstm)")
-    cells = _grid_cells(data.get("grid"), models, where)
+    cells = _grid_cells(data.get("grid"), model_tables, where)
     multiples = _list(head.get("eval_multiples", [1, 2, 4]), "[sweep] eval_multiples", where)
     sweep = Sweep(
-        path=path, cells=cells, models=models, task=task, optim=_table(data, "optim", where), run=run,
+        path=path, cells=cells, models=model_tables, task=task, optim=_table(data, "optim", where), run=run,
         steps=_number(head.get("steps", 1600), int, "[sweep] steps", where, lo=1),
         eval_multiples=[_number(m, int, "[sweep] eval_multiples", where, lo=1) for m in multiples],
         eval_traces=_number(head.get("eval_traces", 512), int, "[sweep] eval_traces", where, lo=1),
@@ -146,8 +144,6 @@ def load_sweep(path: str | Path) -> Sweep:
 
 def check_sweep(sweep: Sweep) -> None:
     """Build every cell's config and tokenizer (cheap), naming the file in any error."""
-    from training.data import TrainingData
-
     seen: set[tuple[str, str]] = set()
     for cell in sweep.cells:
         try:
@@ -162,8 +158,6 @@ def check_sweep(sweep: Sweep) -> None:
 def check_models(sweep: Sweep, archs: set[str] | None = None) -> None:
     """Build each architecture once (before any training), so a typo in a [models] table stops the
     sweep now instead of failing every cell of that architecture after hours of others."""
-    import models
-
     for key in sorted(archs if archs is not None else sweep.models):
         kwargs = {k: v for k, v in sweep.models[key].items() if k != "arch"}
         try:
@@ -206,7 +200,7 @@ def config_hash(config: TrainConfig) -> str:
     return hashlib.sha1(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
 
 
-def _grid_cells(grids: Any, models: dict[str, Any], where: str) -> list[Cell]:
+def _grid_cells(grids: Any, model_tables: dict[str, Any], where: str) -> list[Cell]:
     if not isinstance(grids, list) or not grids:
         raise DeltalensError(f"{where} has no [[grid]] tables; each lists groups, archs, spacings and a tokenizer")
     cells: list[Cell] = []
@@ -222,8 +216,10 @@ def _grid_cells(grids: Any, models: dict[str, Any], where: str) -> list[Cell]:
         if not isinstance(tokenizer, str):
             raise DeltalensError(f"{label}: tokenizer must be a name such as statement or code")
         for arch in _list(grid["archs"], "archs", label):
-            if arch not in models:
-                raise DeltalensError(f"{label}: arch {arch!r} has no [models.{arch}] table; known: {sorted(models)}")
+            if arch not in model_tables:
+                raise DeltalensError(
+                    f"{label}: arch {arch!r} has no [models.{arch}] table; known: {sorted(model_tables)}"
+                )
         for group in _list(grid["groups"], "groups", label):
             for arch in grid["archs"]:
                 for k in _list(grid["spacings"], "spacings", label):
@@ -310,12 +306,63 @@ def read_results(sweep: Sweep, results_dir: str | Path) -> list[CellStatus]:
     return statuses
 
 
+def select_cells(statuses: list[CellStatus], globs: list[str] | None, where: str = "the sweep") -> list[CellStatus]:
+    """The cells to train: those without a result whose name matches a glob (all when no globs).
+    Cells left out are marked "not selected"; globs that match no cell at all are an error."""
+    selected = statuses
+    if globs:
+        selected = [s for s in statuses if any(fnmatch.fnmatchcase(s.cell.name, g) for g in globs)]
+        if not selected:
+            names = ", ".join(s.cell.name for s in statuses[:3])
+            raise DeltalensError(f"--only {' '.join(globs)} matches no cell of {where}; names look like {names}")
+    todo = [s for s in selected if s.result is None]
+    chosen = {s.cell for s in todo}
+    for status in statuses:
+        if status.result is None and status.cell not in chosen:
+            status.short, status.reason = "not selected", f"not selected by --only ({status.reason})"
+    return todo
+
+
+@dataclass
+class SweepOutcome:
+    trained: int = 0
+    failed: int = 0
+    interrupted: bool = False
+
+
+def train_missing(sweep: Sweep, todo: list[CellStatus], runs_dir: str | Path, results_dir: str | Path,
+                  progress: bool = True) -> SweepOutcome:
+    """Train, evaluate and record each cell of `todo` in turn (one progress bar over cells).
+
+    A cell that fails (a NaN loss, say) is marked and the sweep goes on; Ctrl-C stops after the
+    running cell has saved its last checkpoint, so the next call resumes it.
+    """
+    outcome = SweepOutcome()
+    if not todo:
+        return outcome
+    check_models(sweep, {s.cell.arch for s in todo})
+    bar = tqdm(todo, desc="sweep", unit="cell", disable=not progress, dynamic_ncols=True)
+    for status in bar:
+        bar.set_postfix_str(status.cell.name)
+        try:
+            status.result = run_cell(status.cell, sweep, runs_dir, results_dir, progress=progress)
+            outcome.trained += 1
+        except DeltalensError as err:
+            status.short, status.reason = "training failed", f"training failed: {err}"
+            outcome.failed += 1
+            bar.write(f"deltalens: {status.cell.name}: {status.reason}")
+        except KeyboardInterrupt:
+            status.short, status.reason = "interrupted", "interrupted; `deltalens reproduce` resumes it"
+            outcome.interrupted = True
+            break
+    bar.close()
+    return outcome
+
+
 def run_cell(
     cell: Cell, sweep: Sweep, runs_dir: str | Path, results_dir: str | Path, progress: bool = True
 ) -> dict[str, Any]:
     """Train the cell (resuming a killed run), evaluate it and write results_dir/<cell>.json."""
-    import torch
-
     config = cell_config(cell, sweep)
     run_dir = Path(runs_dir) / f"{cell.name}-{config_hash(config)}"
     state_file = run_dir / LAST / TRAINER_STATE
@@ -348,8 +395,6 @@ def run_cell(
 def evaluate_lengths(checkpoint: Path, config: TrainConfig, sweep: Sweep) -> list[dict[str, Any]]:
     """Reveal accuracy at each multiple of the training length; a length the model cannot take
     (a Transformer's context) is recorded as an error rather than losing the cell."""
-    from training.evaluate import evaluate_checkpoint
-
     train_length = config.task.actions[1]
     rows = []
     for multiple in sweep.eval_multiples:
@@ -361,208 +406,3 @@ def evaluate_lengths(checkpoint: Path, config: TrainConfig, sweep: Sweep) -> lis
         except DeltalensError as err:
             rows.append({"actions": actions, "x_train": float(multiple), "error": str(err)})
     return rows
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(staging, path)  # readers see the old file or the new one, never half of one
-
-
-# ---------------------------------------------------------------------------------------------
-# the paper's claims, judged on results
-
-
-@dataclass
-class Claim:
-    key: str
-    statement: str  # the paper's claim, in words
-    setting: str  # the cells it was judged on, e.g. "S3 statement"
-    verdict: str  # holds | does not hold | not measured
-    evidence: str  # the numbers the verdict rests on, or what is missing
-
-
-CLAIMS = {
-    "neg-sparse": "DeltaNet β∈[0,2] learns to track with sparse reveals",
-    "neg-extrapolates": "DeltaNet β∈[0,2] extrapolates to longer traces",
-    "pos-fails": "DeltaNet β∈[0,1] fails with sparse reveals",
-    "transformer-dense": "the Transformer needs dense reveals",
-    "transformer-no-extrapolation": "the Transformer does not extrapolate",
-}
-
-
-def claim_rules(t: Thresholds) -> dict[str, str]:
-    """How each verdict is computed, in words, for the report."""
-    return {
-        "neg-sparse": f"holds if deltanet-neg reaches ≥ {t.learned:g} at 1x at every spacing k > 1",
-        "neg-extrapolates": f"holds if every deltanet-neg cell that learned (≥ {t.learned:g} at 1x) stays "
-                            f"≥ {t.extrapolates:g} at the longest length",
-        "pos-fails": f"holds if deltanet-pos stays < {t.learned:g} at 1x at every spacing k > 1",
-        "transformer-dense": f"holds if the Transformer reaches ≥ {t.learned:g} at 1x with k = 1 and stays "
-                             f"< {t.learned:g} at every k > 1",
-        "transformer-no-extrapolation": f"holds if every Transformer cell that learned (≥ {t.learned:g} at 1x) "
-                                        f"falls < {t.extrapolates:g} at the longest length",
-    }
-
-
-def accuracy_at(result: dict[str, Any], multiple: float) -> float | None:
-    """Held-out reveal accuracy at `multiple` x the training length (None: not evaluated)."""
-    for row in result["eval"]["lengths"]:
-        if row.get("x_train") == multiple and "reveal_accuracy" in row:
-            return row["reveal_accuracy"]
-    return None
-
-
-def longest_accuracy(result: dict[str, Any]) -> tuple[float, float] | None:
-    """(multiple, accuracy) at the longest length beyond 1x that was evaluated."""
-    rows = [r for r in result["eval"]["lengths"] if "reveal_accuracy" in r and r.get("x_train", 0) > 1]
-    if not rows:
-        return None
-    row = max(rows, key=lambda r: r["x_train"])
-    return row["x_train"], row["reveal_accuracy"]
-
-
-def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None = None,
-                    settings: list[str] = ()) -> list[Claim]:
-    """Judge the paper's claims per setting (group and tokenizer), from result dicts alone;
-    `settings` (e.g. "S3 statement") are judged even when none of their cells has a result."""
-    t = thresholds or Thresholds()
-    by_setting: dict[str, dict[tuple[str, int], dict[str, Any]]] = {name: {} for name in settings}
-    for result in results:
-        setting = f"{result['group']} {result['tokenizer']}"
-        by_setting.setdefault(setting, {})[(result["arch"], result["spacing"])] = result
-    claims = []
-    for setting, cells in by_setting.items():
-        for key, (verdict, evidence) in _judge(cells, t).items():
-            claims.append(Claim(key, CLAIMS[key], setting, verdict, evidence))
-    return claims
-
-
-Cells = dict[tuple[str, int], dict[str, Any]]  # (arch, spacing) -> result, within one setting
-
-
-def _at_1x(cells: Cells, arch: str, sparse: bool) -> list[tuple[int, float]]:
-    """[(k, reveal accuracy at 1x)] of `arch`'s sparse (k > 1) or dense (k = 1) cells."""
-    return sorted((k, a) for (name, k), r in cells.items()
-                  if name == arch and (k > 1) == sparse and (a := accuracy_at(r, 1)) is not None)
-
-
-def _learned_longest(cells: Cells, arch: str, t: Thresholds) -> list[tuple[int, float, float]]:
-    """[(k, multiple, accuracy at the longest length)] of `arch`'s cells that learned at 1x."""
-    rows = []
-    for (name, k), r in sorted(cells.items()):
-        a, longest = accuracy_at(r, 1), longest_accuracy(r)
-        if name == arch and a is not None and a >= t.learned and longest is not None:
-            rows.append((k, *longest))
-    return rows
-
-
-def _judge(cells: Cells, t: Thresholds) -> dict[str, tuple[str, str]]:
-    """claim key -> (verdict, evidence) for one setting; the rules are `claim_rules`."""
-    def listing(pairs) -> str:
-        return "1x: " + ", ".join(f"k={k}: {a:.3f}" for k, a in pairs)
-
-    def long_listing(rows) -> str:
-        return ", ".join(f"k={k}: {a:.3f} at {m:g}x" for k, m, a in rows)
-
-    def verdict(ok: bool) -> str:
-        return HOLDS if ok else DOES_NOT_HOLD
-
-    out = {}
-    sparse = _at_1x(cells, "deltanet-neg", sparse=True)
-    out["neg-sparse"] = ((verdict(all(a >= t.learned for _, a in sparse)), listing(sparse)) if sparse else
-                         (NOT_MEASURED, "no deltanet-neg result with spacing k > 1"))
-    rows = _learned_longest(cells, "deltanet-neg", t)
-    out["neg-extrapolates"] = ((verdict(all(a >= t.extrapolates for *_, a in rows)), long_listing(rows)) if rows else
-                               (NOT_MEASURED, "no deltanet-neg result that learned at 1x and was evaluated beyond it"))
-    sparse = _at_1x(cells, "deltanet-pos", sparse=True)
-    out["pos-fails"] = ((verdict(all(a < t.learned for _, a in sparse)), listing(sparse)) if sparse else
-                        (NOT_MEASURED, "no deltanet-pos result with spacing k > 1"))
-    dense, sparse = _at_1x(cells, "transformer", sparse=False), _at_1x(cells, "transformer", sparse=True)
-    if dense and sparse:
-        ok = dense[0][1] >= t.learned and all(a < t.learned for _, a in sparse)
-        out["transformer-dense"] = (verdict(ok), listing(dense + sparse))
-    else:
-        missing = " and ".join(n for n, got in (("k = 1", dense), ("k > 1", sparse)) if not got)
-        out["transformer-dense"] = (NOT_MEASURED, f"no Transformer result with {missing}")
-    rows = _learned_longest(cells, "transformer", t)
-    out["transformer-no-extrapolation"] = (
-        (verdict(all(a < t.extrapolates for *_, a in rows)), long_listing(rows)) if rows else
-        (NOT_MEASURED, "no Transformer result that learned at 1x and was evaluated beyond it"))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# figures (plotly; the command writes them as HTML and PNG)
-
-
-def _settings(results: list[dict[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(f"{r['group']} {r['tokenizer']}" for r in results))
-
-
-def _arch_order(results: list[dict[str, Any]]) -> list[str]:
-    known = [a for a in ARCH_LABELS if any(r["arch"] == a for r in results)]
-    return known + sorted({r["arch"] for r in results} - set(known))
-
-
-def spacing_figure(results: list[dict[str, Any]], thresholds: Thresholds | None = None):
-    """Reveal accuracy at 1x the training length vs reveal spacing, one line per architecture."""
-    from plotly.subplots import make_subplots
-
-    t = thresholds or Thresholds()
-    settings = _settings(results) or ["no results"]
-    fig = make_subplots(rows=1, cols=len(settings), subplot_titles=settings, shared_yaxes=True)
-    for arch in _arch_order(results):
-        for col, setting in enumerate(settings, 1):
-            points = sorted((r["spacing"], a) for r in results if r["arch"] == arch
-                            and f"{r['group']} {r['tokenizer']}" == setting and (a := accuracy_at(r, 1)) is not None)
-            if points:
-                fig.add_scatter(x=[k for k, _ in points], y=[a for _, a in points], mode="lines+markers",
-                                row=1, col=col, name=ARCH_LABELS.get(arch, arch), legendgroup=arch,
-                                line={"color": ARCH_COLORS.get(arch)})
-    fig.add_hline(y=t.learned, line_dash="dot", line_color="grey")
-    ticks = sorted({r["spacing"] for r in results}) or None
-    fig.update_xaxes(title_text="reveal spacing k", type="log", tickvals=ticks)
-    fig.update_yaxes(range=[0, 1.02])
-    fig.update_yaxes(title_text="reveal accuracy at 1x", col=1)
-    fig.update_layout(title="Held-out reveal accuracy vs reveal spacing (training length)", template="plotly_white",
-                      width=max(500, 380 * len(settings)), height=420)
-    _dedupe_legend(fig)
-    return fig
-
-
-def length_figure(results: list[dict[str, Any]], thresholds: Thresholds | None = None):
-    """Reveal accuracy vs trace length (extrapolation): rows = settings, columns = spacings."""
-    from plotly.subplots import make_subplots
-
-    t = thresholds or Thresholds()
-    settings = _settings(results) or ["no results"]
-    spacings = sorted({r["spacing"] for r in results}) or [1]
-    titles = [f"{s}, k={k}" for s in settings for k in spacings]
-    fig = make_subplots(rows=len(settings), cols=len(spacings), subplot_titles=titles, shared_yaxes=True)
-    for arch in _arch_order(results):
-        for row, setting in enumerate(settings, 1):
-            for col, k in enumerate(spacings, 1):
-                for r in results:
-                    if r["arch"] == arch and r["spacing"] == k and f"{r['group']} {r['tokenizer']}" == setting:
-                        points = [(x["actions"], x["reveal_accuracy"]) for x in r["eval"]["lengths"]
-                                  if "reveal_accuracy" in x]
-                        fig.add_scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
-                                        row=row, col=col, name=ARCH_LABELS.get(arch, arch), legendgroup=arch,
-                                        line={"color": ARCH_COLORS.get(arch)})
-    fig.add_hline(y=t.extrapolates, line_dash="dot", line_color="grey")
-    fig.update_xaxes(type="log", title_text="actions per trace")
-    fig.update_yaxes(range=[0, 1.02])
-    fig.update_yaxes(title_text="reveal accuracy", col=1)
-    fig.update_layout(title="Extrapolation: held-out reveal accuracy vs trace length", template="plotly_white",
-                      width=max(500, 320 * len(spacings)), height=max(380, 300 * len(settings)))
-    _dedupe_legend(fig)
-    return fig
-
-
-def _dedupe_legend(fig) -> None:
-    seen = set()
-    for trace in fig.data:
-        trace.showlegend = trace.legendgroup not in seen
-        seen.add(trace.legendgroup)

@@ -2,10 +2,10 @@
 import json
 
 import pytest
-
-import models
 from handset import swap_model
-from interp.cli import build_parser, main
+
+from deltalens import models
+from deltalens.cli.main import build_parser, main
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,66 @@
+"""`deltalens probe CKPT [--json] [--n-traces N]`: eigenvalues, state subspaces and linear probes per head.
+
+The measurements are probes/summary.py's `probe_summary` (the same report as data, for notebooks
+and the app); this module parses and prints.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from deltalens.tasks.errors import DeltalensError
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "probe",
+        help="per-head beta, transition eigenvalues, state subspace and linear probes of a checkpoint",
+        description="Measure every head of a checkpoint on held-out traces: beta and the transition eigenvalue "
+        "1 - beta on action tokens (reflection fraction: eigenvalue < -0.9), the state's effective rank and PCA "
+        "dimension, the span of the action keys, and linear probes decoding each variable's value from the "
+        "residual stream and from each head's state. Non-DeltaNet checkpoints get the residual probes only.",
+    )
+    parser.add_argument("checkpoint", help="checkpoint directory (model.safetensors + config.json)")
+    parser.add_argument("--n-traces", type=int, default=64, help="held-out traces to measure on (default 64)")
+    parser.add_argument("--seed", type=int, default=0, help="trace and probe seed (eval split)")
+    parser.add_argument("--actions", type=int, help="actions per trace (default: the checkpoint's eval length)")
+    parser.add_argument("--probe-at", default="readout",
+                        help="tokens the probes read: readout (before each revealed value, default), all, or a "
+                        "token kind (init, action, print, reveal, other)")
+    parser.add_argument("--no-probes", action="store_true", help="skip the linear probes (faster)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import torch  # the library loads here, not at module import: `deltalens --help` imports every command
+
+    from deltalens.probes.summary import HEAD_COLUMNS, probe_summary
+    from deltalens.training.opened import open_checkpoint
+
+    if args.n_traces < 2:
+        raise DeltalensError("--n-traces must be at least 2 (probes hold out whole traces).")
+    checkpoint = open_checkpoint(args.checkpoint)
+    batch = checkpoint.batch(args.n_traces, seed=args.seed, actions=args.actions)
+    with torch.no_grad():
+        summary = probe_summary(checkpoint.model, batch, probes=not args.no_probes, probe_at=args.probe_at,
+                                seed=args.seed)
+    for reason in summary.skipped:
+        if not reason.startswith("linear probes"):
+            print(f"deltalens: note: skipped {reason}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"checkpoint": args.checkpoint, **summary.to_dict()}))
+        return 0
+    print(f"{args.checkpoint}  ({summary.architecture}, {summary.n_traces} held-out traces)")
+    if not summary.heads.empty:
+        columns = [c for c in ("layer", "head", *HEAD_COLUMNS) if c in summary.heads]
+        print(summary.heads[columns].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        layer, head = summary.tracking_head
+        row = summary.heads[(summary.heads["layer"] == layer) & (summary.heads["head"] == head)].iloc[0]
+        print(f"tracking head: layer {layer} head {head} (reflection fraction {row['reflection_fraction']:.3f}, "
+              f"mean beta on actions {row['mean_beta_action']:.3f})")
+    if not summary.layers.empty:
+        print("residual-stream probes (mean over variables; control = shuffled labels):")
+        print(summary.layers[["site", "target", "accuracy", "control_accuracy", "chance"]]
+              .to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    return 0

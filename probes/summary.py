@@ -1,0 +1,85 @@
+"""Every per-head measurement of a model in one table: what `deltalens probe` prints.
+
+For a DeltaNet: one row per (layer, head) with the beta / eigenvalue statistics on action tokens
+(eigenvalues.py), the state's effective rank, PCA dimension and action-key span (subspace.py) and
+the linear-probe accuracy of its state (linear_probes.py), plus the residual-stream probes per
+layer and the tracking head (highest reflection fraction). For a Transformer or LSTM the beta and
+state parts are skipped with a note saying why, and the residual-stream probes are still reported.
+
+    summary = probe_summary(model, batch)       # a ProbeSummary: .heads, .layers, .tracking_head
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from deltalens.interp.capture import capture
+from deltalens.models.architecture import ARTICLE, architecture_of
+from deltalens.probes.eigenvalues import eigenvalue_report
+from deltalens.probes.linear_probes import linear_probes
+from deltalens.probes.subspace import subspace_report
+
+HEAD_COLUMNS = ("mean_beta_action", "neg_eig_fraction", "reflection_fraction", "effective_rank", "pca_dim_90",
+                "pca_dim_99", "key_rank", "key_dim_90", "probe_accuracy_value", "probe_accuracy_source")
+
+
+@dataclass
+class ProbeSummary:
+    architecture: str
+    n_traces: int
+    heads: pd.DataFrame  # one row per (layer, head); empty without beta / state
+    layers: pd.DataFrame  # residual-stream probes: site, layer, target, accuracy, control_accuracy, chance
+    tracking_head: tuple[int, int] | None = None
+    skipped: list[str] = field(default_factory=list)  # what was not measured, and why
+    reports: dict[str, Any] = field(default_factory=dict)  # the full reports: eigenvalues, subspace, probes
+
+    def to_dict(self) -> dict[str, Any]:
+        def clean(rows):
+            return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+                    for row in rows]
+
+        heads = clean(self.heads.to_dict(orient="records"))
+        for row in heads:
+            row["layer"], row["head"] = int(row["layer"]), int(row["head"])
+            # headline probe accuracy: decoding each variable's current value from the head's state
+            row["probe_accuracy"] = row.get("probe_accuracy_value")
+        return {
+            "architecture": self.architecture, "n_traces": self.n_traces,
+            "tracking_head": None if self.tracking_head is None else
+            {"layer": self.tracking_head[0], "head": self.tracking_head[1]},
+            "heads": heads, "layers": clean(self.layers.to_dict(orient="records")), "skipped": self.skipped,
+        }
+
+
+def probe_summary(model, batch, probes: bool = True, probe_at: str = "readout", seed: int = 0) -> ProbeSummary:
+    """Every per-head measurement on one batch of held-out traces (the module docstring)."""
+    arch = architecture_of(model)
+    n_traces = int(batch["tokens"].shape[0])
+    skipped, reports = [], {}
+    heads = pd.DataFrame()
+    tracking = None
+    if arch == "deltanet":
+        cap = capture(model, batch, names=("beta", "k", "state", "resid"))
+        eig = eigenvalue_report(cap)
+        sub = subspace_report(cap, seed=seed)
+        reports.update(eigenvalues=eig, subspace=sub)
+        heads = eig.heads.merge(sub.heads, on=["layer", "head"])
+        tracking = eig.tracking_head()
+    else:
+        cap = capture(model, batch, names=("resid",))
+        skipped.append(f"eigenvalues and state subspaces: {ARTICLE.get(arch, arch)} has no beta and no matrix "
+                       f"state S_t (only DeltaNet does); residual-stream probes only.")
+    layers = pd.DataFrame()
+    if probes:
+        report = linear_probes(cap, at=probe_at, seed=seed)
+        reports["probes"] = report
+        layers = report.by_layer()
+        if not heads.empty:
+            heads = heads.merge(report.by_head(), on=["layer", "head"], how="left")
+    else:
+        skipped.append("linear probes: turned off (--no-probes).")
+    return ProbeSummary(architecture=arch, n_traces=n_traces, heads=heads, layers=layers, tracking_head=tracking,
+                        skipped=skipped, reports=reports)

@@ -1,0 +1,133 @@
+"""The paper's claims, judged from the sweep's result files alone.
+
+Each claim is judged per setting (group and tokenizer) with the thresholds of the sweep file:
+"holds", "does not hold", or "not measured" when the cells it needs have no result. The rules,
+in words, are `claim_rules`; the numbers each verdict rests on travel with it as evidence.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from deltalens.training.grid import Thresholds
+
+HOLDS, DOES_NOT_HOLD, NOT_MEASURED = "holds", "does not hold", "not measured"
+
+
+@dataclass
+class Claim:
+    key: str
+    statement: str  # the paper's claim, in words
+    setting: str  # the cells it was judged on, e.g. "S3 statement"
+    verdict: str  # holds | does not hold | not measured
+    evidence: str  # the numbers the verdict rests on, or what is missing
+
+
+CLAIMS = {
+    "neg-sparse": "DeltaNet β∈[0,2] learns to track with sparse reveals",
+    "neg-extrapolates": "DeltaNet β∈[0,2] extrapolates to longer traces",
+    "pos-fails": "DeltaNet β∈[0,1] fails with sparse reveals",
+    "transformer-dense": "the Transformer needs dense reveals",
+    "transformer-no-extrapolation": "the Transformer does not extrapolate",
+}
+
+
+def claim_rules(t: Thresholds) -> dict[str, str]:
+    """How each verdict is computed, in words, for the report."""
+    return {
+        "neg-sparse": f"holds if deltanet-neg reaches ≥ {t.learned:g} at 1x at every spacing k > 1",
+        "neg-extrapolates": f"holds if every deltanet-neg cell that learned (≥ {t.learned:g} at 1x) stays "
+                            f"≥ {t.extrapolates:g} at the longest length",
+        "pos-fails": f"holds if deltanet-pos stays < {t.learned:g} at 1x at every spacing k > 1",
+        "transformer-dense": f"holds if the Transformer reaches ≥ {t.learned:g} at 1x with k = 1 and stays "
+                             f"< {t.learned:g} at every k > 1",
+        "transformer-no-extrapolation": f"holds if every Transformer cell that learned (≥ {t.learned:g} at 1x) "
+                                        f"falls < {t.extrapolates:g} at the longest length",
+    }
+
+
+def accuracy_at(result: dict[str, Any], multiple: float) -> float | None:
+    """Held-out reveal accuracy at `multiple` x the training length (None: not evaluated)."""
+    for row in result["eval"]["lengths"]:
+        if row.get("x_train") == multiple and "reveal_accuracy" in row:
+            return row["reveal_accuracy"]
+    return None
+
+
+def longest_accuracy(result: dict[str, Any]) -> tuple[float, float] | None:
+    """(multiple, accuracy) at the longest length beyond 1x that was evaluated."""
+    rows = [r for r in result["eval"]["lengths"] if "reveal_accuracy" in r and r.get("x_train", 0) > 1]
+    if not rows:
+        return None
+    row = max(rows, key=lambda r: r["x_train"])
+    return row["x_train"], row["reveal_accuracy"]
+
+
+def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None = None,
+                    settings: list[str] = ()) -> list[Claim]:
+    """Judge the paper's claims per setting (group and tokenizer), from result dicts alone;
+    `settings` (e.g. "S3 statement") are judged even when none of their cells has a result."""
+    t = thresholds or Thresholds()
+    by_setting: dict[str, dict[tuple[str, int], dict[str, Any]]] = {name: {} for name in settings}
+    for result in results:
+        setting = f"{result['group']} {result['tokenizer']}"
+        by_setting.setdefault(setting, {})[(result["arch"], result["spacing"])] = result
+    claims = []
+    for setting, cells in by_setting.items():
+        for key, (verdict, evidence) in _judge(cells, t).items():
+            claims.append(Claim(key, CLAIMS[key], setting, verdict, evidence))
+    return claims
+
+
+Cells = dict[tuple[str, int], dict[str, Any]]  # (arch, spacing) -> result, within one setting
+
+
+def _at_1x(cells: Cells, arch: str, sparse: bool) -> list[tuple[int, float]]:
+    """[(k, reveal accuracy at 1x)] of `arch`'s sparse (k > 1) or dense (k = 1) cells."""
+    return sorted((k, a) for (name, k), r in cells.items()
+                  if name == arch and (k > 1) == sparse and (a := accuracy_at(r, 1)) is not None)
+
+
+def _learned_longest(cells: Cells, arch: str, t: Thresholds) -> list[tuple[int, float, float]]:
+    """[(k, multiple, accuracy at the longest length)] of `arch`'s cells that learned at 1x."""
+    rows = []
+    for (name, k), r in sorted(cells.items()):
+        a, longest = accuracy_at(r, 1), longest_accuracy(r)
+        if name == arch and a is not None and a >= t.learned and longest is not None:
+            rows.append((k, *longest))
+    return rows
+
+
+def _judge(cells: Cells, t: Thresholds) -> dict[str, tuple[str, str]]:
+    """claim key -> (verdict, evidence) for one setting; the rules are `claim_rules`."""
+    def listing(pairs) -> str:
+        return "1x: " + ", ".join(f"k={k}: {a:.3f}" for k, a in pairs)
+
+    def long_listing(rows) -> str:
+        return ", ".join(f"k={k}: {a:.3f} at {m:g}x" for k, m, a in rows)
+
+    def verdict(ok: bool) -> str:
+        return HOLDS if ok else DOES_NOT_HOLD
+
+    out = {}
+    sparse = _at_1x(cells, "deltanet-neg", sparse=True)
+    out["neg-sparse"] = ((verdict(all(a >= t.learned for _, a in sparse)), listing(sparse)) if sparse else
+                         (NOT_MEASURED, "no deltanet-neg result with spacing k > 1"))
+    rows = _learned_longest(cells, "deltanet-neg", t)
+    out["neg-extrapolates"] = ((verdict(all(a >= t.extrapolates for *_, a in rows)), long_listing(rows)) if rows else
+                               (NOT_MEASURED, "no deltanet-neg result that learned at 1x and was evaluated beyond it"))
+    sparse = _at_1x(cells, "deltanet-pos", sparse=True)
+    out["pos-fails"] = ((verdict(all(a < t.learned for _, a in sparse)), listing(sparse)) if sparse else
+                        (NOT_MEASURED, "no deltanet-pos result with spacing k > 1"))
+    dense, sparse = _at_1x(cells, "transformer", sparse=False), _at_1x(cells, "transformer", sparse=True)
+    if dense and sparse:
+        ok = dense[0][1] >= t.learned and all(a < t.learned for _, a in sparse)
+        out["transformer-dense"] = (verdict(ok), listing(dense + sparse))
+    else:
+        missing = " and ".join(n for n, got in (("k = 1", dense), ("k > 1", sparse)) if not got)
+        out["transformer-dense"] = (NOT_MEASURED, f"no Transformer result with {missing}")
+    rows = _learned_longest(cells, "transformer", t)
+    out["transformer-no-extrapolation"] = (
+        (verdict(all(a < t.extrapolates for *_, a in rows)), long_listing(rows)) if rows else
+        (NOT_MEASURED, "no Transformer result that learned at 1x and was evaluated beyond it"))
+    return out

@@ -1,0 +1,93 @@
+"""The shape of the code: rooms import only downward, one import root, a clean lint."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import import_graph  # noqa: E402  (scripts/ is not a package)
+
+
+def test_every_arrow_between_rooms_points_down():
+    edges, problems = import_graph.graph()
+    assert problems == []
+    # the graph is read from the code, not empty: the probes measure captures, the report judges runs
+    assert "interp" in edges["probes"] and "training" in edges["reports"] and "tasks" in edges["models"]
+    assert edges["tasks"] == set()
+
+
+def test_the_graph_script_catches_an_upward_import(tmp_path, monkeypatch):
+    for room in import_graph.ROOMS:
+        (tmp_path / room).mkdir()
+    (tmp_path / "tasks" / "bad.py").write_text("from deltalens.probes import eigenvalues\nimport models\n")
+    monkeypatch.setattr(import_graph, "ROOT", tmp_path)
+    _, problems = import_graph.graph()
+    assert any("tasks imports probes" in p for p in problems)
+    assert any("bypasses the deltalens root" in p for p in problems)
+
+
+def test_every_module_loads_once_under_the_deltalens_root():
+    code = """
+import importlib, json, pkgutil, sys
+names = []
+for room in ("tasks", "models", "training", "interp", "probes", "reports", "cli"):  # app: run by streamlit
+    package = importlib.import_module(f"deltalens.{room}")
+    for info in pkgutil.walk_packages(package.__path__, f"deltalens.{room}."):
+        importlib.import_module(info.name)
+        names.append(info.name)
+files = {}
+for name, module in list(sys.modules.items()):
+    path = getattr(module, "__file__", None) or ""
+    if "/work/" in path or name.split(".")[0] in ("tasks", "models", "training", "interp", "probes", "reports", "cli"):
+        files.setdefault(path, []).append(name)
+print(json.dumps({"names": names, "files": files}))
+"""
+    out = subprocess.run([sys.executable, "-c", code.replace('"/work/"', repr(str(REPO) + "/"))], cwd="/",
+                         capture_output=True, text=True, check=True).stdout
+    report = json.loads(out.strip().splitlines()[-1])
+    assert len(report["names"]) > 40  # every room's modules were imported
+    twice = {path: names for path, names in report["files"].items() if len(names) > 1}
+    assert twice == {}
+    assert all(name.startswith("deltalens") for names in report["files"].values() for name in names)
+
+
+def test_ruff_check_is_clean():
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    result = subprocess.run([ruff, "check", "--no-cache", str(REPO)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_pip_install_claims_only_the_deltalens_name(tmp_path):
+    """A fresh venv (seeing this interpreter's packages for setuptools) gains only `deltalens`."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  capture_output=True, text=True, check=True).stdout.strip())
+    purelib.mkdir(parents=True, exist_ok=True)
+    before = {p.name for p in purelib.iterdir()}
+    build = tmp_path / "src"
+    shutil.copytree(REPO, build, ignore=shutil.ignore_patterns(".git", "runs", "*.egg-info", "build", "__pycache__",
+                                                               "checkpoints"))
+    # the venv's own interpreter, and --ignore-installed: pip must never touch this environment's install
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--ignore-installed", str(build)], check=True, capture_output=True)
+    added = {p.name for p in purelib.iterdir()} - before
+    top_level = {name for name in added if not name.endswith((".dist-info", ".pth")) and name != "__pycache__"}
+    assert top_level == {"deltalens"}, added
+    assert {p.name for p in (purelib / "deltalens").iterdir()} >= {"tasks", "models", "cli", "reports", "__init__.py"}
+    assert (venv / "bin" / "deltalens").is_file()
+    assert sysconfig  # the purelib above is the venv's own, not this interpreter's
+
+
+@pytest.mark.parametrize("room", import_graph.ROOMS)
+def test_each_room_says_what_it_is_for(room):
+    init = REPO / room / "__init__.py"
+    assert init.is_file() and init.read_text().startswith('"""')
