@@ -46,6 +46,7 @@ def run(args) -> int:
             n_traces=512 if args.n_traces is None else args.n_traces,
             seed=0 if args.seed is None else args.seed,
             reveal=args.reveal,
+            progress=True,
         )
     if args.json:
         print(json.dumps(report))

@@ -12,7 +12,6 @@ sweep and {"baseline", "accuracy", "layer", "head", "intervention", ...} for one
 from __future__ import annotations
 
 import json
-import sys
 
 from deltalens.interp.intervention_names import INTERVENTIONS
 from deltalens.tasks.errors import DeltalensError
@@ -64,7 +63,7 @@ def run(args) -> int:
 def _sweep(args, model, batch) -> int:
     from deltalens.interp.head_sweep import sweep
 
-    result = sweep(model, batch, args.sweep, progress=sys.stderr.isatty())
+    result = sweep(model, batch, args.sweep, progress=True)
     if args.json:
         print(json.dumps({"checkpoint": args.checkpoint, **result.to_dict()}))
         return 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import warnings
 
 from deltalens.tasks.errors import DeltalensError
 
@@ -33,8 +32,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # fla says this on every import on a machine without a GPU; our torch path is the CPU path
-    warnings.filterwarnings("ignore", message="Triton is not supported on current platform")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

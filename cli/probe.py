@@ -44,7 +44,7 @@ def run(args) -> int:
     batch = checkpoint.batch(args.n_traces, seed=args.seed, actions=args.actions)
     with torch.no_grad():
         summary = probe_summary(checkpoint.model, batch, probes=not args.no_probes, probe_at=args.probe_at,
-                                seed=args.seed)
+                                seed=args.seed, progress=True)
     for reason in summary.skipped:
         if not reason.startswith("linear probes"):
             print(f"deltalens: note: skipped {reason}", file=sys.stderr)

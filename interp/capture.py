@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 
 from deltalens.models.architecture import ARTICLE, architecture_of, n_heads_of, n_layers_of, require_deltanet
+from deltalens.tasks.display import Summary
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.tokenizers import TokenKind
 
@@ -74,8 +75,8 @@ def expand_names(model, names: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(out))  # keep order, drop repeats
 
 
-@dataclass
-class Capture:
+@dataclass(repr=False)
+class Capture(Summary):
     """Activations at every real token of a batch, one row per token, with the token's labels.
 
     acts[name]   (N, ...) float, N = number of real tokens; the trailing dims of the hook
@@ -96,6 +97,15 @@ class Capture:
 
     def __len__(self) -> int:
         return int(self.states.shape[0])
+
+    def title(self) -> str:
+        return (f"Capture of {ARTICLE.get(self.arch, self.arch)}: {len(self)} real tokens from {self.n_traces} "
+                f"traces, {self.n_vars} variables; activations (one row per token):")
+
+    def display_frame(self) -> pd.DataFrame:
+        rows = [{"name": name, "shape": tuple(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
+                for name, value in self.acts.items()]
+        return pd.DataFrame(rows, columns=["name", "shape", "dtype"])
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if name not in self.acts:

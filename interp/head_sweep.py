@@ -17,12 +17,13 @@ from typing import Any, Union
 
 import pandas as pd
 import plotly.graph_objects as go
-from tqdm.auto import tqdm
 
 from deltalens.interp.intervention_names import INTERVENTIONS
 from deltalens.interp.interventions import ablate_head, head_means, rescale_beta, reveal_accuracy
 from deltalens.models.architecture import architecture_of, n_heads_of, n_layers_of, require_deltanet
 from deltalens.tasks.dataset import split_batch
+from deltalens.tasks.display import Summary
+from deltalens.tasks.display import progress as progress_bar
 from deltalens.tasks.errors import DeltalensError
 
 __all__ = ["INTERVENTIONS", "SweepResult", "sweep", "sweep_figure"]
@@ -30,8 +31,8 @@ __all__ = ["INTERVENTIONS", "SweepResult", "sweep", "sweep_figure"]
 Builder = Callable[[Any, int, int], Any]  # (model, layer, head) -> Intervention
 
 
-@dataclass
-class SweepResult:
+@dataclass(repr=False)
+class SweepResult(Summary):
     baseline: float  # reveal accuracy without intervention
     frame: pd.DataFrame  # layer, head, label, accuracy, trace_accuracy, drop; largest drop first
     intervention: str
@@ -43,6 +44,17 @@ class SweepResult:
                  for row in self.frame.to_dict(orient="records")]
         return {"baseline": self.baseline, "intervention": self.intervention, "n_traces": self.n_traces,
                 "heads": heads}
+
+    def title(self) -> str:
+        return (f"SweepResult: reveal accuracy with {self.intervention} on one head at a time "
+                f"(baseline {self.baseline:.3f}, {self.n_traces} traces)")
+
+    def display_frame(self) -> pd.DataFrame:
+        return self.frame
+
+    def highlight(self) -> tuple[int, int] | None:
+        """The head whose intervention costs the most accuracy."""
+        return None if self.frame.empty else (int(self.frame["layer"].iloc[0]), int(self.frame["head"].iloc[0]))
 
     def figure(self):
         return sweep_figure(self)
@@ -91,9 +103,7 @@ def sweep(model, batch: Union[dict, list], intervention: Union[str, Builder] = "
     rows = [] if done is None else done.to_dict(orient="records")
     finished = {(int(r["layer"]), int(r["head"])) for r in rows}
     todo = [lh for lh in heads if lh not in finished]
-    iterator = todo
-    if progress:
-        iterator = tqdm(todo, desc=f"sweep {name}", unit="head")
+    iterator = progress_bar(todo, enabled=progress, desc=f"sweep {name}", unit="head")
     for layer, head in iterator:
         iv = build(model, layer, head)
         result = reveal_accuracy(model, pieces, iv)

@@ -58,6 +58,10 @@ class Intervention:
     def __iter__(self):
         return iter(self.hooks)
 
+    def __repr__(self) -> str:
+        names = ", ".join(dict.fromkeys(name for name, _ in self.hooks)) or "no hooks"
+        return f"Intervention({self.label!r}: {names})"
+
     def __len__(self) -> int:
         return len(self.hooks)
 

@@ -7,6 +7,7 @@ checkpoint's metadata or writing traces needs neither.
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any
 
 from deltalens.models.architecture import ARCHITECTURES
@@ -42,9 +43,18 @@ def build(arch: str, **config: Any):
 DELTANET_EXTENSION_KEYS = ("state_norm_every",)
 
 
-def _deltanet_config_keys() -> list[str]:
-    from fla.models import DeltaNetConfig  # fla is the source of truth for the config (lazy: ~6 s)
+def fla_deltanet_config():
+    """fla's DeltaNetConfig, the source of truth for DeltaNet's config. Imported here, on first use
+    (fla takes ~6 s to import), with its import-time warnings silenced: on a CPU machine it says
+    "Triton is not supported on current platform" and more on every import, which is not news."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fla.models import DeltaNetConfig
+    return DeltaNetConfig
 
+
+def _deltanet_config_keys() -> list[str]:
+    DeltaNetConfig = fla_deltanet_config()
     params = inspect.signature(DeltaNetConfig.__init__).parameters.values()
     fla_keys = [p.name for p in params if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
     return fla_keys + list(DELTANET_EXTENSION_KEYS)
@@ -57,8 +67,7 @@ def deltanet_model_config(config) -> dict[str, Any]:
 
 
 def _build_deltanet(config: dict[str, Any]):
-    from fla.models import DeltaNetConfig  # lazy: ~6 s to import
-
+    DeltaNetConfig = fla_deltanet_config()
     from deltalens.models.deltanet import HookedDeltaNet  # lazy: see above
 
     known = set(_deltanet_config_keys())

@@ -48,6 +48,7 @@ from deltalens.models.atomic import write_atomic
 from deltalens.models.checkpoint import load_checkpoint, read_config_json
 from deltalens.models.deltanet_mixer import DeltaNetMixer
 from deltalens.models.hook_names import lens_name
+from deltalens.models.lens import LensModel
 from deltalens.models.rms_norm import RMSNorm
 from deltalens.tasks.errors import DeltalensError
 
@@ -133,7 +134,7 @@ def _check_supported(config) -> None:
 
 
 
-class HookedDeltaNet(HookedRootModule):
+class HookedDeltaNet(LensModel, HookedRootModule):
     """DeltaNet language model with TransformerLens hooks; weights interchangeable with fla's.
 
     Args:

@@ -2,9 +2,10 @@
 
 HookedDeltaNet's modules sit where fla's DeltaNetForCausalLM has them (model.embeddings,
 model.layers.{l}.attn, model.norm, lm_head) so that state_dicts are interchangeable. Its hooks and
-`mod_dict` keys use TransformerLens's vocabulary instead (blocks.{l}.attn.hook_q, ...), as
-DESIGN.md fixes them. `lens_name` maps a module path to that name; `deltanet_hook_names` lists the
-hooks of an n-layer model in forward order.
+`mod_dict` keys use TransformerLens's vocabulary instead (blocks.{l}.attn.hook_q, ...).
+`lens_name` maps a module path to that name; `deltanet_hook_names` lists the hooks of an n-layer
+model in forward order; `act_name("beta", 0)` is TransformerLens's `get_act_name` for our names,
+on every architecture (`ACT_NAMES` says which short names each one has).
 
     hook_embed                      (batch, pos, d_model)      token embedding
     blocks.{l}.hook_resid_pre       (batch, pos, d_model)
@@ -24,7 +25,9 @@ hooks of an n-layer model in forward order.
 
 from __future__ import annotations
 
-__all__ = ["ATTN_HOOKS", "BLOCK_HOOKS", "lens_name", "deltanet_hook_names"]
+from deltalens.tasks.errors import DeltalensError
+
+__all__ = ["ACT_NAMES", "ATTN_HOOKS", "BLOCK_HOOKS", "act_name", "deltanet_hook_names", "lens_name"]
 
 ATTN_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_beta_logit", "hook_beta", "hook_state", "hook_z")
 BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
@@ -61,3 +64,40 @@ def deltanet_hook_names(n_layers: int, use_beta: bool = True) -> list[str]:
         names += [f"blocks.{layer}.{h}" for h in BLOCK_HOOKS[1:]]
     names.append("ln_final.hook_normalized")
     return names
+
+
+# short name -> where it lives: "" (one per model), "block" (blocks.{l}.hook_x), "attn" (blocks.{l}.attn.hook_x)
+_SITES = {
+    "embed": "", "pos_embed": "", "normalized": "",
+    "resid_pre": "block", "resid_mid": "block", "resid_post": "block", "attn_out": "block", "mlp_out": "block",
+    "hidden": "block", "cell": "block",
+    "q": "attn", "k": "attn", "v": "attn", "z": "attn", "beta_logit": "attn", "beta": "attn", "state": "attn",
+    "pattern": "attn", "attn_scores": "attn",
+}
+_GLOBAL = {"embed": "hook_embed", "pos_embed": "hook_pos_embed", "normalized": "ln_final.hook_normalized"}
+# the short names each architecture has a hook for (pos_embed: a Transformer with learned positions only)
+ACT_NAMES = {
+    "deltanet": ("embed", "resid_pre", "q", "k", "v", "beta_logit", "beta", "state", "z", "attn_out", "resid_mid",
+                 "mlp_out", "resid_post", "normalized"),
+    "transformer": ("embed", "resid_pre", "q", "k", "v", "attn_scores", "pattern", "z", "attn_out", "resid_mid",
+                    "mlp_out", "resid_post", "normalized"),
+    "lstm": ("embed", "hidden", "cell", "normalized"),
+}
+
+
+def act_name(name: str, layer: int | None = None) -> str:
+    """A hook's full name from its short name: act_name("beta", 0) -> "blocks.0.attn.hook_beta".
+
+    Short names are those of `ACT_NAMES` (with or without "hook_"); a full name passes through.
+    """
+    if "." in name or name in _GLOBAL.values():
+        return name
+    short = name.removeprefix("hook_")
+    site = _SITES.get(short)
+    if site is None:
+        raise DeltalensError(f"unknown activation {name!r}; use a full hook name or one of {', '.join(_SITES)}.")
+    if site == "":
+        return _GLOBAL[short]
+    if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+        raise DeltalensError(f"{short!r} has one hook per layer: give the layer, e.g. act_name({short!r}, 0).")
+    return f"blocks.{layer}.attn.hook_{short}" if site == "attn" else f"blocks.{layer}.hook_{short}"

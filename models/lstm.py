@@ -58,6 +58,7 @@ from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
 from deltalens.models.config_from_dict import config_from_dict
+from deltalens.models.lens import LensModel
 from deltalens.tasks.errors import DeltalensError
 
 
@@ -216,7 +217,7 @@ class FinalLayerNorm(nn.Module):
         return self.hook_normalized(x / scale * self.weight + self.bias)
 
 
-class HookedLSTM(HookedRootModule):
+class HookedLSTM(LensModel, HookedRootModule):
     """Stacked LSTM language model: tokens (B, T) -> logits (B, T, d_vocab)."""
 
     arch = "lstm"

@@ -44,6 +44,7 @@ import plotly.graph_objects as go
 import torch
 
 from deltalens.tasks.adversary import adversarial_sequence, predicted_underflow_cycle
+from deltalens.tasks.display import Summary
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.pfsa import (
     PFSA,
@@ -120,8 +121,8 @@ def _log2_law(pfsa: PFSA, events: Sequence[Event]) -> np.ndarray:
 
 # --- (a) the joint representation ---------------------------------------------------------------------
 
-@dataclass
-class JointDecay:
+@dataclass(repr=False)
+class JointDecay(Summary):
     """Unnormalised joint mass after every partial reveal, per dtype."""
 
     frame: pd.DataFrame               # dtype, reveal (1..K), mass, law, log2_law, max_entry
@@ -129,6 +130,9 @@ class JointDecay:
     predicted: dict[str, int | None]  # where the float64 law says it should be
     lost: dict[str, int | None] = field(default_factory=dict)  # first reveal off the law by > 50 %
     description: str = ""
+
+    def display_frame(self) -> pd.DataFrame:
+        return self.summary()
 
     def summary(self) -> pd.DataFrame:
         return pd.DataFrame({"underflow": self.underflow, "predicted": self.predicted, "lost": self.lost})
@@ -192,8 +196,8 @@ def random_joint_decay(reveals: int = 200, spec: ProbTraceSpec | None = None, se
 
 # --- (b) the marginal representation -------------------------------------------------------------------
 
-@dataclass
-class MarginalDecay:
+@dataclass(repr=False)
+class MarginalDecay(Summary):
     """Unnormalised marginal mass after every partial reveal, per sequence and dtype."""
 
     frame: pd.DataFrame   # sequence, dtype, reveal, min_row_mass, total_mass, chosen_mass, law
@@ -203,6 +207,9 @@ class MarginalDecay:
     rate: float           # the adversary's stated decay per reveal (1 - p/h)
     measured_rate: float  # geometric mean of chosen_mass ratios in float64
     notes: dict[str, str] = field(default_factory=dict)
+
+    def display_frame(self) -> pd.DataFrame:
+        return self.summary()
 
     def summary(self) -> pd.DataFrame:
         keys = sorted(self.underflow)

@@ -35,6 +35,7 @@ import plotly.graph_objects as go
 import torch
 
 from deltalens.interp.capture import deltanet_capture
+from deltalens.tasks.display import Summary
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.groups import is_even, lex_unrank
 from deltalens.tasks.tokenizers import TokenKind
@@ -84,8 +85,8 @@ def transition_products(beta: torch.Tensor, k: torch.Tensor, group: torch.Tensor
     return P, ids
 
 
-@dataclass
-class EigenvalueReport:
+@dataclass(repr=False)
+class EigenvalueReport(Summary):
     """Beta and transition eigenvalues per layer and head (see the module docstring)."""
 
     tokens: pd.DataFrame  # one row per (token, layer, head): trace, position, kind, layer, head, beta, eigenvalue
@@ -95,6 +96,15 @@ class EigenvalueReport:
     product_eigenvalues: pd.DataFrame  # per non-trivial eigenvalue of each product: real, imag, abs
     threshold: float = REFLECTION_THRESHOLD
     beta_range: list = field(default_factory=list)  # [(layer, head, lo, hi)] the model's ranges
+
+    def title(self) -> str:
+        return "EigenvalueReport: beta and the transition eigenvalue 1 - beta per head, on action tokens"
+
+    def display_frame(self) -> pd.DataFrame:
+        return self.heads
+
+    def highlight(self) -> tuple[int, int] | None:
+        return self.tracking_head() if len(self.heads) else None
 
     def tracking_head(self) -> tuple[int, int]:
         """(layer, head) with the highest reflection fraction on action tokens (then mean beta)."""

@@ -37,10 +37,11 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
-from tqdm.auto import tqdm
 
 from deltalens.interp.capture import Capture, capture
 from deltalens.models.architecture import architecture_of, n_heads_of, n_layers_of
+from deltalens.tasks.display import Summary
+from deltalens.tasks.display import progress as progress_bar
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.tokenizers import TokenKind
 
@@ -49,8 +50,8 @@ __all__ = ["ProbeReport", "linear_probes", "probe_sites", "probe_accuracy_figure
 SITES = ("resid", "state")
 
 
-@dataclass
-class ProbeReport:
+@dataclass(repr=False)
+class ProbeReport(Summary):
     """One row per (site, variable): test accuracy of the probe and of its shuffled-label control."""
 
     results: (
@@ -58,6 +59,13 @@ class ProbeReport:
     )  # site, kind ("resid" | "state"), layer, head, target, variable, accuracy, control_accuracy, chance, ...
     n_train_traces: int
     n_test_traces: int
+
+    def title(self) -> str:
+        return (f"ProbeReport: linear probes decoding each variable ({self.n_train_traces} training, "
+                f"{self.n_test_traces} test traces; control = shuffled labels)")
+
+    def display_frame(self) -> pd.DataFrame:
+        return self.summary()
 
     def summary(self, target: str | None = None) -> pd.DataFrame:
         """Mean over variables per (site, target): accuracy, control_accuracy, chance."""
@@ -208,9 +216,7 @@ def linear_probes(source, batch: dict[str, torch.Tensor] | None = None, sites: S
     labels = {target: probe_targets(cap, target) for target in targets}  # each (N, n)
     rows = []
     jobs = [(site, target, var) for site in plan for target in targets for var in range(cap.n_vars)]
-    iterator = jobs
-    if progress:
-        iterator = tqdm(jobs, desc="probes", leave=False)
+    iterator = progress_bar(jobs, enabled=progress, desc="probes", leave=False)
     features_cache: dict[str, np.ndarray] = {}
     for (label, kind, layer, head, name), target, var in iterator:
         key = f"{name}/{head}"

@@ -30,6 +30,7 @@ import plotly.graph_objects as go
 import torch
 
 from deltalens.interp.capture import deltanet_capture
+from deltalens.tasks.display import Summary
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.tokenizers import TokenKind
 
@@ -78,8 +79,8 @@ def numerical_rank(x: torch.Tensor, rtol: float = KEY_RTOL) -> tuple[int, int, i
     return int((sigma > rtol * sigma[0]).sum()), dim90, dim99, sigma / sigma[0]
 
 
-@dataclass
-class SubspaceReport:
+@dataclass(repr=False)
+class SubspaceReport(Summary):
     """Per-head state dimensionality (see the module docstring)."""
 
     heads: (
@@ -89,6 +90,12 @@ class SubspaceReport:
     pca: pd.DataFrame  # layer, head, component, explained_variance_ratio, cumulative
     key_spectra: pd.DataFrame  # layer, head, index, singular_value (sigma_i / sigma_1 of the action keys)
     key_rtol: float = KEY_RTOL
+
+    def title(self) -> str:
+        return "SubspaceReport: dimensionality of each head's state S_t"
+
+    def display_frame(self) -> pd.DataFrame:
+        return self.heads
 
 
 @torch.no_grad()

@@ -21,13 +21,14 @@ from deltalens.models.architecture import ARTICLE, architecture_of
 from deltalens.probes.eigenvalues import eigenvalue_report
 from deltalens.probes.linear_probes import linear_probes
 from deltalens.probes.subspace import subspace_report
+from deltalens.tasks.display import Summary
 
 HEAD_COLUMNS = ("mean_beta_action", "neg_eig_fraction", "reflection_fraction", "effective_rank", "pca_dim_90",
                 "pca_dim_99", "key_rank", "key_dim_90", "probe_accuracy_value", "probe_accuracy_source")
 
 
-@dataclass
-class ProbeSummary:
+@dataclass(repr=False)
+class ProbeSummary(Summary):
     architecture: str
     n_traces: int
     heads: pd.DataFrame  # one row per (layer, head); empty without beta / state
@@ -35,6 +36,17 @@ class ProbeSummary:
     tracking_head: tuple[int, int] | None = None
     skipped: list[str] = field(default_factory=list)  # what was not measured, and why
     reports: dict[str, Any] = field(default_factory=dict)  # the full reports: eigenvalues, subspace, probes
+
+    def title(self) -> str:
+        return f"ProbeSummary of a {self.architecture} on {self.n_traces} held-out traces"
+
+    def display_frame(self) -> pd.DataFrame:
+        if self.heads.empty:
+            return self.layers
+        return self.heads[[c for c in ("layer", "head", *HEAD_COLUMNS) if c in self.heads]]
+
+    def highlight(self) -> tuple[int, int] | None:
+        return self.tracking_head
 
     def to_dict(self) -> dict[str, Any]:
         def clean(rows):
@@ -54,7 +66,8 @@ class ProbeSummary:
         }
 
 
-def probe_summary(model, batch, probes: bool = True, probe_at: str = "readout", seed: int = 0) -> ProbeSummary:
+def probe_summary(model, batch, probes: bool = True, probe_at: str = "readout", seed: int = 0,
+                  progress: bool = False) -> ProbeSummary:
     """Every per-head measurement on one batch of held-out traces (the module docstring)."""
     arch = architecture_of(model)
     n_traces = int(batch["tokens"].shape[0])
@@ -74,7 +87,7 @@ def probe_summary(model, batch, probes: bool = True, probe_at: str = "readout", 
                        f"state S_t (only DeltaNet does); residual-stream probes only.")
     layers = pd.DataFrame()
     if probes:
-        report = linear_probes(cap, at=probe_at, seed=seed)
+        report = linear_probes(cap, at=probe_at, seed=seed, progress=progress)
         reports["probes"] = report
         layers = report.by_layer()
         if not heads.empty:

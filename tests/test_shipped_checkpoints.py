@@ -48,14 +48,14 @@ def test_example_finds_a_tracking_head_whose_rescale_collapses_accuracy(capsys):
     assert tracked < 0.6 and others > 0.95
 
 
-def test_readme_python_example_runs(monkeypatch):
-    root = CHECKPOINTS.parent
-    block = re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(), re.S)[0]
-    monkeypatch.chdir(root)
+def test_readme_python_example_runs(monkeypatch, tmp_path):
+    block = re.findall(r"```python\n(.*?)```", (CHECKPOINTS.parent / "README.md").read_text(), re.S)[0]
+    monkeypatch.chdir(tmp_path)  # names resolve from any working directory
     scope: dict = {}
     exec(block, scope)
-    heads = scope["report"].heads
+    heads = scope["eig"].heads
     assert heads.loc[heads["reflection_fraction"].idxmax(), ["layer", "head"]].tolist() == [0, 3]
+    assert (scope["layer"], scope["head"]) == (0, 3)
     assert scope["cache"]["blocks.0.attn.hook_state"].shape[2:] == (4, 16, 16)
 
 

@@ -33,6 +33,7 @@ import torch
 
 from deltalens.tasks.adversary import adversarial_sequence, adversarial_trace
 from deltalens.tasks.dataset import collate, trace_seed
+from deltalens.tasks.display import Summary
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.probabilistic import ProbTrace, ProbTraceSpec, generate_prob_trace
 
@@ -105,9 +106,16 @@ def adversarial_traces(spec: ProbTraceSpec, count: int, cycles: int, seed: int =
     return [adversarial_trace(sequence, seed=seed * 1_000_003 + i) for i in range(count)]
 
 
-@dataclass
-class BeliefKL:
+@dataclass(repr=False)
+class BeliefKL(Summary):
     rows: pd.DataFrame  # reveal_kl rows of both kinds
+
+    def title(self) -> str:
+        means = ", ".join(f"{kind} {kl:.4f}" for kind, kl in self.summary().items())
+        return f"BeliefKL: KL(exact posterior predictive || model), nats, by partial reveals (mean: {means})"
+
+    def display_frame(self) -> pd.DataFrame:
+        return self.table()
 
     def table(self, max_partial: int | None = None) -> pd.DataFrame:
         """Mean KL and count per (kind, partial reveals since a full one)."""

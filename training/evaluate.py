@@ -13,17 +13,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import pandas as pd
 import torch
 
 from deltalens import models
 from deltalens.tasks.dataset import collate, make_batch
+from deltalens.tasks.display import Summary
+from deltalens.tasks.display import progress as progress_bar
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.traces import TraceSpec, parse_trace
 from deltalens.training.opened import open_checkpoint
 
 
-@dataclass
-class EvalResult:
+@dataclass(repr=False)
+class EvalResult(Summary):
     reveal_accuracy: float
     trace_accuracy: float
     n_traces: int
@@ -33,6 +36,13 @@ class EvalResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def title(self) -> str:
+        return (f"EvalResult: reveal accuracy {self.reveal_accuracy:.4f}, trace accuracy {self.trace_accuracy:.4f} "
+                f"({self.n_reveals} reveals in {self.n_traces} traces); by actions before the reveal:")
+
+    def display_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.by_position)
 
 
 @torch.no_grad()
@@ -81,14 +91,18 @@ def summarise(scores: list[dict[str, torch.Tensor]], bucket: int = 8) -> EvalRes
     )
 
 
-def evaluate(model, tokenizer, spec: TraceSpec, n_traces: int = 256, seed: int = 0, batch_size: int = 64) -> EvalResult:
-    """Accuracy on `n_traces` fresh held-out traces drawn from `spec`."""
+def evaluate(model, tokenizer, spec: TraceSpec, n_traces: int = 256, seed: int = 0, batch_size: int = 64,
+             bar=None) -> EvalResult:
+    """Accuracy on `n_traces` fresh held-out traces drawn from `spec` (`bar`: a progress bar to advance
+    by one per batch)."""
     if n_traces < 1:
         raise DeltalensError(f"the number of evaluation traces must be at least 1, got {n_traces}")
     was_training = model.training
     model.eval()
     scores = []
     for start in range(0, n_traces, batch_size):
+        if bar is not None:
+            bar.update(1)
         size = min(batch_size, n_traces - start)
         batch = make_batch(spec, tokenizer, size, seed=seed * 1_000_003 + start, split="eval")
         scores.append(score_batch(model, batch))
@@ -103,6 +117,7 @@ def evaluate_checkpoint(
     n_traces: int = 512,
     seed: int = 0,
     reveal: str | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Accuracy of a checkpoint at several trace lengths (default 1x, 2x and 4x its training length).
 
@@ -120,16 +135,18 @@ def evaluate_checkpoint(
     # probabilistic traces print one variable or all of them by their own full_reveal_prob
     reveal = "pfsa" if data.probabilistic else data.eval_spec(reveal=reveal).reveal
     rows, skipped = [], []
+    bar = progress_bar(total=len(lengths) * -(-n_traces // 64), enabled=progress, desc="eval", unit="batch")
     for actions in lengths:
         spec = data.eval_spec(actions, spacing, reveal)
         try:
-            result = evaluate(model, data.tokenizer, spec, n_traces=n_traces, seed=seed)
+            result = evaluate(model, data.tokenizer, spec, n_traces=n_traces, seed=seed, bar=bar)
         except DeltalensError as err:
             if not defaults or not rows:
                 raise
             skipped.append({"actions": actions, "error": str(err)})
             continue
         rows.append({"actions": actions, "x_train": actions / train_length, **result.to_dict()})
+    bar.close()
     return {
         "checkpoint": str(path),
         "spacing": spacing,

@@ -37,10 +37,10 @@ from typing import Any
 
 import tomllib
 import torch
-from tqdm.auto import tqdm
 
 from deltalens import models
 from deltalens.models.atomic import write_json_atomic
+from deltalens.tasks.display import progress as progress_bar
 from deltalens.tasks.errors import DeltalensError
 from deltalens.training.config import TrainConfig
 from deltalens.training.data import TrainingData
@@ -341,7 +341,7 @@ def train_missing(sweep: Sweep, todo: list[CellStatus], runs_dir: str | Path, re
     if not todo:
         return outcome
     check_models(sweep, {s.cell.arch for s in todo})
-    bar = tqdm(todo, desc="sweep", unit="cell", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(todo, enabled=progress, desc="sweep", unit="cell")
     for status in bar:
         bar.set_postfix_str(status.cell.name)
         try:

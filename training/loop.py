@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from deltalens import models
 from deltalens.models.atomic import recover_dir, replace_dir
+from deltalens.tasks.display import progress as progress_bar
 from deltalens.tasks.errors import DeltalensError
 from deltalens.training.config import TrainConfig, dump_toml
 from deltalens.training.data import TrainingData
@@ -132,7 +132,7 @@ def train(
         return entry
 
     total = config.run.steps
-    bar = tqdm(total=total, initial=step, disable=not progress, desc="train", dynamic_ncols=True)
+    bar = progress_bar(total=total, initial=step, enabled=progress, desc="train")
     model.train()
     try:
         while step < total and not stopped_early:

@@ -13,24 +13,32 @@ A plain fla DeltaNet folder opens too (model only): whatever needs a task then s
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
 from deltalens import models
 from deltalens.models.architecture import architecture_of
+from deltalens.models.checkpoint import CONFIG_NAME
+from deltalens.models.lens import attach_tokenizer
 from deltalens.tasks.dataset import make_batch
+from deltalens.tasks.display import Summary
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.tokenizers import Tokenizer
 from deltalens.tasks.traces import TraceSpec
 from deltalens.training.config import TaskConfig
 from deltalens.training.data import TrainingData
 
+# the repository's shipped checkpoints (training/ sits beside checkpoints/ in the repository)
+SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints"
 
-@dataclass
-class Checkpoint:
+
+@dataclass(repr=False)
+class Checkpoint(Summary):
     """A loaded checkpoint with what is needed to draw its held-out traces."""
 
     path: Path
@@ -39,6 +47,29 @@ class Checkpoint:
     data: TrainingData | None = None  # its task: tokenizer, eval specs (None: no task recorded)
     tokenizer: Tokenizer | None = None
     spec: Any = None  # TraceSpec (or ProbTraceSpec) of its held-out evaluation traces
+
+    def title(self) -> str:
+        return f"Checkpoint {self.path.name} ({self.arch})"
+
+    def display_frame(self) -> pd.DataFrame:
+        """One row per fact: task, model, training, held-out accuracy (from the saved metrics)."""
+        facts = {"path": str(self.path), "architecture": self.arch}
+        if self.data is not None:
+            task = self.data.task
+            facts.update(group=task.group, action_set=task.action_set, tokenizer=task.tokenizer,
+                         train_actions=task.actions[1], eval_spacing=task.eval_spacing)
+        config = self.meta.get("model_config") or {}
+        if self.arch == "deltanet":
+            facts["beta_range"] = "[0, 2]" if config.get("allow_neg_eigval") else "[0, 1]"
+        size = {k: config[k] for k in ("hidden_size", "d_model", "num_hidden_layers", "n_layers", "num_heads",
+                                       "n_heads") if k in config}
+        facts["model"] = ", ".join(f"{k}={v}" for k, v in size.items())
+        training = self.meta.get("training") or {}
+        if "step" in training:
+            facts["steps"] = training["step"]
+        for row in ((self.meta.get("metrics") or {}).get("eval") or {}).get("lengths", []):
+            facts[f"reveal_accuracy_{row['x_train']:g}x"] = round(row["reveal_accuracy"], 4)
+        return pd.DataFrame({"field": list(facts), "value": [str(v) for v in facts.values()]})
 
     @property
     def arch(self) -> str:
@@ -90,11 +121,82 @@ def _task_of(meta: dict[str, Any]) -> tuple[TrainingData | None, Tokenizer | Non
 
 
 def open_checkpoint(path, load_model: bool = True) -> Checkpoint:
-    """Load checkpoint `path` (models.load) with its tokenizer and held-out trace spec."""
+    """Load checkpoint `path` (a folder, or a shipped checkpoint's name) with its tokenizer and
+    held-out trace spec; the model gets the tokenizer too (model.to_tokens, ...)."""
+    path = resolve_checkpoint(path)
     meta = models.read_checkpoint_meta(path)
     data, tokenizer, spec = _task_of(meta)
-    model = models.load(path) if load_model else None
-    return Checkpoint(path=Path(path), model=model, meta=meta, data=data, tokenizer=tokenizer, spec=spec)
+    model = attach_tokenizer(models.load(path), tokenizer) if load_model else None
+    return Checkpoint(path=path, model=model, meta=meta, data=data, tokenizer=tokenizer, spec=spec)
+
+
+def load(name_or_path, device: str | torch.device | None = None, dtype: torch.dtype | None = None):
+    """The model of a checkpoint, TransformerLens style, with its tokenizer and task attached.
+
+    `name_or_path`: a shipped checkpoint's name (`list_checkpoints()`), a checkpoint folder, or a
+    plain fla/HF DeltaNet folder. The model has `model.tokenizer` (None for a plain fla folder)
+    and `model.checkpoint` (the Checkpoint: metadata, held-out spec, `.batch(n)`).
+    """
+    checkpoint = open_checkpoint(name_or_path)
+    model = checkpoint.model
+    if dtype is not None:
+        model = model.to(dtype)
+    if device is not None:
+        model = model.to(device)
+    model.checkpoint = checkpoint
+    return model
+
+
+def checkpoint_roots() -> list[Path]:
+    """Where shipped checkpoints are looked up by name: $DELTALENS_CHECKPOINTS (os.pathsep-separated
+    folders), then the repository's checkpoints/ folder."""
+    roots = [Path(p) for p in os.environ.get("DELTALENS_CHECKPOINTS", "").split(os.pathsep) if p]
+    return [*roots, SHIPPED]
+
+
+def resolve_checkpoint(name_or_path) -> Path:
+    """A checkpoint folder from a path or a shipped checkpoint's name (from any working directory)."""
+    path = Path(name_or_path).expanduser()
+    if path.exists() or path.is_absolute() or len(path.parts) > 1:
+        return path  # a path: models.read_checkpoint_meta says what is wrong with it, if anything
+    for root in checkpoint_roots():
+        if (root / path / CONFIG_NAME).is_file():
+            return root / path
+    known = ", ".join(_checkpoint_dirs()[:6]) or "none found"
+    raise DeltalensError(f"{name_or_path!r} is neither a checkpoint folder nor a shipped checkpoint's name "
+                         f"(shipped: {known}; see deltalens.list_checkpoints()).")
+
+
+def _checkpoint_dirs() -> list[str]:
+    names: dict[str, None] = {}
+    for root in checkpoint_roots():
+        if root.is_dir():
+            for entry in sorted(root.iterdir()):
+                if not entry.name.startswith(".") and (entry / CONFIG_NAME).is_file():
+                    names.setdefault(entry.name)
+    return list(names)
+
+
+def list_checkpoints(root: str | Path | None = None) -> pd.DataFrame:
+    """Every checkpoint under `root` (default: the shipped ones), one row each, from its saved
+    metadata (no weights read): name, architecture, group, tokenizer, beta range, steps and
+    held-out reveal accuracy at 1x / 2x / 4x the training length."""
+    paths = ([Path(root) / name for name in sorted(os.listdir(root)) if (Path(root) / name / CONFIG_NAME).is_file()]
+             if root is not None else [resolve_checkpoint(name) for name in _checkpoint_dirs()])
+    rows = []
+    for path in paths:
+        meta = models.read_checkpoint_meta(path)
+        config = (meta.get("task") or {}).get("config") or {}
+        model_config = meta.get("model_config") or {}
+        row = {"name": path.name, "architecture": meta["architecture"], "group": config.get("group"),
+               "tokenizer": config.get("tokenizer"),
+               "beta_range": ("[0, 2]" if model_config.get("allow_neg_eigval") else "[0, 1]")
+               if meta["architecture"] == "deltanet" else None,
+               "steps": (meta.get("training") or {}).get("step")}
+        for length in ((meta.get("metrics") or {}).get("eval") or {}).get("lengths", []):
+            row[f"acc_{length['x_train']:g}x"] = length["reveal_accuracy"]
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def checkpoint_batch(checkpoint, n_traces: int = 64, seed: int = 0, actions: int | None = None,
