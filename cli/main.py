@@ -12,7 +12,7 @@ import sys
 from deltalens.tasks.errors import DeltalensError
 
 # Subcommands in the order `--help` lists them, one module of this package each.
-COMMANDS = ["demo", "trace", "ptrace", "train", "eval", "reproduce", "probe", "intervene", "belief"]
+COMMANDS = ["app", "demo", "trace", "ptrace", "train", "eval", "reproduce", "probe", "intervene", "belief"]
 
 
 class _Parser(argparse.ArgumentParser):

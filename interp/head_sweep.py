@@ -122,9 +122,10 @@ def sweep(model, batch: Union[dict, list], intervention: Union[str, Builder] = "
     return SweepResult(baseline=baseline.reveal_accuracy, frame=frame, intervention=name, n_traces=n_traces)
 
 
-def sweep_figure(result: SweepResult):
-    """Bar chart of reveal accuracy per head under the intervention, with the baseline as a line."""
-    frame = result.frame.sort_values(["layer", "head"])
+def sweep_figure(result: SweepResult, ranked: bool = False):
+    """Bar chart of reveal accuracy per head under the intervention, with the baseline as a line
+    (heads in model order, or `ranked` from the largest drop)."""
+    frame = result.frame if ranked else result.frame.sort_values(["layer", "head"])
     labels = [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])]
     fig = go.Figure(go.Bar(x=labels, y=frame["accuracy"], name=result.intervention,
                            text=[f"{a:.2f}" for a in frame["accuracy"]], textposition="outside"))

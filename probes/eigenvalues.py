@@ -263,6 +263,19 @@ def beta_heatmap(report: EigenvalueReport, column: str = "mean_beta_action"):
     return fig
 
 
+def beta_kind_heatmap(report: EigenvalueReport, value: str = "mean_beta"):
+    """Heads x token kinds heatmap of `report.by_kind` (default: mean beta)."""
+    frame = report.by_kind.assign(label=[f"L{l} H{h}" for l, h in zip(report.by_kind["layer"], report.by_kind["head"])])
+    grid = frame.pivot_table(index="label", columns="kind", values=value, observed=True, sort=False)
+    fig = go.Figure(go.Heatmap(
+        z=grid.values, x=[str(k) for k in grid.columns], y=list(grid.index), colorscale="RdBu_r",
+        zmid=1.0 if "beta" in value else None, text=np.round(grid.values, 2), texttemplate="%{text}",
+        colorbar={"title": value},
+    ))
+    fig.update_layout(title=f"{value.replace('_', ' ')} per head and token kind", yaxis={"autorange": "reversed"})
+    return fig
+
+
 def eigenvalue_histogram(report: EigenvalueReport, layer: int | None = None, head: int | None = None,
                          value: str = "eigenvalue"):
     """Histogram of one head's eigenvalues (or betas), one colour per token kind; default: the tracking head."""

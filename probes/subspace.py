@@ -29,9 +29,10 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from deltalens.interp.capture import deltanet_capture
+from deltalens.interp.capture import Capture, deltanet_capture
 from deltalens.tasks.display import Summary
 from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.groups import VARIABLE_NAMES
 from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = ["NAMES", "SubspaceReport", "subspace_report", "effective_rank", "pca_dims", "numerical_rank",
@@ -180,4 +181,33 @@ def pca_figure(report: SubspaceReport):
         fig.add_hline(y=level, line_dash="dot")
     fig.update_layout(title="PCA of vec(S_t): cumulative explained variance", xaxis_title="components",
                       yaxis_title="cumulative variance")
+    return fig
+
+
+def state_points(source: Capture, layer: int, head: int, variable: int = 0, max_points: int = 2000,
+                 seed: int = 0) -> pd.DataFrame:
+    """The first two principal components of one head's states vec(S_t), one row per token (at most
+    `max_points`, drawn at random), with the true value of `variable` and the token's kind."""
+    cap = deltanet_capture(source, None, NAMES)
+    states = cap.layer("state", layer)[:, head].flatten(1).double()  # (N, d_k * d_v)
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(len(states), min(max_points, len(states)), replace=False))
+    x = states[rows] - states[rows].mean(0)
+    _, _, vh = torch.linalg.svd(x, full_matrices=False)
+    pcs = (x @ vh[:2].T).numpy()
+    kinds = cap.labels["kind"][rows].numpy()
+    return pd.DataFrame({"pc1": pcs[:, 0], "pc2": pcs[:, 1] if pcs.shape[1] > 1 else 0.0,
+                         "value": cap.states[rows, variable].numpy(),
+                         "kind": [TokenKind(int(k)).name.lower() for k in kinds]})
+
+
+def state_scatter_figure(points: pd.DataFrame, layer: int, head: int, variable: int = 0):
+    """PCA scatter of a head's states, coloured by the true value of one variable."""
+    fig = go.Figure()
+    for value, part in points.groupby("value"):
+        fig.add_trace(go.Scatter(x=part["pc1"], y=part["pc2"], mode="markers", name=f"value {value}",
+                                 marker={"size": 5, "opacity": 0.6}, text=part["kind"]))
+    fig.update_layout(title=f"layer {layer} head {head}: states S_t in their first two principal components, "
+                      f"coloured by variable {VARIABLE_NAMES[variable]}'s value",
+                      xaxis_title="PC 1", yaxis_title="PC 2")
     return fig

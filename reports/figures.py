@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from deltalens.reports.claims import accuracy_at
@@ -84,3 +85,19 @@ def _dedupe_legend(fig) -> None:
     for trace in fig.data:
         trace.showlegend = trace.legendgroup not in seen
         seen.add(trace.legendgroup)
+
+
+def checkpoint_length_figure(evals: dict[str, dict[str, Any]], threshold: float = 0.9):
+    """Held-out reveal accuracy vs trace length of several checkpoints, from their saved
+    `metrics.eval` (name -> that dict): no model is run."""
+    fig = go.Figure()
+    for name, report in evals.items():
+        rows = [r for r in report.get("lengths", []) if "reveal_accuracy" in r]
+        fig.add_scatter(x=[r["actions"] for r in rows], y=[r["reveal_accuracy"] for r in rows], mode="lines+markers",
+                        name=name)
+    fig.add_hline(y=threshold, line_dash="dot", line_color="grey", annotation_text=f"threshold {threshold:g}")
+    fig.update_xaxes(type="log", title_text="actions per trace")
+    fig.update_yaxes(range=[0, 1.02], title_text="held-out reveal accuracy")
+    fig.update_layout(title="Saved held-out accuracy vs trace length (1x, 2x, 4x the training length)",
+                      template="plotly_white", height=420)
+    return fig

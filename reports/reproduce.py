@@ -22,8 +22,9 @@ class FigureFiles:
     name: str
     title: str
     html: Path
-    png: Path | None  # None when PNG export failed
-    png_error: str | None = None
+    png: Path | None  # None when there is no PNG (export failed and none was there)
+    png_error: str | None = None  # why this run could not write it
+    png_stale: bool = False  # the PNG is an earlier run's: export failed this time, and it was kept
 
 
 @dataclass
@@ -49,12 +50,15 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         *(section.figures if section else []),
     ]:
         html, png = figures_dir / f"{name}.html", figures_dir / f"{name}.png"
-        fig.write_html(html, include_plotlyjs="cdn")  # a few KB each; plotly.js comes from its CDN
+        # plotly.js is written once beside the figures (figures/plotly.min.js), so they work offline
+        fig.write_html(html, include_plotlyjs="directory")
         error = png_error or _write_png(fig, png)  # after one failure (no browser) the others fail alike
         if error:
-            png.unlink(missing_ok=True)  # an old PNG would show numbers the report no longer has
             png_error = png_error or error
-        figures.append(FigureFiles(name, title, html, None if error else png, error))
+        # a PNG that cannot be regenerated is kept (the report says it is an earlier run's), never deleted
+        kept = png.is_file()
+        shown = png if kept or not error else None
+        figures.append(FigureFiles(name, title, html, shown, error, png_stale=bool(error and kept)))
     markdown = out / "reproduce.md"
     write_text_atomic(
         markdown, render_markdown(sweep, statuses, claims, figures, out, section.lines if section else [])
@@ -175,11 +179,18 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
         html = figure.html.relative_to(out).as_posix()
         if figure.png is not None:
             png = figure.png.relative_to(out).as_posix()
-            lines += [f"![{figure.title}]({png})", "", f"{figure.title}: [interactive HTML]({html}), [PNG]({png})", ""]
+            note = " (PNG from an earlier run: this run could not write PNGs)" if figure.png_stale else ""
+            links = f"{figure.title}: [interactive HTML]({html}), [PNG]({png}){note}"
+            lines += [f"![{figure.title}]({png})", "", links, ""]
         else:
             lines += [f"{figure.title}: [interactive HTML]({html}); PNG missing", ""]
     missing_png = [f for f in figures if f.png is None]
     if missing_png:
         names = ", ".join(f"figures/{f.name}.png" for f in missing_png)
         lines += [f"Missing PNGs: {names}. {missing_png[0].png_error}.", ""]
+    stale = [f for f in figures if f.png_stale]
+    if stale:
+        names = ", ".join(f"figures/{f.name}.png" for f in stale)
+        lines += [f"PNGs kept from an earlier run (they may show older numbers than the HTML figures): {names}. "
+                  f"{stale[0].png_error}.", ""]
     return "\n".join(lines)

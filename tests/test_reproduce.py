@@ -267,10 +267,16 @@ def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, 
     monkeypatch.setattr(plotly.io, "write_image", no_browser)
     report = write_report(sweep, statuses, tmp_path / "reports")
     assert "\n" not in report.png_error and "plotly_get_chrome" in report.png_error
-    assert all(f.png is None and f.html.is_file() for f in report.figures)
-    assert not stale.exists()  # an old PNG would contradict the new report
+    assert all(f.html.is_file() for f in report.figures)
+    assert (report.figures[0].png is None) and (report.figures[1].png == stale and report.figures[1].png_stale)
+    assert stale.read_bytes() == b"an old figure"  # a PNG this run cannot regenerate is never deleted
+    assert (tmp_path / "reports" / "figures" / "plotly.min.js").is_file()  # the HTML figures work offline
+    html = report.figures[0].html.read_text()
+    assert 'src="plotly.min.js"' in html and "cdn.plot.ly" not in html
     md = report.markdown.read_text()
-    assert "Missing PNGs: figures/accuracy_vs_spacing.png, figures/accuracy_vs_length.png. PNG export needs" in md
+    assert "Missing PNGs: figures/accuracy_vs_spacing.png. PNG export needs" in md
+    assert "PNGs kept from an earlier run (they may show older numbers than the HTML figures): " \
+           "figures/accuracy_vs_length.png" in md
     assert "**1 of 4 cells measured**" in md and "| 0.950 / 0.900 / 0.800 |" in md
     assert md.count("not run (not trained yet)") == 3
 

@@ -35,7 +35,10 @@ from deltalens.tasks.adversary import adversarial_sequence, adversarial_trace
 from deltalens.tasks.dataset import collate, trace_seed
 from deltalens.tasks.display import Summary
 from deltalens.tasks.errors import DeltalensError
-from deltalens.tasks.probabilistic import ProbTrace, ProbTraceSpec, generate_prob_trace
+from deltalens.tasks.groups import VARIABLE_NAMES
+from deltalens.tasks.pfsa import joint_filter
+from deltalens.tasks.probabilistic import ProbTrace, ProbTraceSpec, generate_prob_trace, parse_prob_trace
+from deltalens.tasks.tokenizers import BOS_ID, split_lines
 
 _DIGIT = re.compile(r"\d+")
 
@@ -92,6 +95,43 @@ def reveal_kl(model, tokenizer, traces: Sequence[ProbTrace], kind: str, batch_si
                 rows.append({"trace": start + b, "kind": kind, "partial_reveals": since, "kl": kl,
                              "value_mass": mass, "revealed": int(post.value), "p": p.tolist(), "q": q.tolist()})
     model.train(was_training)
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def transcript_beliefs(model, tokenizer, text: str) -> pd.DataFrame:
+    """Exact posterior predictive (p) and the model's (q) at every printed value of a probabilistic
+    REPL transcript, generated or written by hand: one row per value with line, variable, revealed,
+    p, q, KL(p || q) and the model's mass on value tokens. Only what an observer sees is used."""
+    program = parse_prob_trace(text)
+    exact = joint_filter(program.pfsa(), program.events).reveals
+    ids, positions = [BOS_ID], []
+    for line in split_lines(text if text.endswith("\n") else text + "\n"):
+        line_ids = tokenizer.encode(line)
+        if not line.startswith(">>>"):  # an output line: its number tokens are the printed values
+            numbers = [i for i, token in enumerate(line_ids) if tokenizer.token_of(token).strip().isdigit()]
+            positions += [len(ids) + i for i in numbers]
+        ids += line_ids
+    if len(positions) != len(exact):
+        raise DeltalensError("the transcript's output lines and its prints disagree on the number of printed values.")
+    weight = next(model.parameters(), None)
+    was_training = model.training
+    model.eval()
+    try:
+        logits = model(torch.tensor([ids], device=weight.device if weight is not None else "cpu"))
+    finally:
+        model.train(was_training)
+    probs = torch.softmax(logits[0].float().cpu(), dim=-1)
+    table, rows = token_table(tokenizer), []
+    for t, post in zip(positions, exact):
+        candidates = value_candidates(table, tokenizer.token_of(ids[t]), program.n)
+        q_raw = probs[t - 1, candidates].double().numpy()
+        mass = float(q_raw.sum())
+        q, p = q_raw / max(mass, 1e-300), np.asarray(post.predictive, dtype=np.float64)
+        support = p > 0
+        kl = float(np.sum(p[support] * (np.log(p[support]) - np.log(np.maximum(q[support], 1e-300)))))
+        rows.append({"line": post.line, "variable": VARIABLE_NAMES[post.variable], "revealed": int(post.value),
+                     "p": p.round(4).tolist(), "q": q.round(4).tolist(), "kl": kl, "value_mass": mass})
     return pd.DataFrame(rows)
 
 

@@ -21,7 +21,8 @@ from deltalens.tasks.dataset import collate, make_batch
 from deltalens.tasks.display import Summary
 from deltalens.tasks.display import progress as progress_bar
 from deltalens.tasks.errors import DeltalensError
-from deltalens.tasks.traces import TraceSpec, parse_trace
+from deltalens.tasks.tokenizers import TokenKind
+from deltalens.tasks.traces import Trace, TraceSpec, parse_trace
 from deltalens.training.opened import open_checkpoint
 
 
@@ -176,3 +177,41 @@ def evaluate_text_file(path, traces_file) -> EvalResult:
     encoded = [tokenizer.encode_trace(parse_trace(b if b.endswith("\n") else b + "\n")) for b in blocks]
     scores = [score_batch(model, collate(encoded[i:i + 64])) for i in range(0, len(encoded), 64)]
     return summarise(scores)
+
+
+@torch.no_grad()
+def trace_predictions(model, tokenizer, trace: Trace | str, top_k: int = 3, hooks=()) -> pd.DataFrame:
+    """What the model predicts at every token of one trace (a Trace, or a transcript to parse).
+
+    One row per token after <bos>: position, line (0-based line of the transcript), token, kind,
+    is_reveal, p_token (the probability the model gave this token, predicted from the previous
+    position), correct (argmax == token), top (the top_k "token: p" strings) and state (the true
+    values s_t at the token). `hooks` are forward hooks to run under (an intervention).
+    """
+    if isinstance(trace, str):
+        trace = parse_trace(trace if trace.endswith("\n") else trace + "\n")
+    encoded = tokenizer.encode_trace(trace)
+    tokens = torch.tensor([encoded.ids])
+    weight = next(model.parameters(), None)
+    was_training = model.training
+    model.eval()
+    try:
+        with model.hooks(fwd_hooks=list(hooks)):
+            logits = model(tokens.to(weight.device if weight is not None else "cpu"))
+    finally:
+        model.train(was_training)
+    probs = logits[0].float().softmax(-1).cpu()  # (T, vocab): row t predicts token t + 1
+    top_p, top_i = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    rows, line = [], 0
+    for t in range(1, len(encoded.ids)):
+        token = int(encoded.ids[t])
+        piece = tokenizer.token_of(token)
+        rows.append({
+            "position": t, "line": line, "token": piece, "kind": TokenKind(encoded.kinds[t]).name.lower(),
+            "is_reveal": bool(encoded.is_reveal[t]), "p_token": float(probs[t - 1, token]),
+            "correct": int(probs[t - 1].argmax()) == token,
+            "top": [f"{tokenizer.token_of(int(i))!r}: {float(p):.3f}" for p, i in zip(top_p[t - 1], top_i[t - 1])],
+            "state": tuple(encoded.states[t]),
+        })
+        line += piece.count("\n")
+    return pd.DataFrame(rows)

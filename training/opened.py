@@ -177,15 +177,23 @@ def _checkpoint_dirs() -> list[str]:
     return list(names)
 
 
-def list_checkpoints(root: str | Path | None = None) -> pd.DataFrame:
+def list_checkpoints(root: str | Path | None = None, skip_unreadable: bool = False) -> pd.DataFrame:
     """Every checkpoint under `root` (default: the shipped ones), one row each, from its saved
     metadata (no weights read): name, architecture, group, tokenizer, beta range, steps and
-    held-out reveal accuracy at 1x / 2x / 4x the training length."""
+    held-out reveal accuracy at 1x / 2x / 4x the training length. With `skip_unreadable`, a
+    folder whose metadata cannot be read is left out and its error sentence kept in
+    `frame.attrs["skipped"]` (name -> sentence) instead of raising."""
     paths = ([Path(root) / name for name in sorted(os.listdir(root)) if (Path(root) / name / CONFIG_NAME).is_file()]
              if root is not None else [resolve_checkpoint(name) for name in _checkpoint_dirs()])
-    rows = []
+    rows, skipped = [], {}
     for path in paths:
-        meta = models.read_checkpoint_meta(path)
+        try:
+            meta = models.read_checkpoint_meta(path)
+        except DeltalensError as err:
+            if not skip_unreadable:
+                raise
+            skipped[path.name] = str(err)
+            continue
         config = (meta.get("task") or {}).get("config") or {}
         model_config = meta.get("model_config") or {}
         row = {"name": path.name, "architecture": meta["architecture"], "group": config.get("group"),
@@ -196,7 +204,9 @@ def list_checkpoints(root: str | Path | None = None) -> pd.DataFrame:
         for length in ((meta.get("metrics") or {}).get("eval") or {}).get("lengths", []):
             row[f"acc_{length['x_train']:g}x"] = length["reveal_accuracy"]
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    frame.attrs["skipped"] = skipped
+    return frame
 
 
 def checkpoint_batch(checkpoint, n_traces: int = 64, seed: int = 0, actions: int | None = None,

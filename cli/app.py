@@ -1,0 +1,47 @@
+"""`deltalens app [--checkpoints DIR] [--port N] [--host H] [--headless]`: start the dashboard."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from deltalens.tasks.errors import DeltalensError
+
+HOME = Path(__file__).resolve().parents[1] / "app" / "Home.py"
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "app", help="start the Streamlit dashboard over the shipped checkpoints (or a folder of your own)",
+        description="Start the deltalens dashboard (Streamlit): checkpoints, trace explorer, heads, interventions "
+        "and beliefs. It serves on 127.0.0.1 unless --host says otherwise; stop it with Ctrl-C.",
+    )
+    parser.add_argument("--checkpoints", metavar="DIR",
+                        help="folder of checkpoints (default: the shipped checkpoints/)")
+    parser.add_argument("--port", type=int, default=8501, help="port to serve on (default 8501)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--headless", action="store_true", help="do not open a browser")
+    parser.set_defaults(func=run)
+
+
+def command(args) -> list[str]:
+    return [sys.executable, "-m", "streamlit", "run", str(HOME), "--server.address", args.host,
+            "--server.port", str(args.port), "--server.headless", "true" if args.headless else "false",
+            "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"]
+
+
+def run(args) -> int:
+    env = dict(os.environ)
+    if args.checkpoints:
+        folder = Path(args.checkpoints).expanduser().resolve()
+        if not folder.is_dir():
+            raise DeltalensError(f"checkpoint folder {args.checkpoints} does not exist; pass a folder of checkpoints.")
+        env["DELTALENS_APP_CHECKPOINTS"] = str(folder)
+    if not 1 <= args.port <= 65535:
+        raise DeltalensError(f"--port must be between 1 and 65535, got {args.port}.")
+    print(f"deltalens app: http://{args.host}:{args.port}  (Ctrl-C stops it)", file=sys.stderr)
+    try:
+        return subprocess.call(command(args), env=env)
+    except KeyboardInterrupt:
+        return 130
