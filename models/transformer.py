@@ -43,6 +43,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
+from transformer_lens.config import TransformerBridgeConfig
+from transformer_lens.model_bridge import TransformerBridge
+
 from deltalens.models.config_from_dict import config_from_dict
 from deltalens.tasks.errors import DeltalensError
 
@@ -109,9 +112,6 @@ def build_transformer(config: TransformerConfig):
     `model_config`, and a forward pre-hook on the wrapped native model that enforces `n_ctx`.
     `model(tokens)` with tokens (B, T) int64 returns logits (B, T, d_vocab).
     """
-    from transformer_lens.config import TransformerBridgeConfig
-    from transformer_lens.model_bridge import TransformerBridge
-
     tl_config = TransformerBridgeConfig(
         d_model=config.d_model,
         d_head=config.d_head,

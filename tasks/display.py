@@ -47,7 +47,7 @@ def _in_notebook_with_widgets() -> bool:
 def progress(iterable: Iterable | None = None, enabled: bool = True, **kwargs: Any):
     """A tqdm bar over `iterable` (or with `total=`), shown when `enabled` and progress is on."""
     if _in_notebook_with_widgets():
-        from tqdm.notebook import tqdm
+        from tqdm.notebook import tqdm  # imports ipywidgets: only where a notebook will draw it
     else:
         from tqdm.std import tqdm
     kwargs.setdefault("dynamic_ncols", True)
