@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from deltalens.cli import arguments
 from deltalens.tasks.errors import DeltalensError
 
 HOME = Path(__file__).resolve().parents[1] / "app" / "Home.py"
@@ -19,7 +20,7 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--checkpoints", metavar="DIR",
                         help="folder of checkpoints (default: the shipped checkpoints/)")
-    parser.add_argument("--port", type=int, default=8501, help="port to serve on (default 8501)")
+    parser.add_argument("--port", type=arguments.whole(1, 65535), default=8501, help="port to serve on (default 8501)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--headless", action="store_true", help="do not open a browser")
     parser.set_defaults(func=run)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from deltalens.cli import arguments
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.groups import VARIABLE_NAMES
 from deltalens.tasks.tokenizers import TRACE_SPEC_KINDS, make_tokenizer
@@ -18,7 +19,7 @@ def register(subparsers) -> None:
         "demo", help="print one S5 trace and its statistics",
         description="Print one S5 swaps REPL trace, check it in a real Python REPL, and count its tokens.",
     )
-    parser.add_argument("--seed", type=int, default=0, help="trace seed (default 0)")
+    parser.add_argument("--seed", type=arguments.SEED, default=0, help="trace seed (default 0)")
     parser.set_defaults(func=run)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from deltalens.cli import arguments
 from deltalens.tasks.errors import DeltalensError
 
 
@@ -17,11 +18,17 @@ def register(subparsers) -> None:
         "across several lengths the headline is the lowest.",
     )
     parser.add_argument("checkpoint", help="checkpoint directory (model.safetensors + config.json)")
-    parser.add_argument("--lengths", type=int, nargs="+", help="actions per trace (default: 1x, 2x, 4x training)")
-    parser.add_argument("--spacing", type=int, help="reveal every K actions (default: the checkpoint's eval spacing)")
+    parser.add_argument(
+        "--lengths", type=arguments.ACTIONS, nargs="+", help="actions per trace (default: 1x, 2x, 4x training)"
+    )
+    parser.add_argument(
+        "--spacing", type=arguments.ACTIONS, help="reveal every K actions (default: the checkpoint's eval spacing)"
+    )
     parser.add_argument("--reveal", choices=["one", "all"], help="print one variable or all (default: as trained)")
-    parser.add_argument("--n-traces", type=int, help="held-out traces per length (default 512)")
-    parser.add_argument("--seed", type=int, help="evaluation seed (default 0; eval split: never a training trace)")
+    parser.add_argument("--n-traces", type=arguments.COUNT, help="held-out traces per length (default 512)")
+    parser.add_argument(
+        "--seed", type=arguments.SEED, help="evaluation seed (default 0; eval split: never a training trace)"
+    )
     parser.add_argument("--traces", help="score code-format REPL traces from FILE, separated by blank lines")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)

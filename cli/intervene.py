@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+from deltalens.cli import arguments
 from deltalens.interp.intervention_names import INTERVENTIONS
 from deltalens.tasks.errors import DeltalensError
 
@@ -27,18 +28,20 @@ def register(subparsers) -> None:
     )
     parser.add_argument("checkpoint", help="checkpoint directory (model.safetensors + config.json)")
     parser.add_argument("--sweep", choices=INTERVENTIONS, help="apply this intervention to every head in turn")
-    parser.add_argument("--layer", type=int, help="layer of the head to intervene on")
-    parser.add_argument("--head", type=int, help="head to intervene on")
+    parser.add_argument("--layer", type=arguments.whole(0), help="layer of the head to intervene on")
+    parser.add_argument("--head", type=arguments.whole(0), help="head to intervene on")
     what = parser.add_mutually_exclusive_group()
-    what.add_argument("--beta-scale", type=float, metavar="F", help="multiply the head's beta by F")
-    what.add_argument("--beta-range", type=float, nargs=2, metavar=("LO", "HI"),
+    what.add_argument("--beta-scale", type=arguments.real(), metavar="F", help="multiply the head's beta by F")
+    what.add_argument("--beta-range", type=arguments.real(), nargs=2, metavar=("LO", "HI"),
                       help="map the head's beta range onto [LO, HI] (default intervention: 0 1)")
     what.add_argument("--ablate", choices=("zero", "mean"), help="ablate the head (see --site)")
     parser.add_argument("--site", choices=("z", "state"), default="z",
                         help="what --ablate replaces: the head's read-out z (default) or its state S_t")
-    parser.add_argument("--n-traces", type=int, default=128, help="held-out traces (default 128)")
-    parser.add_argument("--seed", type=int, default=0, help="evaluation seed (eval split)")
-    parser.add_argument("--actions", type=int, help="actions per trace (default: the checkpoint's eval length)")
+    parser.add_argument("--n-traces", type=arguments.COUNT, default=128, help="held-out traces (default 128)")
+    parser.add_argument("--seed", type=arguments.SEED, default=0, help="evaluation seed (eval split)")
+    parser.add_argument(
+        "--actions", type=arguments.ACTIONS, help="actions per trace (default: the checkpoint's eval length)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 

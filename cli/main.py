@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from deltalens.tasks.errors import DeltalensError
@@ -47,12 +48,30 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("deltalens: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`deltalens trace ... | head`): stop quietly
+        _silence_stdout()
+        return 141
+    except OSError as err:  # a file we could not read or write: name it
+        if args.debug:
+            raise
+        where = f" {err.filename}" if err.filename else ""
+        print(f"deltalens: error: cannot use{where}: {err.strerror or type(err).__name__}", file=sys.stderr)
+        return 2
     except Exception as err:  # a bug or an unforeseen input: still one line unless --debug
         if args.debug:
             raise
         print(f"deltalens: unexpected {type(err).__name__}: {err} (rerun with --debug for the traceback)",
               file=sys.stderr)
         return 1
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not complain a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
+from deltalens.cli import arguments
 from deltalens.tasks.errors import DeltalensError
 
 
@@ -21,9 +22,13 @@ def register(subparsers) -> None:
         "residual stream and from each head's state. Non-DeltaNet checkpoints get the residual probes only.",
     )
     parser.add_argument("checkpoint", help="checkpoint directory (model.safetensors + config.json)")
-    parser.add_argument("--n-traces", type=int, default=64, help="held-out traces to measure on (default 64)")
-    parser.add_argument("--seed", type=int, default=0, help="trace and probe seed (eval split)")
-    parser.add_argument("--actions", type=int, help="actions per trace (default: the checkpoint's eval length)")
+    parser.add_argument(
+        "--n-traces", type=arguments.whole(2, 1_000_000), default=64, help="held-out traces to measure on (default 64)"
+    )
+    parser.add_argument("--seed", type=arguments.SEED, default=0, help="trace and probe seed (eval split)")
+    parser.add_argument(
+        "--actions", type=arguments.ACTIONS, help="actions per trace (default: the checkpoint's eval length)"
+    )
     parser.add_argument("--probe-at", default="readout",
                         help="tokens the probes read: readout (before each revealed value, default), all, or a "
                         "token kind (init, action, print, reveal, other)")

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
+from deltalens.cli import arguments
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace, reveal_token_posteriors
 from deltalens.tasks.tokenizers import ProbCodeTokenizer, TokenKind
@@ -26,8 +28,9 @@ def parse_mix(text: str) -> tuple[float, float, float]:
         weights = tuple(float(x) for x in str(text).split(","))
     except ValueError:
         weights = ()
-    if len(weights) != 3:
-        raise DeltalensError(f"--mix takes three weights like 0.4,0.4,0.2 (deterministic, swap, choice), got {text!r}.")
+    if len(weights) != 3 or not all(math.isfinite(w) and w >= 0 for w in weights):
+        raise DeltalensError("--mix takes three weights (finite, >= 0) like 0.4,0.4,0.2 (deterministic, swap, "
+                             f"choice), got {text[:60]!r}.")
     return weights  # type: ignore[return-value]
 
 
@@ -43,16 +46,24 @@ def register(subparsers) -> None:
     parser.add_argument("--actions", default="12", help="number of actions, e.g. 12, or a range 8-16 (default 12)")
     parser.add_argument("--mix", default="0.4,0.4,0.2",
                         help="weights of deterministic, random-swap and random-choice actions (default 0.4,0.4,0.2)")
-    parser.add_argument("--swap-prob", type=float, default=0.3, help="p of the random swap (default 0.3)")
-    parser.add_argument("--choice-size", type=int, default=3, help="variables a random.choice rotates (default 3)")
+    parser.add_argument(
+        "--swap-prob", type=arguments.PROBABILITY, default=0.3, help="p of the random swap (default 0.3)"
+    )
+    parser.add_argument(
+        "--choice-size", type=arguments.whole(2, 10), default=3, help="variables a random.choice rotates (default 3)"
+    )
     schedule = parser.add_mutually_exclusive_group()
-    schedule.add_argument("--spacing", type=int, default=None, help="reveal after every k-th action (default 3)")
-    schedule.add_argument("--reveal-prob", type=float, default=None, help="reveal after each action with probability p")
+    schedule.add_argument(
+        "--spacing", type=arguments.ACTIONS, default=None, help="reveal after every k-th action (default 3)"
+    )
+    schedule.add_argument(
+        "--reveal-prob", type=arguments.PROBABILITY, default=None, help="reveal after each action with probability p"
+    )
     schedule.add_argument("--no-reveals", action="store_true", help="never reveal")
-    parser.add_argument("--full-reveal-prob", type=float, default=0.2,
+    parser.add_argument("--full-reveal-prob", type=arguments.PROBABILITY, default=0.2,
                         help="probability that a reveal prints every variable (default 0.2)")
     parser.add_argument("--identity-init", action="store_true", help="start from a = 1, b = 2, ...")
-    parser.add_argument("--seed", type=int, default=0, help="trace seed (default 0)")
+    parser.add_argument("--seed", type=arguments.SEED, default=0, help="trace seed (default 0)")
     parser.add_argument("--json", action="store_true", help="print text, tokens, labels and posteriors as JSON")
     parser.set_defaults(func=run)
 

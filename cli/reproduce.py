@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from deltalens.cli import arguments
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -31,8 +33,12 @@ def register(subparsers) -> None:
                         help="train only cells whose name matches, e.g. 's3-*-k4' "
                         "(names look like s3-deltanet-neg-statement-k4)")
     parser.add_argument("--no-train", action="store_true", help="write the report from the results that exist")
-    parser.add_argument("--steps", type=int, help="training budget per cell (default: the sweep file's); results "
-                        "from another budget count as missing and are replaced")
+    parser.add_argument(
+        "--steps",
+        type=arguments.COUNT,
+        help="training budget per cell (default: the sweep file's); results "
+        "from another budget count as missing and are replaced",
+    )
     parser.add_argument("--checkpoints", default="checkpoints",
                         help="where the PFSA-SR section finds probabilistic checkpoints (default checkpoints)")
     parser.add_argument("--no-pfsa", action="store_true", help="leave out the PFSA-SR section (belief decay and KL)")

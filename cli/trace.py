@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 
+from deltalens.cli import arguments
 from deltalens.tasks.tokenizers import Tokenizer, TokenKind, make_tokenizer
 from deltalens.tasks.traces import Trace, TraceSpec, generate_trace, parse_action_count
 
@@ -31,8 +32,12 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
                         help="swaps | cycles | full | generators (default swaps)")
     parser.add_argument("--actions", default="24", help="number of actions, e.g. 24, or a range 16-32 (default 24)")
     schedule = parser.add_mutually_exclusive_group()
-    schedule.add_argument("--spacing", type=int, default=None, help="reveal after every k-th action (default 4)")
-    schedule.add_argument("--reveal-prob", type=float, default=None, help="reveal after each action with probability p")
+    schedule.add_argument(
+        "--spacing", type=arguments.ACTIONS, default=None, help="reveal after every k-th action (default 4)"
+    )
+    schedule.add_argument(
+        "--reveal-prob", type=arguments.PROBABILITY, default=None, help="reveal after each action with probability p"
+    )
     schedule.add_argument("--no-reveals", action="store_true", help="never reveal")
     parser.add_argument("--reveal", choices=["one", "all"], default="one",
                         help="print one random variable (default) or all of them")
@@ -60,7 +65,7 @@ def register(subparsers) -> None:
         description="Print one permutation-composition REPL trace (real Python).",
     )
     add_trace_arguments(parser)
-    parser.add_argument("--seed", type=int, default=0, help="trace seed (default 0)")
+    parser.add_argument("--seed", type=arguments.SEED, default=0, help="trace seed (default 0)")
     parser.add_argument("--format", choices=["code", "statement"], default="code",
                         help="code: the transcript itself; statement: bracketed statement tokens")
     parser.add_argument("--json", action="store_true", help="print token ids and labels as one JSON object")

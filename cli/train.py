@@ -19,28 +19,31 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--export", metavar="DIR", help="when done, write the model, its config and a model card to DIR"
     )
+    parser.add_argument("--replace", action="store_true",
+                        help="let --export overwrite an existing checkpoint folder (e.g. a shipped one)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--json", action="store_true", help="print the final result as one JSON object")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from deltalens.training.config import load_config
+    from deltalens.training.config import dump_toml, load_config
+    from deltalens.training.export import check_export_target, export_run
     from deltalens.training.loop import train
 
     config = load_config(args.config, args.overrides)
+    if args.export:  # before training, not after it
+        check_export_target(args.export, args.replace)
     result = train(config, args.out, resume=args.resume, progress=not args.no_progress)
     final = result.history[-1]
     if args.export:
-        from deltalens.training.config import dump_toml
-        from deltalens.training.export import export_run
-
         command = " ".join(
             ["deltalens train", args.config, *args.overrides, "--out", args.out, "--export", args.export]
+            + (["--replace"] if args.replace else [])
         )
         # the shipped train.toml is the config as run, overrides applied, so it retrains alone
         text = Path(args.config).read_text() if not args.overrides else dump_toml(config)
-        report = export_run(args.out, args.export, text, command)
+        report = export_run(args.out, args.export, text, command, replace=args.replace)
         final = {**final, "exported": args.export, "eval": report["lengths"]}
     if args.json:
         print(json.dumps({"checkpoint": str(result.checkpoint), "step": result.step,

@@ -10,5 +10,5 @@ for name in "${names[@]}"; do
     resume=()
     [ -f "runs/$name/last/trainer_state.json" ] && resume=(--resume)
     deltalens train "checkpoints/$name/train.toml" --out "runs/$name" "${resume[@]}" \
-        --export "checkpoints/$name"
+        --export "checkpoints/$name" --replace
 done

@@ -71,6 +71,7 @@ from deltalens.tasks.traces import (
     Reveal,
     Trace,
     check_action_count,
+    check_text_size,
     spec_fields,
     spec_to_dict,
 )
@@ -316,9 +317,8 @@ def group_posteriors(posteriors: list[RevealPosterior], reveals: list[Reveal]) -
 _LIST = r"[a-j](?:, [a-j])*"
 _HEADER = re.compile(r">>> import random(?:; random\.seed\((\d+)\))?\n?")
 _INIT = re.compile(r">>> ([a-j]) = (\d+)\n?")
-_COND = re.compile(
-    rf">>> ({_LIST}) = \(({_LIST})\) if random\.random\(\) < (\d*\.?\d+(?:[eE]-?\d+)?) else \(({_LIST})\)\n?"
-)
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE]-?\d+)?"  # one way to match each number: no backtracking blow-up
+_COND = re.compile(rf">>> ({_LIST}) = \(({_LIST})\) if random\.random\(\) < ({_NUMBER}) else \(({_LIST})\)\n?")
 _CHOICE = re.compile(rf">>> ({_LIST}) = random\.choice\(\[(\({_LIST}\)(?:, \({_LIST}\))*)\]\)\n?")
 _PRINT_ONE = re.compile(r">>> print\('([a-j])', \1\)\n?")
 _PRINT_MANY = re.compile(rf">>> print\(({_LIST})\)\n?")
@@ -357,6 +357,7 @@ def parse_prob_trace(text: str) -> ProbProgram:
     """
     if not isinstance(text, str) or not text.strip():
         raise DeltalensError("the trace is empty; give the REPL transcript text (lines starting with '>>> ').")
+    check_text_size(text)
     lines = text.splitlines(keepends=True)
     index, python_seed, imported = 0, None, False
     if (m := _HEADER.fullmatch(lines[0])):

@@ -146,25 +146,34 @@ def _not_int(x: object) -> bool:
     return isinstance(x, bool) or not isinstance(x, int)
 
 
+MAX_ACTIONS = 100_000  # per trace: a longer one takes minutes and gigabytes, and is a typo more often than not
+
+
 def check_action_count(actions: object) -> ActionCount:
     if isinstance(actions, (list, tuple)) and len(actions) == 2 and not any(map(_not_int, actions)):
         lo, hi = actions
-        if 1 <= lo <= hi:
-            return (lo, hi)
-        raise DeltalensError(f"action range {lo}-{hi} must satisfy 1 <= lo <= hi.")
+        if not 1 <= lo <= hi:
+            raise DeltalensError(f"action range {lo}-{hi} must satisfy 1 <= lo <= hi.")
+        if hi > MAX_ACTIONS:
+            raise DeltalensError(f"at most {MAX_ACTIONS} actions per trace, got {hi}.")
+        return (lo, hi)
     if _not_int(actions) or actions < 1:  # type: ignore[operator]
         raise DeltalensError(
-            f"the number of actions must be a whole number >= 1 or a range like 16-32, got {actions!r}."
+            f"the number of actions must be a whole number >= 1 or a range like 16-32, got {str(actions)[:40]!r}."
         )
+    if actions > MAX_ACTIONS:  # type: ignore[operator]
+        raise DeltalensError(f"at most {MAX_ACTIONS} actions per trace, got {actions}.")
     return actions  # type: ignore[return-value]
 
 
 def parse_action_count(text: str) -> ActionCount:
     """``"24"`` -> 24, ``"16-32"`` -> (16, 32) (for the CLI)."""
     parts = str(text).strip().split("-")
-    try:
-        values = [int(p) for p in parts]
+    try:  # ASCII digits only, and few of them: int() would accept "１２" and a 5,000-digit number
+        values = [int(p) for p in parts if p.isascii() and p.strip().isdigit() and len(p.strip()) <= 9]
     except ValueError:
+        values = []
+    if len(values) != len(parts):
         values = []
     if len(values) == 1:
         return check_action_count(values[0])
@@ -285,6 +294,21 @@ _PRINT_ONE = re.compile(r">>> print\('([a-j])', \1\)\n")
 _PRINT_ALL = re.compile(r">>> print\(([a-j](?:, [a-j])*)\)\n")
 
 
+MAX_LINE = 1_000  # characters in one REPL line: any statement we write is far shorter
+MAX_TRACE_CHARS = 5_000_000  # one transcript (100,000 actions of the longest statements fit)
+
+
+def check_text_size(text: str) -> None:
+    """Refuse a transcript too long to be a trace, or with a line too long to be a statement (this
+    also keeps every parser's regular expressions and number conversions fast)."""
+    if len(text) > MAX_TRACE_CHARS:
+        raise DeltalensError(f"the trace has {len(text):,} characters; a trace is at most {MAX_TRACE_CHARS:,}.")
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if len(line) > MAX_LINE:
+            raise DeltalensError(f"line {lineno} has {len(line):,} characters; a line of a trace is at most "
+                                 f"{MAX_LINE:,} (is it a trace?).")
+
+
 def parse_trace(text: str, group: str | None = None, action_set: str = "full") -> Trace:
     """Rebuild a Trace, ground truth included, from a deterministic REPL transcript.
 
@@ -292,6 +316,7 @@ def parse_trace(text: str, group: str | None = None, action_set: str = "full") -
     states, and each output line must agree with the replayed state (a disagreeing trace is
     refused, naming the line). ``group`` defaults to S_n for the n variables initialised.
     """
+    check_text_size(text)
     lines = text.splitlines(keepends=True)
     if not lines or not text.endswith("\n"):
         raise DeltalensError("a trace must be non-empty REPL text ending with a newline.")

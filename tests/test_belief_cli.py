@@ -144,6 +144,6 @@ def test_ptrace_json_and_pipe_into_belief(capsys, monkeypatch, with_ptrace):
 
 def test_ptrace_bad_options(capsys, with_ptrace):
     for argv, words in ((["--mix", "1,2"], "three weights"), (["--group", "D4"], "S<n> or A<n>"),
-                        (["--swap-prob", "2"], "swap_prob")):
+                        (["--swap-prob", "2"], "--swap-prob")):
         code, _, err = run(["ptrace", *argv], capsys)
         assert code == 2 and words in err and err.count("\n") == 1

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 import torch
@@ -240,3 +242,30 @@ def test_accuracy_by_position_counts_actions_not_action_tokens():
 
     scores = score_batch(Zero(), batch)
     assert sorted(set(scores["actions_before"][scores["reveal"]].tolist())) == [4, 8, 12]
+
+
+def test_ctrl_c_inside_an_optimizer_step_never_saves_a_torn_state(tmp_path, monkeypatch):
+    """A SIGINT delivered while AdamW is updating takes effect after the step: the resumed run is
+    bit-identical to an unbroken one."""
+    config = tiny_config(steps=6)
+    config.run.checkpoint_every = 0
+    unbroken = train(config, tmp_path / "unbroken", progress=False)
+    real_step = torch.optim.AdamW.step
+    calls = []
+
+    def step_then_ctrl_c(self, *args, **kwargs):
+        result = real_step(self, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 4:  # the interrupt arrives with the parameters already updated
+            os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, tmp_path / "broken", progress=False)
+    monkeypatch.undo()
+    state = json.loads((tmp_path / "broken" / LAST / "trainer_state.json").read_text())
+    assert state["step"] == 4  # the step the signal landed in was finished, then saved
+    resumed = train(config, tmp_path / "broken", resume=True, progress=False)
+    a, b = models.load(unbroken.checkpoint).state_dict(), models.load(resumed.checkpoint).state_dict()
+    assert all(torch.equal(a[key], b[key]) for key in a)

@@ -16,6 +16,7 @@ Overrides use dotted keys, `task.group=S5 optim.lr=1e-3 run.steps=100`, parsed a
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import tomllib
 
 from deltalens.tasks.errors import DeltalensError
+from deltalens.tasks.traces import MAX_ACTIONS
 
 
 @dataclass
@@ -105,6 +107,36 @@ class TrainConfig:
         )
 
 
+# (lo, hi, lo is exclusive) for every numeric field: checked here, once, with the field's name
+RANGES: dict[str, tuple[float | None, float | None, bool]] = {
+    "optim.lr": (0, 10, True), "optim.weight_decay": (0, None, False), "optim.betas": (0, 1, False),
+    "optim.warmup_steps": (0, None, False), "optim.min_lr_ratio": (0, 1, False), "optim.grad_clip": (0, None, False),
+    "optim.batch_size": (1, 100_000, False),
+    "run.seed": (0, 2**62, False), "run.steps": (1, 100_000_000, False), "run.eval_every": (0, None, False),
+    "run.eval_traces": (1, 1_000_000, False), "run.checkpoint_every": (0, None, False),
+    "run.early_stop_accuracy": (0, 1, False), "run.threads": (0, 1024, False),
+    "task.actions": (1, MAX_ACTIONS, False), "task.spacing": (1, MAX_ACTIONS, False),
+    "task.eval_spacing": (1, MAX_ACTIONS, False), "task.curriculum_steps": (0, None, False),
+    "task.curriculum_start": (1, MAX_ACTIONS, False), "task.mix": (0, None, False), "task.swap_prob": (0, 1, True),
+    "task.choice_size": (2, 10, False), "task.full_reveal_prob": (0, 1, False),
+}
+
+
+def _check_range(table: str, key: str, value: Any) -> None:
+    bounds = RANGES.get(f"{table}.{key}")
+    if bounds is None:
+        return
+    lo, hi, open_lo = bounds
+    for number in value if isinstance(value, list) else [value]:
+        bad = not math.isfinite(number) or (lo is not None and (number <= lo if open_lo else number < lo)) or (
+            hi is not None and number > hi)
+        if bad:
+            low = "" if lo is None else f"{'>' if open_lo else '>='} {lo:g}"
+            high = "" if hi is None else f"<= {hi:g}"
+            bounds_text = " and ".join(filter(None, (low, high)))
+            raise DeltalensError(f"[{table}] {key} = {value!r} must be finite and {bounds_text}")
+
+
 def _make(cls, values: dict[str, Any], table: str):
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = set(values) - names
@@ -117,6 +149,7 @@ def _make(cls, values: dict[str, Any], table: str):
     defaults = cls()
     for key, value in values.items():
         _check_type(table, key, value, getattr(defaults, key))
+        _check_range(table, key, value)
     for key in ("actions", "spacing"):
         if key in values and not (len(values[key]) == 2 and 1 <= values[key][0] <= values[key][1]):
             raise DeltalensError(

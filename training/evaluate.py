@@ -10,7 +10,11 @@ Evaluation traces come from the "eval" split, whose seeds never overlap the trai
 """
 from __future__ import annotations
 
+import itertools
+import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -22,7 +26,7 @@ from deltalens.tasks.display import Summary
 from deltalens.tasks.display import progress as progress_bar
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.tokenizers import TokenKind
-from deltalens.tasks.traces import Trace, TraceSpec, parse_trace
+from deltalens.tasks.traces import MAX_LINE, Trace, TraceSpec, parse_trace
 from deltalens.training.opened import open_checkpoint
 
 
@@ -61,35 +65,49 @@ def score_batch(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
     return {"correct": (predicted == batch["tokens"]) & reveal, "reveal": reveal, "actions_before": actions_before}
 
 
-def summarise(scores: list[dict[str, torch.Tensor]], bucket: int = 8) -> EvalResult:
-    correct = [s["correct"] for s in scores]
-    reveal = [s["reveal"] for s in scores]
-    n_reveals = int(sum(r.sum() for r in reveal))
-    if n_reveals == 0:
-        raise DeltalensError("these traces reveal no values, so there is nothing to score; "
-                             "use longer traces or a smaller reveal spacing")
-    n_correct = int(sum(c.sum() for c in correct))
-    # a trace counts as solved when none of its reveals is wrong; traces without reveals are skipped
-    solved = torch.cat([(c == r).all(1) & r.any(1) for c, r in zip(correct, reveal)])
-    has_reveal = torch.cat([r.any(1) for r in reveal])
-    counts: dict[int, list[int]] = {}
-    for s in scores:
-        positions = s["actions_before"][s["reveal"]] // bucket
-        for p, ok in zip(positions.tolist(), s["correct"][s["reveal"]].tolist()):
-            entry = counts.setdefault(p, [0, 0])
+@dataclass
+class Tally:
+    """Running counts of scored batches: evaluation keeps these, not the batches (memory stays
+    that of one batch however many traces are scored)."""
+
+    bucket: int = 8  # actions per by-position bucket
+    correct: int = 0
+    reveals: int = 0
+    solved: int = 0  # traces whose every reveal is right (traces without reveals are skipped)
+    with_reveals: int = 0
+    traces: int = 0
+    positions: dict[int, list[int]] = field(default_factory=dict)  # bucket -> [correct, count]
+
+    def add(self, score: dict[str, torch.Tensor]) -> None:
+        correct, reveal = score["correct"], score["reveal"]
+        self.correct += int(correct.sum())
+        self.reveals += int(reveal.sum())
+        self.solved += int(((correct == reveal).all(1) & reveal.any(1)).sum())
+        self.with_reveals += int(reveal.any(1).sum())
+        self.traces += int(reveal.shape[0])
+        buckets = score["actions_before"][reveal] // self.bucket
+        for p, ok in zip(buckets.tolist(), correct[reveal].tolist()):
+            entry = self.positions.setdefault(p, [0, 0])
             entry[0] += int(ok)
             entry[1] += 1
-    by_position = [
-        {"actions_from": p * bucket, "actions_to": p * bucket + bucket - 1, "accuracy": c / n, "count": n}
-        for p, (c, n) in sorted(counts.items())
-    ]
-    return EvalResult(
-        reveal_accuracy=n_correct / max(1, n_reveals),
-        trace_accuracy=float(solved.sum()) / max(1, int(has_reveal.sum())),
-        n_traces=int(sum(r.shape[0] for r in reveal)),
-        n_reveals=n_reveals,
-        by_position=by_position,
-    )
+
+    def result(self) -> EvalResult:
+        if self.reveals == 0:
+            raise DeltalensError("these traces reveal no values, so there is nothing to score; "
+                                 "use longer traces or a smaller reveal spacing")
+        b = self.bucket
+        by_position = [{"actions_from": p * b, "actions_to": p * b + b - 1, "accuracy": c / n, "count": n}
+                       for p, (c, n) in sorted(self.positions.items())]
+        return EvalResult(reveal_accuracy=self.correct / self.reveals,
+                          trace_accuracy=self.solved / max(1, self.with_reveals), n_traces=self.traces,
+                          n_reveals=self.reveals, by_position=by_position)
+
+
+def summarise(scores: list[dict[str, torch.Tensor]], bucket: int = 8) -> EvalResult:
+    tally = Tally(bucket)
+    for score in scores:
+        tally.add(score)
+    return tally.result()
 
 
 def evaluate(model, tokenizer, spec: TraceSpec, n_traces: int = 256, seed: int = 0, batch_size: int = 64,
@@ -160,23 +178,81 @@ def evaluate_checkpoint(
     }
 
 
-def evaluate_text_file(path, traces_file) -> EvalResult:
-    """Accuracy of a checkpoint on code-format REPL traces written elsewhere (blank-line separated)."""
+MAX_TRACES_FILE = 500_000_000  # bytes: it is read as a stream, but hours of scoring are a typo
+
+
+def read_transcripts(traces_file: str | Path) -> Iterator[tuple[int, str]]:
+    """(first line number, text) of each blank-line-separated transcript of a file, read as a stream."""
+    path = Path(traces_file)
+    if path.is_dir():
+        raise DeltalensError(f"traces file {path} is a folder; give a text file of REPL transcripts")
+    if not path.is_file():
+        raise DeltalensError(f"traces file {path} does not exist")
+    if path.stat().st_size > MAX_TRACES_FILE:
+        raise DeltalensError(f"traces file {path} has {path.stat().st_size:,} bytes; split it into files of at "
+                             f"most {MAX_TRACES_FILE:,}")
+    block, start = [], 1
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            for lineno, line in enumerate(handle, start=1):
+                if len(line) > MAX_LINE + 2:
+                    raise DeltalensError(f"{path} line {lineno} has {len(line):,} characters; a line of a trace is "
+                                         f"at most {MAX_LINE:,} (is it a traces file?)")
+                if line.strip():
+                    if not block:
+                        start = lineno
+                    block.append(line if line.endswith("\n") else line + "\n")
+                elif block:
+                    yield start, "".join(block)
+                    block = []
+    except UnicodeDecodeError as err:
+        raise DeltalensError(f"{path} is not UTF-8 text (bad byte at offset {err.start}); give REPL transcripts "
+                             "as text") from None
+    except OSError as err:
+        raise DeltalensError(f"cannot read traces file {path} ({err.strerror or type(err).__name__})") from None
+    if block:
+        yield start, "".join(block)
+
+
+def _parse_at(text: str, path, start: int) -> Trace:
+    """parse_trace, with line numbers in its errors counted in the file, not in the transcript."""
+    try:
+        return parse_trace(text)
+    except DeltalensError as err:
+        message = str(err)
+        found = re.match(r"line (\d+)(.*)", message, re.S)
+        if found:
+            raise DeltalensError(f"{path} line {int(found.group(1)) + start - 1}{found.group(2)}") from None
+        raise DeltalensError(f"{path}, the transcript at line {start}: {message}") from None
+
+
+def evaluate_text_file(path, traces_file, batch_size: int = 64) -> EvalResult:
+    """Accuracy of a checkpoint on code-format REPL traces written elsewhere (blank-line separated),
+    scored a batch at a time."""
     checkpoint = open_checkpoint(path, load_model=False)
     tokenizer = checkpoint.tokenizer
     if tokenizer is None:
         raise DeltalensError(f"{path} records no tokenizer, so its traces cannot be encoded; it is not a deltalens "
                              "checkpoint (a plain fla DeltaNet?)")
-    if not traces_file.is_file():
-        raise DeltalensError(f"traces file {traces_file} does not exist")
-    blocks = [b for b in traces_file.read_text().split("\n\n") if b.strip()]
-    if not blocks:
+    transcripts = read_transcripts(traces_file)
+    first = next(transcripts, None)
+    if first is None:
         raise DeltalensError(f"{traces_file} holds no traces (expected REPL transcripts separated by blank lines)")
     model = models.load(path)
     model.eval()
-    encoded = [tokenizer.encode_trace(parse_trace(b if b.endswith("\n") else b + "\n")) for b in blocks]
-    scores = [score_batch(model, collate(encoded[i:i + 64])) for i in range(0, len(encoded), 64)]
-    return summarise(scores)
+    tally, batch = Tally(), []
+    for start, text in itertools.chain([first], transcripts):
+        trace = _parse_at(text, traces_file, start)
+        try:
+            batch.append(tokenizer.encode_trace(trace))
+        except DeltalensError as err:
+            raise DeltalensError(f"{traces_file}, the transcript at line {start}: {err}") from None
+        if len(batch) == batch_size:
+            tally.add(score_batch(model, collate(batch)))
+            batch = []
+    if batch:
+        tally.add(score_batch(model, collate(batch)))
+    return tally.result()
 
 
 @torch.no_grad()

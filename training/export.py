@@ -15,11 +15,26 @@ from deltalens.training.evaluate import evaluate_checkpoint
 from deltalens.training.loop import LAST
 from deltalens.training.opened import open_checkpoint
 
+EXPORTED_FILES = {"train.toml", "CARD.md"}  # besides the weights and config.json
+
+
+def check_export_target(target: str | Path, replace: bool = False) -> None:
+    """Refuse to export over a checkpoint (a shipped one, say) or anything else already at `target`
+    unless `replace`; a folder holding only the config the export is to sit beside is fine."""
+    target = Path(target)
+    fresh = target.is_dir() and {p.name for p in target.iterdir()} <= EXPORTED_FILES
+    if target.exists() and not fresh and not replace:
+        raise DeltalensError(f"--export {target} already exists; pass --replace to overwrite it with this run's "
+                             "export, or choose another folder (nothing was written)")
+
 
 def export_run(
-    run_dir: str | Path, target: str | Path, config_text: str, command: str, n_traces: int = 512
+    run_dir: str | Path, target: str | Path, config_text: str, command: str, n_traces: int = 512,
+    replace: bool = False,
 ) -> dict[str, Any]:
-    """Evaluate `run_dir/last` at 1x, 2x and 4x its training length and write it to `target`."""
+    """Evaluate `run_dir/last` at 1x, 2x and 4x its training length and write it to `target`
+    (an existing `target` only with `replace`)."""
+    check_export_target(target, replace)
     last = Path(run_dir) / LAST
     if not last.is_dir():
         raise DeltalensError(f"{run_dir} has no finished checkpoint ({last} is missing); train it first")

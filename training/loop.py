@@ -7,8 +7,12 @@ torch is deterministic) ends with the same weights.
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,6 +74,12 @@ def train(
     `on_step(step, loss)` is called after every optimiser step (tests use it to simulate a kill).
     """
     run_dir = Path(run_dir)
+    check_run_dir(run_dir)
+    with RunLock(run_dir):  # a second writer of the same folder is refused before anything is read
+        return _train_locked(config, run_dir, resume, progress, on_step)
+
+
+def _train_locked(config, run_dir: Path, resume: bool, progress: bool, on_step) -> TrainResult:
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
     data = TrainingData(config.task, config.run.seed)
@@ -100,8 +110,15 @@ def train(
         stopped_early = state.get("stopped_early", False)
     elif last.exists():
         raise DeltalensError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
-    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "train.toml").write_text(dump_toml(config))
+    return _train_steps(config, run_dir, data, model, optimizer, device, step, wall, history, stopped_early,
+                        progress, on_step)
+
+
+def _train_steps(config, run_dir, data, model, optimizer, device, step, wall, history, stopped_early, progress,
+                 on_step) -> TrainResult:
+    """The loop itself (the run folder is locked; everything is checked and prepared)."""
+    last = run_dir / LAST
 
     def save(metrics: dict[str, Any]) -> None:
         extra = {
@@ -134,49 +151,125 @@ def train(
     total = config.run.steps
     bar = progress_bar(total=total, initial=step, enabled=progress, desc="train")
     model.train()
+    in_step = False  # True while parameters and optimiser state are being changed
     try:
-        while step < total and not stopped_early:
-            started = time.perf_counter()
-            lr = learning_rate(step, total, config.optim.lr, config.optim.warmup_steps, config.optim.min_lr_ratio)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            batch = {k: v.to(device) for k, v in data.train_batch(step, config.optim.batch_size, total).items()}
-            loss, accuracy = next_token_loss(model(batch["tokens"]), batch)
-            if not torch.isfinite(loss):
-                bar.close()
-                raise DeltalensError(
-                    f"loss became {loss.item()} at step {step + 1}; stopped. The last good checkpoint "
-                    f"({last if last.exists() else 'none yet'}) is kept: lower optim.lr or raise optim.warmup_steps"
-                )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.optim.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
-            optimizer.step()
-            step += 1
-            wall += time.perf_counter() - started
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{accuracy.item():.3f}", lr=f"{lr:.1e}")
-            if on_step is not None:
-                on_step(step, loss.item())
-            evaluated = config.run.eval_every and step % config.run.eval_every == 0
-            if evaluated:
-                entry = run_eval()
-                bar.write(f"step {step}: held-out reveal accuracy {entry['reveal_accuracy']:.4f}")
-                if config.run.early_stop_accuracy and entry["reveal_accuracy"] >= config.run.early_stop_accuracy:
-                    stopped_early = True
-            if config.run.checkpoint_every and step % config.run.checkpoint_every == 0 and step < total:
-                save(history[-1] if history else {})
+        with DeferredInterrupt() as ctrl_c:
+            while step < total and not stopped_early:
+                if ctrl_c.requested:
+                    raise KeyboardInterrupt
+                in_step = True
+                started = time.perf_counter()
+                lr = learning_rate(step, total, config.optim.lr, config.optim.warmup_steps, config.optim.min_lr_ratio)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                batch = {k: v.to(device) for k, v in data.train_batch(step, config.optim.batch_size, total).items()}
+                loss, accuracy = next_token_loss(model(batch["tokens"]), batch)
+                if not torch.isfinite(loss):
+                    bar.close()
+                    raise DeltalensError(
+                        f"loss became {loss.item()} at step {step + 1}; stopped. The last good checkpoint "
+                        f"({last if last.exists() else 'none yet'}) is kept: lower optim.lr or raise optim.warmup_steps"
+                    )
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if config.optim.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
+                optimizer.step()
+                step += 1
+                in_step = False
+                wall += time.perf_counter() - started
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{accuracy.item():.3f}", lr=f"{lr:.1e}")
+                if on_step is not None:
+                    on_step(step, loss.item())
+                evaluated = config.run.eval_every and step % config.run.eval_every == 0
+                if evaluated:
+                    entry = run_eval()
+                    bar.write(f"step {step}: held-out reveal accuracy {entry['reveal_accuracy']:.4f}")
+                    if config.run.early_stop_accuracy and entry["reveal_accuracy"] >= config.run.early_stop_accuracy:
+                        stopped_early = True
+                if config.run.checkpoint_every and step % config.run.checkpoint_every == 0 and step < total:
+                    save(history[-1] if history else {})
     except KeyboardInterrupt:
-        # keep the finished steps: checkpoint what we have, then stop as asked
+        # Between steps the state is whole: checkpoint the finished steps, then stop as asked. Inside a
+        # step (only a second, forcing Ctrl-C gets there) it may be torn: keep the last checkpoint.
         bar.close()
-        save(history[-1] if history else {})
+        if not in_step:
+            save(history[-1] if history else {})
         raise
     bar.close()
     if not history or history[-1]["step"] != step:
         run_eval()
     save(history[-1])
     return TrainResult(run_dir, step, wall, history, stopped_early)
+
+
+RUN_MARKER = ".deltalens-run"  # written into every run folder: what `--out` may reuse
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse a run folder that holds anything but a deltalens run: training never writes into
+    (or over) files it did not create."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise DeltalensError(f"--out {run_dir} is a file, not a folder; choose a folder for the run")
+    if not run_dir.is_dir():
+        return
+    entries = sorted(p.name for p in run_dir.iterdir())
+    ours = RUN_MARKER in entries or ("train.toml" in entries and ({LAST, f".{LAST}.old"} & set(entries)))
+    if entries and not ours:
+        shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
+        raise DeltalensError(f"--out {run_dir} is not empty and is not a deltalens training run (it holds {shown}); "
+                             "choose a new or empty folder; nothing was written")
+
+
+class RunLock:
+    """An exclusive lock on a run folder while a training writes to it (a second writer is refused)."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+
+    def __enter__(self) -> RunLock:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / RUN_MARKER).touch()
+        self.handle = open(self.run_dir / ".lock", "a+")
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.seek(0)
+            holder = self.handle.read().strip() or "another process"
+            self.handle.close()
+            raise DeltalensError(f"{self.run_dir} is being written by another training ({holder}); wait for it "
+                                 "to finish or choose another --out") from None
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.handle.write(f"pid {os.getpid()}")
+        self.handle.flush()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
+class DeferredInterrupt:
+    """Ctrl-C during training takes effect between optimiser steps, so no half-updated state is
+    ever saved (the loop checks `requested` before each step); a second Ctrl-C stops at once."""
+
+    def __enter__(self) -> DeferredInterrupt:
+        self.requested = False
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():  # signal handlers live there only
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def _resume_key(config: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,46 @@
+"""Argument types shared by every command: each number is checked here, once, for being a number,
+finite and in range; argparse puts the option's name in front of the message."""
+from __future__ import annotations
+
+import argparse
+import math
+
+MAX_DIGITS = 18  # a whole number longer than this is a typo (and past int64)
+
+
+def _number(text: str, kind: type, lo: float | None, hi: float | None, what: str):
+    raw = text.strip()
+    if kind is int and (len(raw.lstrip("+-")) > MAX_DIGITS or not raw.lstrip("+-").isascii()):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text[:40]!r}")
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text[:40]!r}") from None
+    if kind is float and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text[:40]!r}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text[:40]!r}")
+    return value
+
+
+def whole(lo: int | None = None, hi: int | None = None):
+    """A whole number in [lo, hi] (either bound optional)."""
+    bounds = f" >= {lo}" if hi is None else f" from {lo} to {hi}"
+    what = "a whole number" + ("" if lo is None else bounds)
+    convert = lambda text: _number(text, int, lo, hi, what)  # noqa: E731
+    convert.__name__ = "whole number"
+    return convert
+
+
+def real(lo: float | None = None, hi: float | None = None):
+    """A finite number in [lo, hi] (either bound optional)."""
+    what = "a finite number" + ("" if lo is None else f" from {lo:g} to {hi:g}" if hi is not None else f" >= {lo:g}")
+    convert = lambda text: _number(text, float, lo, hi, what)  # noqa: E731
+    convert.__name__ = "number"
+    return convert
+
+
+SEED = whole(0, 2**62)  # seeds are non-negative: the data split is keyed by them
+COUNT = whole(1, 1_000_000)  # traces, steps, lengths
+ACTIONS = whole(1, 100_000)  # actions per trace
+PROBABILITY = real(0.0, 1.0)
