@@ -75,14 +75,9 @@ def train(
     """
     run_dir = Path(run_dir)
     check_run_dir(run_dir)
-    with RunLock(run_dir):  # a second writer of the same folder is refused before anything is read
-        return _train_locked(config, run_dir, resume, progress, on_step)
-
-
-def _train_locked(config, run_dir: Path, resume: bool, progress: bool, on_step) -> TrainResult:
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
-    data = TrainingData(config.task, config.run.seed)
+    data = TrainingData(config.task, config.run.seed)  # a bad task fails here, before any folder is made
     torch.manual_seed(config.run.seed)
     model_kwargs = {k: v for k, v in config.model.items() if k != "arch"}
     model = models.build(config.model["arch"], vocab_size=data.tokenizer.vocab_size, **model_kwargs)
@@ -92,6 +87,12 @@ def _train_locked(config, run_dir: Path, resume: bool, progress: bool, on_step) 
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas), weight_decay=config.optim.weight_decay
     )
+    with RunLock(run_dir):  # a second writer of the same folder is refused before anything is read
+        return _resume_and_train(config, run_dir, resume, progress, on_step, data, model, optimizer, device)
+
+
+def _resume_and_train(config, run_dir: Path, resume: bool, progress: bool, on_step, data, model, optimizer,
+                      device) -> TrainResult:
     step, wall, history, stopped_early = 0, 0.0, [], False
     last = run_dir / LAST
     if resume:

@@ -114,6 +114,11 @@ def _task_of(meta: dict[str, Any]) -> tuple[TrainingData | None, Tokenizer | Non
     tokenizer = Tokenizer.from_spec(meta["tokenizer"]) if meta.get("tokenizer") else None
     if "config" in task:
         data = TrainingData(task_config_from_meta(meta), seed=0)
+        if tokenizer is not None and tokenizer.fingerprint() != data.tokenizer.fingerprint():
+            raise DeltalensError(
+                f"this checkpoint records a {tokenizer.describe()} tokenizer but was trained with the "
+                f"{data.tokenizer.describe()} one its task builds; its config.json is inconsistent: export it again"
+            )
         return data, tokenizer or data.tokenizer, data.eval_spec()
     if task.get("eval_spec") and tokenizer is not None:  # metadata without the training task config
         return None, tokenizer, TraceSpec.from_dict(dict(task["eval_spec"]))
