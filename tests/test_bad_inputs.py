@@ -233,3 +233,40 @@ def test_a_checkpoint_whose_tokenizer_is_not_its_tasks_is_refused(tmp_path, caps
     for command in (["eval", str(mixed)], ["probe", str(mixed)],
                     ["intervene", str(mixed), "--layer", "0", "--head", "3"]):
         one_sentence(*run(command, capsys), "is inconsistent")
+
+
+def test_a_kill_between_the_two_renames_of_a_checkpoint_swap_resumes(tmp_path):
+    """Killed after the old `last` was set aside and before the new one took its place: resume
+    puts the old one back and continues from it."""
+    from deltalens.training.loop import LAST, train
+
+    config = tiny_config(arch="lstm", steps=6)
+    train(config, tmp_path / "run", progress=False)
+    last = tmp_path / "run" / LAST
+    state = json.loads((last / "trainer_state.json").read_text())
+    os.replace(last, last.with_name(f".{LAST}.old"))  # what a kill between the renames leaves
+    config.run.steps = 8
+    with pytest.raises(DeltalensError, match="differ"):  # the budget is part of the run's identity
+        train(config, tmp_path / "run", resume=True, progress=False)
+    assert last.is_dir() and json.loads((last / "trainer_state.json").read_text()) == state
+
+
+def test_a_failure_during_export_leaves_the_old_checkpoint_whole(tmp_path, monkeypatch):
+    import deltalens.models.checkpoint as checkpoint_module
+    from deltalens.training.export import export_run
+    from deltalens.training.loop import train
+
+    config = tiny_config(arch="lstm", steps=2)
+    train(config, tmp_path / "run", progress=False)
+    shipped = tmp_path / "shipped"
+    shutil.copytree(CKPT, shipped)
+    before = digest(shipped)
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint_module, "_write_weights", crash)
+    with pytest.raises(OSError, match="disk full"):
+        export_run(tmp_path / "run", shipped, dump_toml(config), "test", n_traces=8, replace=True)
+    assert digest(shipped) == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".shipped")]  # no staging left behind

@@ -29,6 +29,7 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -250,6 +251,7 @@ def _list(value: Any, name: str, where: str) -> list[Any]:
 
 def _number(value: Any, kind: type, name: str, where: str, lo: float | None = None, hi: float | None = None):
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (kind is float or isinstance(value, int))
+    ok = ok and math.isfinite(value)
     if not ok or (lo is not None and value < lo) or (hi is not None and value > hi):
         bounds = f" in [{lo}, {hi}]" if hi is not None else (f" >= {lo}" if lo is not None else "")
         what = "an integer" if kind is int else "a number"
