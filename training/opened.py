@@ -188,6 +188,8 @@ def list_checkpoints(root: str | Path | None = None, skip_unreadable: bool = Fal
     held-out reveal accuracy at 1x / 2x / 4x the training length. With `skip_unreadable`, a
     folder whose metadata cannot be read is left out and its error sentence kept in
     `frame.attrs["skipped"]` (name -> sentence) instead of raising."""
+    if root is not None and not Path(root).is_dir():
+        raise DeltalensError(f"checkpoint folder {root} does not exist or is not a folder.")
     paths = ([Path(root) / name for name in sorted(os.listdir(root)) if (Path(root) / name / CONFIG_NAME).is_file()]
              if root is not None else [resolve_checkpoint(name) for name in _checkpoint_dirs()])
     rows, skipped = [], {}
