@@ -4,6 +4,10 @@ A run directory holds `last/`, a checkpoint (models.save format) with the optimi
 `trainer_state.json` beside the weights. The data of step s depends only on (seed, s), so a run
 resumed from `last/` sees exactly the batches an unbroken run would have seen, and (on CPU, where
 torch is deterministic) ends with the same weights.
+
+The folder is the run's alone: a folder holding anything else is refused, a training holds a lock
+on it while it runs, and Ctrl-C takes effect between optimiser steps (then the finished steps are
+saved), so an interrupted run resumes as exactly as a killed one.
 """
 from __future__ import annotations
 
