@@ -16,7 +16,8 @@ Every model carries `arch` (one of ARCHITECTURES) and `model_config`, a JSON-abl
 `build(model.arch, **model.model_config)` rebuilding it. Config keys per architecture:
 
 * deltanet: fla's `DeltaNetConfig` arguments (vocab_size, hidden_size, num_hidden_layers,
-  num_heads, allow_neg_eigval, ...) plus deltalens's extension `state_norm_every` (int, default
+  num_heads, allow_neg_eigval, ...; held by models/deltanet_config.py, so fla is not imported)
+  plus deltalens's extension `state_norm_every` (int, default
   0 = off: renormalise each head's state to unit Frobenius norm after every that many tokens; see
   models/deltanet_mixer.py); the model is `models.deltanet.HookedDeltaNet`.
 * transformer: `models.transformer.TransformerConfig`; the model is TransformerLens's own

@@ -1,16 +1,16 @@
 """Build a freshly initialised model of any architecture from keyword config.
 
 Each architecture's module is imported when a model of it is first built: TransformerLens takes
-~3 s to import on top of torch and fla ~6 s (measured on a 2-core CPU), and reading a
-checkpoint's metadata or writing traces needs neither.
+~3 s to import on top of torch (measured on a 2-core CPU), and reading a checkpoint's metadata or
+writing traces needs none. DeltaNet's config is models/deltanet_config.py's, so building one on a
+CPU never imports fla (~6 s more).
 """
 from __future__ import annotations
 
-import inspect
-import warnings
 from typing import Any
 
 from deltalens.models.architecture import ARCHITECTURES
+from deltalens.models.deltanet_config import FLA_DEFAULTS, DeltaNetSettings
 from deltalens.tasks.errors import DeltalensError
 
 
@@ -43,21 +43,8 @@ def build(arch: str, **config: Any):
 DELTANET_EXTENSION_KEYS = ("state_norm_every",)
 
 
-def fla_deltanet_config():
-    """fla's DeltaNetConfig, the source of truth for DeltaNet's config. Imported here, on first use
-    (fla takes ~6 s to import), with its import-time warnings silenced: on a CPU machine it says
-    "Triton is not supported on current platform" and more on every import, which is not news."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from fla.models import DeltaNetConfig
-    return DeltaNetConfig
-
-
 def _deltanet_config_keys() -> list[str]:
-    DeltaNetConfig = fla_deltanet_config()
-    params = inspect.signature(DeltaNetConfig.__init__).parameters.values()
-    fla_keys = [p.name for p in params if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
-    return fla_keys + list(DELTANET_EXTENSION_KEYS)
+    return list(FLA_DEFAULTS) + list(DELTANET_EXTENSION_KEYS)
 
 
 def deltanet_model_config(config) -> dict[str, Any]:
@@ -67,7 +54,6 @@ def deltanet_model_config(config) -> dict[str, Any]:
 
 
 def _build_deltanet(config: dict[str, Any]):
-    DeltaNetConfig = fla_deltanet_config()
     from deltalens.models.deltanet import HookedDeltaNet  # lazy: see above
 
     known = set(_deltanet_config_keys())
@@ -78,7 +64,7 @@ def _build_deltanet(config: dict[str, Any]):
             f"unknown deltanet config key(s) {', '.join(map(repr, unknown))}; "
             f"use fla DeltaNetConfig arguments such as {', '.join(sorted(known))}"
         )
-    model = HookedDeltaNet(DeltaNetConfig(**config))
+    model = HookedDeltaNet(DeltaNetSettings(**config))
     _stamp(model, "deltanet", lambda: deltanet_model_config(model.config))
     return model
 

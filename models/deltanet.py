@@ -46,6 +46,7 @@ from transformer_lens.utilities import remove_batch_dim as drop_batch_dim
 
 from deltalens.models.atomic import write_atomic
 from deltalens.models.checkpoint import load_checkpoint, read_config_json
+from deltalens.models.deltanet_config import to_fla_config
 from deltalens.models.deltanet_mixer import DeltaNetMixer
 from deltalens.models.hook_names import lens_name
 from deltalens.models.lens import LensModel
@@ -138,7 +139,8 @@ class HookedDeltaNet(LensModel, HookedRootModule):
     """DeltaNet language model with TransformerLens hooks; weights interchangeable with fla's.
 
     Args:
-        config: a `fla.models.DeltaNetConfig` (hidden_size, num_heads, num_hidden_layers,
+        config: a `fla.models.DeltaNetConfig` or its fla-free twin `DeltaNetSettings`
+            (models/deltanet_config.py, what models.build uses) (hidden_size, num_heads, num_hidden_layers,
             vocab_size, expand_k/v, use_gate, use_short_conv, conv_size, use_beta, allow_neg_eigval,
             qk_activation, qk_norm, norm_eps, hidden_ratio/intermediate_size, tie_word_embeddings...),
             optionally with deltalens's `state_norm_every` (renormalised delta rule; see
@@ -361,9 +363,9 @@ class HookedDeltaNet(LensModel, HookedRootModule):
 
     def to_fla(self) -> nn.Module:
         """An `fla.models.DeltaNetForCausalLM` with these weights (same config object)."""
-        from fla.models import DeltaNetForCausalLM
+        from fla.models import DeltaNetForCausalLM  # fla-format interop: the one place it is needed
 
-        fla_model = DeltaNetForCausalLM(self.config)
+        fla_model = DeltaNetForCausalLM(to_fla_config(self.config))
         fla_model.load_state_dict(self.state_dict())
         return fla_model.to(self.device)
 

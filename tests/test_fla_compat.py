@@ -249,3 +249,32 @@ def test_rms_norms_match_fla_torch_references():
 def test_unsupported_configs_fail_clearly():
     with pytest.raises(NotImplementedError, match="attnres"):
         HookedDeltaNet(config(attnres_block_size=2))
+
+
+def test_the_fla_free_config_has_fla_s_fields_and_defaults():
+    """models/deltanet_config.py mirrors fla's DeltaNetConfig; fla stays the source of truth."""
+    import inspect
+
+    from deltalens.models.deltanet_config import FLA_DEFAULTS, DeltaNetSettings, to_fla_config
+
+    params = inspect.signature(DeltaNetConfig.__init__).parameters.values()
+    fla_defaults = {p.name: p.default for p in params if p.name != "self" and p.kind is not p.VAR_KEYWORD}
+    assert FLA_DEFAULTS == fla_defaults
+    ours = DeltaNetSettings(vocab_size=37, hidden_size=32, num_heads=2, num_hidden_layers=2, allow_neg_eigval=True)
+    theirs = to_fla_config(ours)
+    for key in FLA_DEFAULTS:
+        assert getattr(theirs, key) == getattr(ours, key), key
+
+
+def test_opening_a_deltanet_checkpoint_on_cpu_does_not_import_fla(tmp_path):
+    import subprocess
+    import sys
+
+    from deltalens import models
+
+    model = models.build("deltanet", vocab_size=12, hidden_size=16, num_heads=2, num_hidden_layers=1)
+    models.save(model, tmp_path / "m")
+    code = ("import sys, torch; from deltalens import models; m = models.load(sys.argv[1]); m(torch.tensor([[1, 2]])); "
+            "print(sorted(k for k in sys.modules if k == 'fla' or k.startswith('fla.')))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m")], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
