@@ -11,6 +11,7 @@ import hashlib
 import html
 import json
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import streamlit as st
 from deltalens.interp.capture import capture
 from deltalens.interp.head_sweep import SweepResult, sweep
 from deltalens.models.architecture import ARTICLE
+from deltalens.models.atomic import write_json_atomic
 from deltalens.probes.eigenvalues import eigenvalue_report
 from deltalens.probes.linear_probes import linear_probes
 from deltalens.probes.subspace import subspace_report
@@ -46,6 +48,12 @@ def attempt(fn: Callable, *args: Any, **kwargs: Any):
         first = (str(err).strip().splitlines() or [""])[0]
         st.error(f"unexpected {type(err).__name__}: {first}")
     return None
+
+
+def locked(checkpoint: Checkpoint, fn: Callable, *args: Any, **kwargs: Any):
+    """`attempt(fn, ...)` holding the checkpoint's model lock (for anything that runs its model)."""
+    with model_lock(str(checkpoint.path)):
+        return attempt(fn, *args, **kwargs)
 
 
 @st.cache_data(show_spinner=False)
@@ -86,12 +94,20 @@ def pick_checkpoint(key: str, label: str = "checkpoint", where: Callable[[pd.Ser
     return attempt(opened, str(checkpoint_dir() / name))
 
 
+@st.cache_resource(max_entries=8)
+def model_lock(path: str) -> threading.Lock:
+    """One lock per cached model: sessions share it (st.cache_resource) and run in their own
+    threads, so every forward that attaches hooks holds this lock."""
+    return threading.Lock()
+
+
 @st.cache_resource(show_spinner="running the model on held-out traces ...", max_entries=16)
 def head_measurements(path: str, n_traces: int, seed: int) -> dict[str, Any]:
     """Capture, eigenvalue, subspace and probe reports of a DeltaNet checkpoint on held-out traces."""
     checkpoint = opened(path)
     batch = checkpoint.batch(n_traces, seed=seed)
-    cap = capture(checkpoint.model, batch, names=("beta", "k", "state", "resid"))
+    with model_lock(path):
+        cap = capture(checkpoint.model, batch, names=("beta", "k", "state", "resid"))
     return {"batch": batch, "capture": cap, "eigenvalues": eigenvalue_report(cap),
             "subspace": subspace_report(cap, seed=seed), "probes": linear_probes(cap, seed=seed)}
 
@@ -101,13 +117,15 @@ def cached_sweep(checkpoint: Checkpoint, n_traces: int, intervention: str = "bet
     weights = (checkpoint.path / "model.safetensors").read_bytes()
     key = hashlib.sha1(weights + f"{intervention}/{n_traces}".encode()).hexdigest()[:16]
     file = SWEEP_CACHE / f"{checkpoint.path.name}-{key}.json"
-    if file.is_file():
+    try:
         data = json.loads(file.read_text())
         return SweepResult(baseline=data["baseline"], frame=pd.DataFrame(data["heads"]),
                            intervention=data["intervention"], n_traces=data["n_traces"])
-    result = sweep(checkpoint.model, checkpoint.batch(n_traces, seed=0), intervention, progress=False)
-    SWEEP_CACHE.mkdir(parents=True, exist_ok=True)
-    file.write_text(json.dumps(result.to_dict()))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not cached yet, or unreadable: compute it again
+    with model_lock(str(checkpoint.path)):
+        result = sweep(checkpoint.model, checkpoint.batch(n_traces, seed=0), intervention, progress=False)
+    write_json_atomic(file, result.to_dict())
     return result
 
 

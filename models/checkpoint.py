@@ -90,7 +90,7 @@ def save_checkpoint(
     arch = _arch_of(model)
     section = _make_section(model, arch, extra or {})
 
-    if target.exists() and not _is_replaceable(target, set(files)):
+    if target.exists() and not is_replaceable(target, set(files)):
         raise DeltalensError(
             f"{target} exists and is not a checkpoint directory, so it will not be replaced; choose another path"
         )
@@ -232,7 +232,7 @@ def _apply_umask(directory: Path) -> None:
 
 
 
-def _is_replaceable(target: Path, rewritten: set[str] = frozenset()) -> bool:
+def is_replaceable(target: Path, rewritten: set[str] = frozenset()) -> bool:
     """Only a checkpoint directory may be replaced, or a folder holding nothing but files this save
     rewrites (e.g. the train.toml a checkpoint is exported beside); never a file or other folder."""
     if not target.is_dir():
@@ -380,7 +380,7 @@ def _read_weights(weights_file: Path) -> dict[str, Any]:
             files = [
                 weights_file.with_name(s) for s in sorted(set(json.loads(index.read_text())["weight_map"].values()))
             ]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as err:
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError, ValueError) as err:
             raise DeltalensError(
                 f"{index} is not a readable shard index ({_first_line(err)}); save the model again"
             ) from None

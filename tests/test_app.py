@@ -132,3 +132,9 @@ def test_bad_input_gets_one_sentence_and_changes_nothing_on_disk(tmp_path, monke
     assert app.error and "not valid JSON" in app.error[0].value and not app.exception
     assert "good" in texts(app)  # the readable checkpoint is still listed
     assert tree_digest(REPO / "checkpoints") == before
+
+
+def test_heads_page_opens_a_probabilistic_deltanet():
+    app = page("views/heads.py")
+    app.selectbox(key="heads-ckpt").select("s3-deltanet-neg-statement-prob").run()
+    assert not app.exception and not app.error and app.info

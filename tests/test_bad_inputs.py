@@ -110,7 +110,8 @@ def test_trace_files_get_one_sentence_naming_file_and_line(tmp_path, capsys):
         (str(tmp_path / "missing.txt"), "does not exist"),
         (trace_file(tmp_path, bytes(range(256)) * 8, "junk.bin"), "is not UTF-8 text"),
         (trace_file(tmp_path, "", "empty.txt"), "holds no traces"),
-        (trace_file(tmp_path, ">>> a = " + "9" * 5000 + "\n", "digits.txt"), "line 1 has 5,009 characters"),
+        (trace_file(tmp_path, ">>> a = " + "9" * 5000 + "\n", "digits.txt"),
+         "digits.txt line 1 is longer than 1,000 characters"),
         (trace_file(tmp_path, S3_TRACE + "\n" + S3_TRACE + "\n" + S3_TRACE.replace("print('", "print((", 1)),
          "line "),
         (trace_file(tmp_path, ">>> a = 1\n>>> b = 2\n>>> c = 3\n>>> a, b, c = b, c, a\n>>> print(a, b, c)\n2 3 1\n",
@@ -270,3 +271,41 @@ def test_a_failure_during_export_leaves_the_old_checkpoint_whole(tmp_path, monke
         export_run(tmp_path / "run", shipped, dump_toml(config), "test", n_traces=8, replace=True)
     assert digest(shipped) == before
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".shipped")]  # no staging left behind
+
+
+def test_reviewed_edge_cases(tmp_path, monkeypatch, capsys):
+    """Windows line endings, names that a stray local folder shares, hidden folders, a fresh run
+    over a crashed one, --replace over a folder that is not a checkpoint."""
+    from deltalens.training.loop import LAST, train
+    from deltalens.training.opened import list_checkpoints, resolve_checkpoint
+
+    crlf = trace_file(tmp_path, (S3_TRACE + "\n" + S3_TRACE).replace("\n", "\r\n"), "crlf.txt")
+    assert main(["eval", CKPT, "--traces", crlf]) == 0
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s3-deltanet-neg-statement").mkdir()  # not a checkpoint: the shipped one wins
+    assert resolve_checkpoint("s3-deltanet-neg-statement") == Path(CKPT)
+    assert main(["eval", "s3-deltanet-neg-statement", "--traces", crlf]) == 0
+    shutil.copytree(CKPT, tmp_path / "dir" / "a")
+    shutil.copytree(CKPT, tmp_path / "dir" / ".a.old")
+    assert list(list_checkpoints(tmp_path / "dir")["name"]) == ["a"]
+
+    config = tiny_config(arch="lstm", steps=3)
+    train(config, tmp_path / "run", progress=False)
+    last = tmp_path / "run" / LAST
+    os.replace(last, last.with_name(f".{LAST}.old"))  # a kill between the renames of a swap
+    one_sentence(*run(["train", _toml(tmp_path, config), "--out", str(tmp_path / "run")], capsys),
+                 "already holds a run")
+    assert last.is_dir()  # the crashed run's checkpoint is back, not deleted
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep")
+    one_sentence(*run(["train", _toml(tmp_path, config), "--out", str(tmp_path / "run2"), "--export", str(other),
+                       "--replace"], capsys), "--replace overwrites only a checkpoint folder")
+    assert (other / "notes.txt").read_text() == "keep" and not (tmp_path / "run2").exists()
+
+
+def _toml(folder: Path, config) -> str:
+    path = folder / "train.toml"
+    path.write_text(dump_toml(config))
+    return str(path)

@@ -118,15 +118,17 @@ def evaluate(model, tokenizer, spec: TraceSpec, n_traces: int = 256, seed: int =
         raise DeltalensError(f"the number of evaluation traces must be at least 1, got {n_traces}")
     was_training = model.training
     model.eval()
-    scores = []
-    for start in range(0, n_traces, batch_size):
-        if bar is not None:
-            bar.update(1)
-        size = min(batch_size, n_traces - start)
-        batch = make_batch(spec, tokenizer, size, seed=seed * 1_000_003 + start, split="eval")
-        scores.append(score_batch(model, batch))
-    model.train(was_training)
-    return summarise(scores)
+    tally = Tally()
+    try:
+        for start in range(0, n_traces, batch_size):
+            if bar is not None:
+                bar.update(1)
+            size = min(batch_size, n_traces - start)
+            batch = make_batch(spec, tokenizer, size, seed=seed * 1_000_003 + start, split="eval")
+            tally.add(score_batch(model, batch))
+    finally:
+        model.train(was_training)
+    return tally.result()
 
 
 def evaluate_checkpoint(
@@ -193,11 +195,11 @@ def read_transcripts(traces_file: str | Path) -> Iterator[tuple[int, str]]:
                              f"most {MAX_TRACES_FILE:,}")
     block, start = [], 1
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
-            for lineno, line in enumerate(handle, start=1):
-                if len(line) > MAX_LINE + 2:
-                    raise DeltalensError(f"{path} line {lineno} has {len(line):,} characters; a line of a trace is "
-                                         f"at most {MAX_LINE:,} (is it a traces file?)")
+        with open(path, encoding="utf-8") as handle:  # universal newlines: CRLF files read as LF
+            for lineno, line in enumerate(iter(lambda: handle.readline(MAX_LINE + 3), ""), start=1):
+                if len(line) > MAX_LINE + 1:
+                    raise DeltalensError(f"{path} line {lineno} is longer than {MAX_LINE:,} characters, the most a "
+                                         "line of a trace has (is it a traces file?)")
                 if line.strip():
                     if not block:
                         start = lineno
@@ -238,7 +240,7 @@ def evaluate_text_file(path, traces_file, batch_size: int = 64) -> EvalResult:
     first = next(transcripts, None)
     if first is None:
         raise DeltalensError(f"{traces_file} holds no traces (expected REPL transcripts separated by blank lines)")
-    model = models.load(path)
+    model = models.load(checkpoint.path)
     model.eval()
     tally, batch = Tally(), []
     for start, text in itertools.chain([first], transcripts):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from deltalens import models
+from deltalens.models.checkpoint import is_replaceable
 from deltalens.tasks.errors import DeltalensError
 from deltalens.training.belief_kl import belief_kl
 from deltalens.training.evaluate import evaluate_checkpoint
@@ -23,6 +24,9 @@ def check_export_target(target: str | Path, replace: bool = False) -> None:
     unless `replace`; a folder holding only the config the export is to sit beside is fine."""
     target = Path(target)
     fresh = target.is_dir() and {p.name for p in target.iterdir()} <= EXPORTED_FILES
+    if target.exists() and replace and not is_replaceable(target, EXPORTED_FILES):
+        raise DeltalensError(f"--export {target} holds files that are not a checkpoint's; --replace overwrites only a "
+                             "checkpoint folder: choose another folder (nothing was written)")
     if target.exists() and not fresh and not replace:
         raise DeltalensError(f"--export {target} already exists; pass --replace to overwrite it with this run's "
                              "export, or choose another folder (nothing was written)")

@@ -99,8 +99,8 @@ def _resume_and_train(config, run_dir: Path, resume: bool, progress: bool, on_st
                       device) -> TrainResult:
     step, wall, history, stopped_early = 0, 0.0, [], False
     last = run_dir / LAST
+    recover_dir(last)  # killed between the two renames of replace_dir: that checkpoint is the run's
     if resume:
-        recover_dir(last)  # killed between the two renames of replace_dir
         if not (last / TRAINER_STATE).is_file():
             raise DeltalensError(f"cannot resume: {last} holds no trainer state; start without --resume")
         state = json.loads((last / TRAINER_STATE).read_text())

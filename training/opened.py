@@ -162,24 +162,27 @@ def checkpoint_roots() -> list[Path]:
 def resolve_checkpoint(name_or_path) -> Path:
     """A checkpoint folder from a path or a shipped checkpoint's name (from any working directory)."""
     path = Path(name_or_path).expanduser()
-    if path.exists() or path.is_absolute() or len(path.parts) > 1:
+    if path.is_absolute() or len(path.parts) > 1 or (path / CONFIG_NAME).is_file():
         return path  # a path: models.read_checkpoint_meta says what is wrong with it, if anything
-    for root in checkpoint_roots():
+    for root in checkpoint_roots():  # a bare name: a shipped checkpoint before a stray local folder
         if (root / path / CONFIG_NAME).is_file():
             return root / path
-    known = ", ".join(_checkpoint_dirs()[:6]) or "none found"
+    if path.exists():
+        return path
+    known = ", ".join(p.name for p in _checkpoint_dirs()[:6]) or "none found"
     raise DeltalensError(f"{name_or_path!r} is neither a checkpoint folder nor a shipped checkpoint's name "
                          f"(shipped: {known}; see deltalens.list_checkpoints()).")
 
 
-def _checkpoint_dirs() -> list[str]:
-    names: dict[str, None] = {}
+def _checkpoint_dirs() -> list[Path]:
+    """Every checkpoint folder under the roots, the first of each name (hidden folders skipped)."""
+    found: dict[str, Path] = {}
     for root in checkpoint_roots():
         if root.is_dir():
             for entry in sorted(root.iterdir()):
                 if not entry.name.startswith(".") and (entry / CONFIG_NAME).is_file():
-                    names.setdefault(entry.name)
-    return list(names)
+                    found.setdefault(entry.name, entry)
+    return list(found.values())
 
 
 def list_checkpoints(root: str | Path | None = None, skip_unreadable: bool = False) -> pd.DataFrame:
@@ -190,8 +193,9 @@ def list_checkpoints(root: str | Path | None = None, skip_unreadable: bool = Fal
     `frame.attrs["skipped"]` (name -> sentence) instead of raising."""
     if root is not None and not Path(root).is_dir():
         raise DeltalensError(f"checkpoint folder {root} does not exist or is not a folder.")
-    paths = ([Path(root) / name for name in sorted(os.listdir(root)) if (Path(root) / name / CONFIG_NAME).is_file()]
-             if root is not None else [resolve_checkpoint(name) for name in _checkpoint_dirs()])
+    paths = ([Path(root) / name for name in sorted(os.listdir(root))
+              if not name.startswith(".") and (Path(root) / name / CONFIG_NAME).is_file()]
+             if root is not None else _checkpoint_dirs())
     rows, skipped = [], {}
     for path in paths:
         try:
@@ -225,7 +229,7 @@ def checkpoint_batch(checkpoint, n_traces: int = 64, seed: int = 0, actions: int
         _, tokenizer, spec = _task_of(checkpoint)
         where = "this checkpoint"
     else:
-        _, tokenizer, spec = _task_of(models.read_checkpoint_meta(checkpoint))
+        _, tokenizer, spec = _task_of(models.read_checkpoint_meta(resolve_checkpoint(checkpoint)))
         where = checkpoint
     if tokenizer is None or spec is None:
         raise DeltalensError(

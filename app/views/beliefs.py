@@ -5,7 +5,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from deltalens.app.common import attempt, checkpoint_dir, checkpoint_table, opened
+from deltalens.app.common import attempt, checkpoint_dir, checkpoint_table, locked, opened
 from deltalens.probes.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
 from deltalens.tasks.probabilistic import generate_prob_trace
 from deltalens.training.belief_kl import transcript_beliefs
@@ -36,7 +36,7 @@ if checkpoints:
         st.code(text, language="python")
     frames = {}
     for name, checkpoint in checkpoints.items():
-        rows = attempt(transcript_beliefs, checkpoint.model, checkpoint.tokenizer, text)
+        rows = locked(checkpoint, transcript_beliefs, checkpoint.model, checkpoint.tokenizer, text)
         if rows is None:
             break
         frames[name] = rows

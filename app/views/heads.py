@@ -4,7 +4,7 @@ import plotly.graph_objects as go
 import streamlit as st
 import torch
 
-from deltalens.app.common import attempt, describe, head_measurements, pick_checkpoint
+from deltalens.app.common import attempt, describe, head_measurements, model_lock, pick_checkpoint
 from deltalens.models.architecture import require_deltanet
 from deltalens.probes.eigenvalues import (
     beta_heatmap,
@@ -15,6 +15,7 @@ from deltalens.probes.eigenvalues import (
 from deltalens.probes.linear_probes import probe_accuracy_figure
 from deltalens.probes.subspace import singular_value_figure, state_points, state_scatter_figure
 from deltalens.tasks.groups import VARIABLE_NAMES
+from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
 from deltalens.tasks.traces import generate_trace
 
 st.title("Heads")
@@ -40,9 +41,11 @@ elif checkpoint is not None:
         left.plotly_chart(beta_heatmap(eig), width="stretch")
         right.plotly_chart(beta_kind_heatmap(eig), width="stretch")
 
-        trace = generate_trace(checkpoint.spec, int(seed))
+        spec = checkpoint.spec
+        trace = (generate_prob_trace(spec, int(seed), posteriors=False) if isinstance(spec, ProbTraceSpec)
+                 else generate_trace(spec, int(seed)))
         tokens = checkpoint.model.to_tokens(trace.text)
-        with torch.no_grad():
+        with torch.no_grad(), model_lock(str(checkpoint.path)):
             _, cache = checkpoint.model.run_with_cache(tokens, names_filter=f"blocks.{layer}.attn.hook_beta")
         pieces = checkpoint.model.to_str_tokens(tokens)
         beta = cache[f"blocks.{layer}.attn.hook_beta"][0, :, head].tolist()

@@ -3,7 +3,7 @@ under the intervention, and the paper's beta-range sweep over every head (cached
 import streamlit as st
 import torch
 
-from deltalens.app.common import SWEEP_CACHE, attempt, cached_sweep, describe, pick_checkpoint, trace_html
+from deltalens.app.common import SWEEP_CACHE, attempt, cached_sweep, describe, locked, pick_checkpoint, trace_html
 from deltalens.interp.head_sweep import sweep_figure
 from deltalens.interp.interventions import ablate_head, patch_state, rescale_beta, reveal_accuracy
 from deltalens.models.architecture import n_heads_of, n_layers_of
@@ -76,11 +76,16 @@ if checkpoint is not None:
     options["reference"] = batch
     source = None
     if kind == "state patching":
-        source = attempt(lambda: states_of(model, checkpoint.batch(int(n_traces), seed=int(source_seed))["tokens"]))
-    iv = attempt(build, model, heads, kind, options, source)
+        source = locked(
+            checkpoint, lambda: states_of(model, checkpoint.batch(int(n_traces), seed=int(source_seed))["tokens"])
+        )
+    iv = locked(checkpoint, build, model, heads, kind, options, source)
     if iv is not None:
-        before, after = reveal_accuracy(model, batch), attempt(reveal_accuracy, model, batch, iv)
-        if after is not None:
+        before, after = (
+            locked(checkpoint, reveal_accuracy, model, batch),
+            locked(checkpoint, reveal_accuracy, model, batch, iv),
+        )
+        if before is not None and after is not None:
             a, b, c = st.columns(3)
             a.metric("reveal accuracy, no intervention", f"{before.reveal_accuracy:.3f}")
             b.metric(f"with {iv.label}", f"{after.reveal_accuracy:.3f}",
@@ -91,10 +96,10 @@ if checkpoint is not None:
         one = iv
         if kind == "state patching":  # the single-trace view patches from the second trace alone
             other = generate_trace(checkpoint.spec, int(source_seed))
-            cache = attempt(states_of, model, model.to_tokens(other.text))
-            one = attempt(build, model, heads, kind, options, cache) if cache is not None else None
+            cache = locked(checkpoint, states_of, model, model.to_tokens(other.text))
+            one = locked(checkpoint, build, model, heads, kind, options, cache) if cache is not None else None
         if one is not None:
-            rows = attempt(trace_predictions, model, checkpoint.tokenizer, trace, hooks=one.hooks)
+            rows = locked(checkpoint, trace_predictions, model, checkpoint.tokenizer, trace, hooks=one.hooks)
             if rows is not None:
                 st.subheader(f"held-out trace (seed {seed}) under the intervention")
                 st.html(trace_html(rows))

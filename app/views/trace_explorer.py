@@ -6,7 +6,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from deltalens.app.common import attempt, describe, pick_checkpoint, trace_html
+from deltalens.app.common import attempt, describe, locked, pick_checkpoint, trace_html
 from deltalens.tasks.traces import generate_trace
 from deltalens.training.evaluate import trace_predictions
 
@@ -34,7 +34,7 @@ elif checkpoint is not None:
                              key="trace-text")
     rows = None
     if trace is not None and (not isinstance(trace, str) or trace.strip()):
-        rows = attempt(trace_predictions, checkpoint.model, checkpoint.tokenizer, trace)
+        rows = locked(checkpoint, trace_predictions, checkpoint.model, checkpoint.tokenizer, trace)
     if rows is not None and len(rows):
         reveals = rows[rows["is_reveal"]]
         accuracy = float(reveals["correct"].mean()) if len(reveals) else float("nan")
