@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
+import webbrowser
 from pathlib import Path
 
 from deltalens.cli import arguments
@@ -27,8 +30,10 @@ def register(subparsers) -> None:
 
 
 def command(args) -> list[str]:
+    # Always headless for Streamlit itself: otherwise its first run on a machine stops to ask for an
+    # e-mail address on stdin. The browser is opened by `run` instead (unless --headless).
     return [sys.executable, "-m", "streamlit", "run", str(HOME), "--server.address", args.host,
-            "--server.port", str(args.port), "--server.headless", "true" if args.headless else "false",
+            "--server.port", str(args.port), "--server.headless", "true",
             "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"]
 
 
@@ -41,8 +46,16 @@ def run(args) -> int:
         env["DELTALENS_APP_CHECKPOINTS"] = str(folder)
     if not 1 <= args.port <= 65535:
         raise DeltalensError(f"--port must be between 1 and 65535, got {args.port}.")
-    print(f"deltalens app: http://{args.host}:{args.port}  (Ctrl-C stops it)", file=sys.stderr)
+    url = f"http://{args.host}:{args.port}"
+    print(f"deltalens app: {url}  (Ctrl-C stops it)", file=sys.stderr)
+    if not args.headless:  # open a browser once the server had time to start (no-op without one)
+        threading.Timer(3.0, webbrowser.open, args=(url,)).start()
+    server = subprocess.Popen(command(args), env=env, stdin=subprocess.DEVNULL)
+    # a `kill` of this process stops the server too (Ctrl-C reaches both through the terminal)
+    signal.signal(signal.SIGTERM, lambda signum, frame: server.terminate())
     try:
-        return subprocess.call(command(args), env=env)
+        return server.wait()
     except KeyboardInterrupt:
+        server.terminate()
+        server.wait()
         return 130

@@ -137,3 +137,25 @@ def test_report_figures_draw_offline(browser, shots):
         time.sleep(0.5)
     assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg")
     browser.save_screenshot(str(shots / "report_figure_offline.png"))
+
+
+def test_the_main_job_command_serves_without_asking_anything(tmp_path):
+    """`deltalens app` as the README gives it (no --headless) on a machine where Streamlit has never
+    run (a fresh HOME): it must serve, not stop to ask for an e-mail address."""
+    port = free_port()
+    env = {**os.environ, "HOME": str(tmp_path), "DELTALENS_CACHE": str(tmp_path / "cache")}
+    process = subprocess.Popen([sys.executable, "-m", "deltalens.cli.main", "app", "--port", str(port)], env=env,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for _ in range(120):
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise AssertionError("the app did not serve within a minute")
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=30)[0]
+    assert "Email" not in output
