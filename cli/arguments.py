@@ -44,3 +44,13 @@ SEED = whole(0, 2**62)  # seeds are non-negative: the data split is keyed by the
 COUNT = whole(1, 1_000_000)  # traces, steps, lengths
 ACTIONS = whole(1, 100_000)  # actions per trace
 PROBABILITY = real(0.0, 1.0)
+
+
+def add_reveal_schedule(parser, default_spacing: int) -> None:
+    """--spacing K | --reveal-prob P | --no-reveals: when a trace prints (trace and ptrace)."""
+    schedule = parser.add_mutually_exclusive_group()
+    schedule.add_argument("--spacing", type=ACTIONS, default=None,
+                          help=f"reveal after every k-th action (default {default_spacing})")
+    schedule.add_argument("--reveal-prob", type=PROBABILITY, default=None,
+                          help="reveal after each action with probability p")
+    schedule.add_argument("--no-reveals", action="store_true", help="never reveal")

@@ -52,14 +52,7 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--choice-size", type=arguments.whole(2, 10), default=3, help="variables a random.choice rotates (default 3)"
     )
-    schedule = parser.add_mutually_exclusive_group()
-    schedule.add_argument(
-        "--spacing", type=arguments.ACTIONS, default=None, help="reveal after every k-th action (default 3)"
-    )
-    schedule.add_argument(
-        "--reveal-prob", type=arguments.PROBABILITY, default=None, help="reveal after each action with probability p"
-    )
-    schedule.add_argument("--no-reveals", action="store_true", help="never reveal")
+    arguments.add_reveal_schedule(parser, default_spacing=3)
     parser.add_argument("--full-reveal-prob", type=arguments.PROBABILITY, default=0.2,
                         help="probability that a reveal prints every variable (default 0.2)")
     parser.add_argument("--identity-init", action="store_true", help="start from a = 1, b = 2, ...")

@@ -31,14 +31,7 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--actions-set", "--action-set", dest="action_set", default="swaps",
                         help="swaps | cycles | full | generators (default swaps)")
     parser.add_argument("--actions", default="24", help="number of actions, e.g. 24, or a range 16-32 (default 24)")
-    schedule = parser.add_mutually_exclusive_group()
-    schedule.add_argument(
-        "--spacing", type=arguments.ACTIONS, default=None, help="reveal after every k-th action (default 4)"
-    )
-    schedule.add_argument(
-        "--reveal-prob", type=arguments.PROBABILITY, default=None, help="reveal after each action with probability p"
-    )
-    schedule.add_argument("--no-reveals", action="store_true", help="never reveal")
+    arguments.add_reveal_schedule(parser, default_spacing=4)
     parser.add_argument("--reveal", choices=["one", "all"], default="one",
                         help="print one random variable (default) or all of them")
     parser.add_argument("--identity-init", action="store_true", help="start from a = 1, b = 2, ...")

@@ -33,6 +33,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def serving(url: str, tries: int = 120) -> bool:
+    """Whether the Streamlit server at `url` answers its health check within about a minute."""
+    for _ in range(tries):
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                return True
+        except OSError:
+            time.sleep(0.5)
+    return False
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     port = free_port()
@@ -41,13 +52,7 @@ def server(tmp_path_factory):
     process = subprocess.Popen([sys.executable, "-m", "deltalens.cli.main", "app", "--headless", "--port", str(port)],
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
+    if not serving(url):
         process.kill()
         pytest.fail(f"the app server did not come up: {process.stderr.read()[-2000:]}")
     yield url
@@ -147,14 +152,7 @@ def test_the_main_job_command_serves_without_asking_anything(tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "deltalens.cli.main", "app", "--port", str(port)], env=env,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        for _ in range(120):
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            raise AssertionError("the app did not serve within a minute")
+        assert serving(f"http://127.0.0.1:{port}"), "the app did not serve within a minute"
     finally:
         process.terminate()
         output = process.communicate(timeout=30)[0]
