@@ -1,12 +1,16 @@
 """Training speed on this machine, printed as one JSON object.
 
 * throughput: tokens per second of full optimiser steps (data, forward, backward, AdamW) for the
-  shipped reference configs, measured side by side in one run;
+  shipped reference configs, each measured twice side by side in this run: `before` with the torch
+  kernels only (the CPU path before the C kernels), `after` with today's path (the C delta rule
+  and short convolution, models/native.py), and `speedup` = after / before. Two phases of the
+  shipped recipe: `dense` (reveal spacing 1, the curriculum's start: longer traces) and `sparse`
+  (spacing k, where most steps are). The Transformer runs neither kernel: its ratio shows the noise.
 * time to 99%: with `--time-to-99`, trains S3 and S5 DeltaNet [0, 2] from their shipped configs
-  until held-out reveal accuracy at spacing 4 reaches 0.99, and reports the training wall time
-  (target: under 10 minutes each on a 2-core CPU).
+  (seeds from --seeds) until held-out reveal accuracy at spacing 4 reaches 0.99, and reports the
+  training wall time (evaluations excluded) with today's path.
 
-    python3 benchmarks/training.py [--steps 20] [--time-to-99 | --from-runs] [--threads 1]
+    python3 benchmarks/training.py [--steps 20] [--time-to-99 [--seeds 0 1 2] | --from-runs] [--threads 1]
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from pathlib import Path
 import torch
 
 from deltalens import models
+from deltalens.models.native import native_kernels
 from deltalens.training.config import load_config
 from deltalens.training.data import TrainingData
 from deltalens.training.loop import next_token_loss, train
@@ -27,20 +32,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 REFERENCE = ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement", "s3-transformer-statement",
              "s3-deltanet-neg-code"]
+PHASES = {"dense": 0, "sparse": 10_000}  # a step of the curriculum's spacing-1 stage / of its last stage
 
 
-def throughput(name: str, steps: int) -> dict:
+def throughput(name: str, steps: int, phase: str = "sparse") -> dict:
     config = load_config(ROOT / "checkpoints" / name / "train.toml")
     data = TrainingData(config.task, seed=0)
     kwargs = {k: v for k, v in config.model.items() if k != "arch"}
+    torch.manual_seed(0)
     model = models.build(config.model["arch"], vocab_size=data.tokenizer.vocab_size, **kwargs)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    spacing_step = 10_000  # after the curriculum: the sparse reveals most of training sees
+    first = PHASES[phase]
     tokens, started = 0, None
     for step in range(steps + 2):  # two warm-up steps are not timed
         if step == 2:
             started = time.perf_counter()
-        batch = data.train_batch(spacing_step + step, config.optim.batch_size, spacing_step + steps)
+        batch = data.train_batch(first + step, config.optim.batch_size, config.run.steps)
         loss, _ = next_token_loss(model(batch["tokens"]), batch)
         optimizer.zero_grad()
         loss.backward()
@@ -52,14 +59,27 @@ def throughput(name: str, steps: int) -> dict:
             "tokens_per_step": tokens // steps, "batch_size": config.optim.batch_size}
 
 
-def time_to_99(name: str) -> dict:
+def side_by_side(name: str, steps: int) -> dict:
+    row = {}
+    for phase in PHASES:
+        with native_kernels(False):
+            before = throughput(name, steps, phase)
+        with native_kernels(True):
+            after = throughput(name, steps, phase)
+        row[phase] = {"before": before, "after": after,
+                      "speedup": round(after["tokens_per_s"] / before["tokens_per_s"], 2)}
+    return row
+
+
+def time_to_99(name: str, seed: int = 0) -> dict:
     config = load_config(ROOT / "checkpoints" / name / "train.toml")
+    config.run.seed = seed
     config.run.early_stop_accuracy = 0.99
     config.run.checkpoint_every = 0
     with tempfile.TemporaryDirectory() as tmp:
         result = train(config, Path(tmp) / "run", progress=False)
     reached = next((h for h in result.history if h["reveal_accuracy"] >= 0.99), None)
-    return {"reached": reached is not None, "step": reached["step"] if reached else None,
+    return {"seed": seed, "reached": reached is not None, "step": reached["step"] if reached else None,
             "train_wall_s": round(result.wall_time_s, 1), "history": result.history}
 
 
@@ -87,15 +107,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--time-to-99", action="store_true", help="train S3 and S5 until 99%% (minutes each)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds for --time-to-99")
     parser.add_argument("--from-runs", action="store_true",
                         help="time to 99%% from the finished runs in runs/ (no training)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     out = {"benchmark": "training", "threads": args.threads, "torch": torch.__version__,
-           "throughput": {name: throughput(name, args.steps) for name in REFERENCE}}
+           "throughput": {name: side_by_side(name, args.steps) for name in REFERENCE}}
     if args.time_to_99:
         out["time_to_99"] = {
-            name: time_to_99(name) for name in ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement"]
+            name: [time_to_99(name, seed) for seed in args.seeds]
+            for name in ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement"]
         }
     if args.from_runs:
         out["time_to_99_from_runs"] = {name: time_to_99_from_run(name)

@@ -1,19 +1,28 @@
 """`deltalens reproduce`: train the paper's sweep (only what is missing) and write the report.
 
     deltalens reproduce [--sweep sweep/paper.toml] [--results reports/sweep] [--out reports]
-                        [--runs runs/sweep] [--only CELL_GLOB ...] [--no-train] [--steps N]
+                        [--runs runs/sweep] [--only CELL_GLOB ...] [--no-train] [--steps N] [--lanes N]
 
-Finished cells are read from their result files (results_dir/<cell>.json, the durable record);
-every other cell is trained, evaluated and recorded (training/grid.py), one progress bar over
-cells and one per training. Then reports/reproduce.py writes OUT/reproduce.md: a table per
-setting, the paper's claims judged from the data, and the figures.
+Finished runs are read from their result files (results_dir/<cell>.json and results_dir/search/,
+the durable record); the learning-rate search runs first (its choices configure the cells), then
+every other cell is trained, evaluated and recorded (training/grid.py), `--lanes` at a time. Then
+reports/reproduce.py writes OUT/reproduce.md: the search, a table per setting with the spread over
+seeds, the paper's claims judged from it, wall times, and the figures.
 """
 from __future__ import annotations
 
+import fnmatch
 import sys
 from pathlib import Path
 
 from deltalens.cli import arguments
+from deltalens.tasks.errors import DeltalensError
+
+
+def _add(total, outcome) -> None:
+    total.trained += outcome.trained
+    total.failed += outcome.failed
+    total.interrupted = total.interrupted or outcome.interrupted
 
 
 def register(subparsers) -> None:
@@ -30,8 +39,10 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default="reports", help="where reproduce.md and figures/ go (default reports)")
     parser.add_argument("--runs", default="runs/sweep", help="training run directories, resumable (default runs/sweep)")
     parser.add_argument("--only", nargs="+", metavar="CELL_GLOB",
-                        help="train only cells whose name matches, e.g. 's3-*-k4' "
-                        "(names look like s3-deltanet-neg-statement-k4)")
+                        help="train only runs whose name matches, e.g. 's3-*-k4-*' (cells look like "
+                        "s3-deltanet-neg-statement-k4-s0, search runs like search-s3-lstm-lr0.001)")
+    parser.add_argument("--lanes", type=arguments.COUNT, default=1,
+                        help="train this many runs at once, each in its own process with one thread (default 1)")
     parser.add_argument("--no-train", action="store_true", help="write the report from the results that exist")
     parser.add_argument(
         "--steps",
@@ -48,22 +59,48 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from deltalens.reports.reproduce import write_report
-    from deltalens.training.grid import load_sweep, read_results, select_cells, train_missing, with_steps
+    from deltalens.training.grid import (
+        SweepOutcome,
+        choose_lrs,
+        load_sweep,
+        read_results,
+        read_search,
+        search_runs,
+        select_cells,
+        train_missing,
+        with_choices,
+        with_steps,
+    )
 
     sweep = load_sweep(args.sweep)
     if args.steps is not None:
         sweep = with_steps(sweep, args.steps)
+    progress, lanes, total = not args.no_progress, args.lanes, SweepOutcome()
+    names = [r.name for r in search_runs(sweep)] + [c.name for c in sweep.cells]
+    if args.only and not any(fnmatch.fnmatchcase(n, g) for n in names for g in args.only):
+        raise DeltalensError(f"--only {' '.join(args.only)} matches no run of {args.sweep}; names look like "
+                             f"{', '.join(names[:2])}")
+    # the search first: its choices are part of every cell's config
+    searches = read_search(sweep, args.results)
+    todo = select_cells(searches, args.only, args.sweep, require_match=False)
+    if todo and not args.no_train:
+        _add(total, train_missing(sweep, todo, args.runs, args.results, progress=progress, lanes=lanes))
+        searches = read_search(sweep, args.results)
+    sweep = with_choices(sweep, choose_lrs(sweep, searches))
     statuses = read_results(sweep, args.results)
-    todo = select_cells(statuses, args.only, args.sweep)
+    todo = select_cells(statuses, args.only, args.sweep, require_match=False)
     if args.no_train:
         for status in todo:
             status.reason = f"{status.reason} (--no-train)"
         todo = []
-    outcome = train_missing(sweep, todo, args.runs, args.results, progress=not args.no_progress)
-    report = write_report(sweep, statuses, Path(args.out), None if args.no_pfsa else Path(args.checkpoints))
+    if not total.interrupted:
+        _add(total, train_missing(sweep, todo, args.runs, args.results, progress=progress, lanes=lanes))
+    report = write_report(sweep, statuses, Path(args.out), None if args.no_pfsa else Path(args.checkpoints),
+                          searches=searches)
     done = sum(s.result is not None for s in statuses)
     verdicts = [c.verdict for c in report.claims]
-    print(f"trained {outcome.trained} cell(s), {outcome.failed} failed; {done} of {len(statuses)} cells measured")
+    outcome = total
+    print(f"trained {outcome.trained} run(s), {outcome.failed} failed; {done} of {len(statuses)} cells measured")
     print(f"{report.markdown}: claims {verdicts.count('holds')} hold, {verdicts.count('does not hold')} do not hold, "
           f"{verdicts.count('not measured')} not measured")
     for figure in report.figures:

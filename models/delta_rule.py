@@ -63,6 +63,8 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
+from deltalens.models.delta_rule_native import native_delta_rule, native_kernel_available, native_kernel_error
+
 __all__ = [
     "l2_normalize",
     "renormalise_state",
@@ -440,6 +442,7 @@ def chunk_delta_rule(
     chunk_size: int = 64,
     use_fla: Optional[bool] = None,
     renorm_every: int = 0,
+    native: Optional[bool] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Chunked delta rule with fla's signature and layout (`fla.ops.delta_rule.chunk_delta_rule`).
 
@@ -457,6 +460,9 @@ def chunk_delta_rule(
             `delta_rule_recurrence`): the sequence runs as segments of R tokens, each from the
             previous segment's renormalised final state, with chunk size min(chunk_size, R). The
             torch path does this in one call; fla's kernels are called once per segment.
+        native: the CPU path's kernel. None = the C kernel (models/delta_rule_native.py) for CPU
+            inputs without renormalisation when it builds here, else the chunked torch kernel;
+            False = always the chunked torch kernel; True = require the C kernel.
 
     Returns:
         (o [B, T, H, V] in q's dtype, final_state [B, H, K, V] (fp32 on the torch path) or None).
@@ -485,8 +491,24 @@ def chunk_delta_rule(
 
     out_dtype = q.dtype
     qp, kp, vp, bp = _prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel)
-    o, S, _ = _chunk_forward(qp, kp, vp, bp, initial_state, chunk_size, with_states=False, renorm_every=renorm_every)
+    if _use_native(native, q, renorm_every):
+        o, S = native_delta_rule(qp, kp, vp, bp, initial_state)
+    else:
+        o, S, _ = _chunk_forward(qp, kp, vp, bp, initial_state, chunk_size, with_states=False,
+                                 renorm_every=renorm_every)
     return o.to(out_dtype), (S if output_final_state else None)
+
+
+def _use_native(native: Optional[bool], q: torch.Tensor, renorm_every: int) -> bool:
+    possible = q.device.type == "cpu" and not renorm_every and q.shape[1] > 0
+    if native is None:
+        return possible and native_kernel_available()
+    if native and not (possible and native_kernel_available()):
+        raise RuntimeError(
+            "native=True needs CPU tensors, renorm_every=0 and a C kernel that builds here"
+            + ("" if native_kernel_available() else f" ({native_kernel_error()})")
+        )
+    return bool(native)
 
 
 def chunk_delta_rule_with_states(

@@ -14,6 +14,7 @@ state_dict keys match. `forward` returns a tensor (not fla's `(y, cache)` tuple)
 
 from __future__ import annotations
 
+import ctypes
 from typing import Optional
 
 import torch
@@ -21,7 +22,48 @@ import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
+from deltalens.models.native import library, pointer
+
 __all__ = ["ShortConvolution", "short_conv_ref"]
+
+
+def _kernels():
+    """models/csrc/short_conv.c, or None (then the torch conv1d runs)."""
+    lib = library("short_conv")
+    if lib is not None and lib.short_conv_forward.argtypes is None:
+        sizes = [ctypes.c_int64] * 5
+        lib.short_conv_forward.argtypes = [ctypes.c_void_p] * 5 + sizes
+        lib.short_conv_backward.argtypes = [ctypes.c_void_p] * 8 + sizes
+        lib.short_conv_forward.restype = lib.short_conv_backward.restype = None
+    return lib
+
+
+class _NativeShortConv(torch.autograd.Function):
+    """Conv + SiLU in one C pass each way: the torch path's conv1d, its backward and the SiLU are
+    a fifth of a small DeltaNet's training step on the CPU; this is ~10x less."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, silu: bool):
+        B, T, D = x.shape
+        x, wt = x.contiguous(), weight.reshape(D, -1).t().contiguous()  # wt [W, D]
+        b = None if bias is None else bias.contiguous()
+        y, scratch = torch.empty_like(x), x.new_empty(D)
+        _kernels().short_conv_forward(*map(pointer, (x, wt, b, y, scratch)), int(silu), B, T, D, wt.shape[0])
+        ctx.save_for_backward(x, wt, b)
+        ctx.silu, ctx.weight_shape = silu, weight.shape
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, wt, b = ctx.saved_tensors
+        B, T, D = x.shape
+        dy = dy.contiguous()
+        dz, dx = torch.empty_like(x), torch.empty_like(x)
+        dwt = torch.zeros_like(wt)
+        db = None if b is None else torch.zeros_like(b)
+        _kernels().short_conv_backward(*map(pointer, (x, wt, b, dy, dz, dx, dwt, db)), int(ctx.silu), B, T, D,
+                                       wt.shape[0])
+        return dx, dwt.t().reshape(ctx.weight_shape), db, None
 
 
 def short_conv_ref(
@@ -74,6 +116,8 @@ class ShortConvolution(nn.Conv1d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, D)
         T = x.shape[1]
+        if x.device.type == "cpu" and x.dtype == torch.float32 == self.weight.dtype and T > 0 and _kernels():
+            return _NativeShortConv.apply(x, self.weight, self.bias, self.activation is not None)
         # padding = W - 1 on both sides; keeping the first T outputs makes it causal.
         y = F.conv1d(rearrange(x, "b t d -> b d t"), self.weight, self.bias, padding=self.padding, groups=self.groups)
         y = rearrange(y[..., :T], "b d t -> b t d")

@@ -3,10 +3,16 @@
 Each claim is judged per setting (group and tokenizer) with the thresholds of the sweep file:
 "holds", "does not hold", or "not measured" when the cells it needs have no result. The rules,
 in words, are `claim_rules`; the numbers each verdict rests on travel with it as evidence.
+
+With several seeds per cell, a claim is judged on the seed mean of every cell and on every seed
+alone; it holds only when it holds for the mean and for at least two thirds of the seeds (2 of 3),
+and a cell counts only once all its seeds have results (`spread` aggregates them).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from statistics import mean
 from typing import Any
 
 from deltalens.training.grid import Thresholds
@@ -63,18 +69,63 @@ def longest_accuracy(result: dict[str, Any]) -> tuple[float, float] | None:
     return row["x_train"], row["reveal_accuracy"]
 
 
-def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None = None,
-                    settings: list[str] = ()) -> list[Claim]:
-    """Judge the paper's claims per setting (group and tokenizer), from result dicts alone;
-    `settings` (e.g. "S3 statement") are judged even when none of their cells has a result."""
-    t = thresholds or Thresholds()
-    by_setting: dict[str, dict[tuple[str, int], dict[str, Any]]] = {name: {} for name in settings}
+def family_key(result: dict[str, Any]) -> tuple[str, str, str, int]:
+    """(group, tokenizer, arch, spacing): the cell a result is one seed of."""
+    return result["group"], result["tokenizer"], result["arch"], result["spacing"]
+
+
+def spread(results: list[dict[str, Any]], seeds: int | None = None) -> list[dict[str, Any]]:
+    """One summary per cell over its seeds: `eval.lengths` rows carry the seed mean as
+    `reveal_accuracy` plus `min`, `max` and `n`; `seeds`, `wall_time_s` (summed) and `complete`
+    (all `seeds` have results; True when `seeds` is None) beside them."""
+    families: dict[tuple, list[dict[str, Any]]] = {}
     for result in results:
-        setting = f"{result['group']} {result['tokenizer']}"
-        by_setting.setdefault(setting, {})[(result["arch"], result["spacing"])] = result
+        families.setdefault(family_key(result), []).append(result)
+    summaries = []
+    for (group, tokenizer, arch, spacing), runs in families.items():
+        runs = sorted(runs, key=lambda r: r.get("seed", 0))
+        rows = []
+        multiples = sorted({row.get("x_train") for r in runs for row in r["eval"]["lengths"]} - {None})
+        for m in multiples:
+            values = [a for r in runs if (a := accuracy_at(r, m)) is not None]
+            actions = next(row["actions"] for r in runs for row in r["eval"]["lengths"] if row.get("x_train") == m)
+            row = {"actions": actions, "x_train": m}
+            if values:
+                row.update(reveal_accuracy=mean(values), min=min(values), max=max(values), n=len(values))
+            else:
+                row["error"] = next(r2.get("error", "not evaluated") for r in runs for r2 in r["eval"]["lengths"]
+                                    if r2.get("x_train") == m)
+            rows.append(row)
+        summaries.append({"group": group, "tokenizer": tokenizer, "arch": arch, "spacing": spacing,
+                          "seeds": [r.get("seed", 0) for r in runs], "runs": runs,
+                          "complete": seeds is None or len(runs) >= seeds,
+                          "wall_time_s": sum(r.get("wall_time_s", 0) for r in runs), "eval": {"lengths": rows}})
+    return summaries
+
+
+def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None = None,
+                    settings: list[str] = (), seeds: int | None = None) -> list[Claim]:
+    """Judge the paper's claims per setting (group and tokenizer), from result dicts alone;
+    `settings` (e.g. "S3 statement") are judged even when none of their cells has a result.
+    `seeds`: how many seeds each cell has in the sweep (cells with fewer results do not count)."""
+    t = thresholds or Thresholds()
+    summaries = [s for s in spread(results, seeds) if s["complete"]]
+    by_setting: dict[str, list[dict[str, Any]]] = {name: [] for name in settings}
+    for summary in summaries:
+        by_setting.setdefault(f"{summary['group']} {summary['tokenizer']}", []).append(summary)
     claims = []
     for setting, cells in by_setting.items():
-        for key, (verdict, evidence) in _judge(cells, t).items():
+        on_mean = _judge({(c["arch"], c["spacing"]): c for c in cells}, t)
+        n_seeds = max((len(c["runs"]) for c in cells), default=1)
+        per_seed = [_judge({(c["arch"], c["spacing"]): c["runs"][i] for c in cells if len(c["runs"]) > i}, t)
+                    for i in range(n_seeds)]
+        needed = math.ceil(2 * n_seeds / 3)
+        for key, (verdict, evidence) in on_mean.items():
+            if verdict != NOT_MEASURED and n_seeds > 1:
+                holding = sum(judged[key][0] == HOLDS for judged in per_seed)
+                if verdict == HOLDS and holding < needed:
+                    verdict = DOES_NOT_HOLD
+                evidence = f"seed mean {evidence}; holds for {holding} of {n_seeds} seeds"
             claims.append(Claim(key, CLAIMS[key], setting, verdict, evidence))
     return claims
 

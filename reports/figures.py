@@ -1,4 +1,6 @@
-"""Figures of the reproduce report (plotly): accuracy vs reveal spacing, and vs trace length."""
+"""Figures of the reproduce report (plotly): accuracy vs reveal spacing, vs trace length, and the
+learning-rate search's validation curves. Points are seed means with min-max error bars; a dashed
+line marks chance (1/n for a group on n variables), a dotted one the labelled threshold."""
 from __future__ import annotations
 
 from typing import Any
@@ -6,7 +8,8 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from deltalens.reports.claims import accuracy_at
+from deltalens.reports.claims import spread
+from deltalens.tasks.groups import get_group
 from deltalens.training.grid import Thresholds
 
 # How the report names each architecture of the sweep's [models] table (others: the key itself).
@@ -29,25 +32,65 @@ def _arch_order(results: list[dict[str, Any]]) -> list[str]:
     return known + sorted({r["arch"] for r in results} - set(known))
 
 
+def chance(group: str) -> float | None:
+    """Reveal accuracy of guessing a value: 1/n for a group acting on n variables."""
+    try:
+        return 1 / get_group(group).n
+    except Exception:  # a group name this version does not know: no chance line
+        return None
+
+
+def _row_at(summary: dict[str, Any], multiple: float) -> dict[str, Any] | None:
+    return next((r for r in summary["eval"]["lengths"] if r.get("x_train") == multiple and "reveal_accuracy" in r),
+                None)
+
+
+def _error_bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "data", "symmetric": False, "array": [r["max"] - r["reveal_accuracy"] for r in rows],
+            "arrayminus": [r["reveal_accuracy"] - r["min"] for r in rows], "thickness": 1.2, "width": 4}
+
+
+def _reference_lines(fig, settings: list[str], threshold: float, label: str, cols_per_setting: int = 1,
+                     by_row: bool = False) -> None:
+    """The labelled threshold everywhere; each setting's chance line in its own panels."""
+    fig.add_hline(y=threshold, line_dash="dot", line_color="grey", annotation_text=f"{label} {threshold:g}",
+                  annotation_position="bottom right", annotation_font_size=10)
+    for i, setting in enumerate(settings, 1):
+        level = chance(setting.split(" ", 1)[0])
+        if level is None:
+            continue
+        for j in range(1, cols_per_setting + 1):
+            row, col = (i, j) if by_row else (1, i)
+            fig.add_hline(y=level, line_dash="dash", line_color="#bbbbbb", row=row, col=col,
+                          annotation_text=f"chance 1/{round(1 / level)}" if j == 1 else None,
+                          annotation_position="top left", annotation_font_size=10)
+
+
 def spacing_figure(results: list[dict[str, Any]], thresholds: Thresholds | None = None):
-    """Reveal accuracy at 1x the training length vs reveal spacing, one line per architecture."""
+    """Reveal accuracy at 1x the training length vs reveal spacing, one line per architecture
+    (seed mean, min-max error bars)."""
     t = thresholds or Thresholds()
     settings = _settings(results) or ["no results"]
+    summaries = spread(results)
     fig = make_subplots(rows=1, cols=len(settings), subplot_titles=settings, shared_yaxes=True)
     for arch in _arch_order(results):
         for col, setting in enumerate(settings, 1):
-            points = sorted((r["spacing"], a) for r in results if r["arch"] == arch
-                            and f"{r['group']} {r['tokenizer']}" == setting and (a := accuracy_at(r, 1)) is not None)
+            points = sorted((s["spacing"], row) for s in summaries if s["arch"] == arch
+                            and f"{s['group']} {s['tokenizer']}" == setting and (row := _row_at(s, 1)) is not None)
             if points:
-                fig.add_scatter(x=[k for k, _ in points], y=[a for _, a in points], mode="lines+markers",
-                                row=1, col=col, name=ARCH_LABELS.get(arch, arch), legendgroup=arch,
-                                line={"color": ARCH_COLORS.get(arch)})
-    fig.add_hline(y=t.learned, line_dash="dot", line_color="grey")
+                rows = [row for _, row in points]
+                fig.add_scatter(x=[k for k, _ in points], y=[r["reveal_accuracy"] for r in rows],
+                                error_y=_error_bars(rows), mode="lines+markers", row=1, col=col,
+                                name=ARCH_LABELS.get(arch, arch), legendgroup=arch,
+                                line={"color": ARCH_COLORS.get(arch)},
+                                hovertemplate="k=%{x}: %{y:.3f} (seed mean)<extra>%{fullData.name}</extra>")
+    _reference_lines(fig, settings, t.learned, "learned ≥")
     ticks = sorted({r["spacing"] for r in results}) or None
     fig.update_xaxes(title_text="reveal spacing k", type="log", tickvals=ticks)
     fig.update_yaxes(range=[0, 1.02])
     fig.update_yaxes(title_text="reveal accuracy at 1x", col=1)
-    fig.update_layout(title="Held-out reveal accuracy vs reveal spacing (training length)", template="plotly_white",
+    fig.update_layout(title="Test reveal accuracy vs reveal spacing (training length; seed mean, bars min-max)",
+                      template="plotly_white",
                       width=max(500, 380 * len(settings)), height=420)
     _dedupe_legend(fig)
     return fig
@@ -60,22 +103,50 @@ def length_figure(results: list[dict[str, Any]], thresholds: Thresholds | None =
     spacings = sorted({r["spacing"] for r in results}) or [1]
     titles = [f"{s}, k={k}" for s in settings for k in spacings]
     fig = make_subplots(rows=len(settings), cols=len(spacings), subplot_titles=titles, shared_yaxes=True)
+    summaries = spread(results)
     for arch in _arch_order(results):
         for row, setting in enumerate(settings, 1):
             for col, k in enumerate(spacings, 1):
-                for r in results:
-                    if r["arch"] == arch and r["spacing"] == k and f"{r['group']} {r['tokenizer']}" == setting:
-                        points = [(x["actions"], x["reveal_accuracy"]) for x in r["eval"]["lengths"]
-                                  if "reveal_accuracy" in x]
-                        fig.add_scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
-                                        row=row, col=col, name=ARCH_LABELS.get(arch, arch), legendgroup=arch,
+                for s in summaries:
+                    if s["arch"] == arch and s["spacing"] == k and f"{s['group']} {s['tokenizer']}" == setting:
+                        rows = [x for x in s["eval"]["lengths"] if "reveal_accuracy" in x]
+                        fig.add_scatter(x=[x["actions"] for x in rows], y=[x["reveal_accuracy"] for x in rows],
+                                        error_y=_error_bars(rows), mode="lines+markers", row=row, col=col,
+                                        name=ARCH_LABELS.get(arch, arch), legendgroup=arch,
                                         line={"color": ARCH_COLORS.get(arch)})
-    fig.add_hline(y=t.extrapolates, line_dash="dot", line_color="grey")
+    _reference_lines(fig, settings, t.extrapolates, "extrapolates ≥", cols_per_setting=len(spacings), by_row=True)
     fig.update_xaxes(type="log", title_text="actions per trace")
     fig.update_yaxes(range=[0, 1.02])
     fig.update_yaxes(title_text="reveal accuracy", col=1)
-    fig.update_layout(title="Extrapolation: held-out reveal accuracy vs trace length", template="plotly_white",
+    fig.update_layout(title="Extrapolation: test reveal accuracy vs trace length (seed mean, bars min-max)",
+                      template="plotly_white",
                       width=max(500, 320 * len(spacings)), height=max(380, 300 * len(settings)))
+    _dedupe_legend(fig)
+    return fig
+
+
+def search_figure(searches: list[dict[str, Any]], chosen: dict[tuple[str, str], float]):
+    """The learning-rate search: validation reveal accuracy during training, one panel per group,
+    one colour per architecture, solid = the chosen lr, dotted = the others."""
+    groups = list(dict.fromkeys(r["group"] for r in searches)) or ["no search results"]
+    fig = make_subplots(rows=1, cols=len(groups), subplot_titles=[f"{g}, k = 1" for g in groups], shared_yaxes=True)
+    for col, group in enumerate(groups, 1):
+        for r in searches:
+            if r["group"] != group:
+                continue
+            picked = chosen.get((group, r["arch"])) == r["lr"]
+            fig.add_scatter(x=[h["step"] for h in r["history"]], y=[h["reveal_accuracy"] for h in r["history"]],
+                            mode="lines", row=1, col=col, legendgroup=r["arch"],
+                            name=f"{ARCH_LABELS.get(r['arch'], r['arch'])}",
+                            line={"color": ARCH_COLORS.get(r["arch"]), "dash": "solid" if picked else "dot"},
+                            hovertemplate=f"lr {r['lr']:g}" + (" (chosen)" if picked else "")
+                            + ": %{y:.3f} at step %{x}<extra>%{fullData.name}</extra>")
+    _reference_lines(fig, groups, 0.9, "learned ≥")
+    fig.update_xaxes(title_text="training step")
+    fig.update_yaxes(range=[0, 1.02])
+    fig.update_yaxes(title_text="validation reveal accuracy", col=1)
+    fig.update_layout(title="Learning-rate search at k = 1: validation curves (solid: chosen lr, dotted: other lr)",
+                      template="plotly_white", width=max(500, 480 * len(groups)), height=420)
     _dedupe_legend(fig)
     return fig
 

@@ -7,6 +7,7 @@ retrains or re-evaluates them.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,84 @@ def uniform_kl(checkpoints: Path, name: str, kl: dict[str, Any]) -> dict[str, An
 
 def _show(step) -> str:
     return "–" if step is None else str(int(step))
+
+
+LONG_HORIZON = Path("reports") / "pfsa" / "long_horizon.json"  # written by scripts/pfsa_long_horizon.py
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{sum(values) / len(values):.3f} [{min(values):.3f}–{max(values):.3f}]"
+
+
+def long_horizon_lines(record: dict[str, Any], underflow: dict[str, int | None]) -> list[str]:
+    """(d): KL at 50 / 150 / 300 partial reveals by dtype, seed mean [min–max], per checkpoint and kind."""
+    horizons, results = record["horizons"], record["results"]
+    seeds = sorted({r["seed"] for r in results})
+    lines = [
+        "### (d) Long horizons, by dtype",
+        "",
+        f"KL(exact ‖ model), nats, averaged over the 5 partial-reveal counts ending at {', '.join(map(str, horizons))} "
+        f"on {record['traces_per_kind']} traces per kind with no full reveal after the initial assignment "
+        f"(random: the checkpoint's family at its spacing; adversarial: the mix / leak / reveal cycle), seed mean "
+        f"[min–max] over seeds {', '.join(map(str, seeds))} (seed 0: the shipped checkpoint; 1, 2: its train.toml "
+        "with only the seed changed). The models were trained on 16-action traces, so this is also a length "
+        "extrapolation. `uniform` is the 1/n guess on the same traces. The models' delta-rule state stays in fp32 "
+        "in every dtype (the kernels upcast, as fla's do); the exact linear filter's mass underflows at partial "
+        "reveal " + ", ".join(f"{_show(underflow.get(d))} in {d}" for d in ("float32", "bfloat16", "float16"))
+        + " (table (a) above).",
+        "",
+        "| checkpoint | kind | dtype | " + " | ".join(f"{h} partial reveals" for h in horizons) + " |",
+        "|---|---|---|" + "---|" * len(horizons),
+    ]
+    names = list(dict.fromkeys(r["checkpoint"] for r in results))
+    reference_done = set()
+    for name in names:
+        runs = [r for r in results if r["checkpoint"] == name]
+        rows = [row for r in runs for row in r["at_horizons"]]
+        for kind in ("random", "adversarial"):
+            for dtype in ("float32", "bfloat16", "float16"):
+                cells = []
+                for h in horizons:
+                    picked = [x for x in rows if x["kind"] == kind and x["dtype"] == dtype and x["horizon"] == h]
+                    errors = [x["error"] for x in picked if x.get("error")]
+                    values = [x["kl"] for x in picked if x.get("kl") is not None]
+                    cells.append(_spread(values) if values else (f"error: {errors[0][:60]}" if errors else "–"))
+                lines.append(f"| {name} | {kind} | {dtype} | " + " | ".join(cells) + " |")
+            if kind not in reference_done:  # the uniform guess is the same for every checkpoint of a family
+                uniform = [x for x in rows if x["kind"] == kind and x["dtype"] == "uniform"]
+                if uniform:
+                    reference_done.add(kind)
+                    cells = [_spread([x["kl"] for x in uniform if x["horizon"] == h and x.get("kl") is not None])
+                             for h in horizons]
+                    lines.append(f"| uniform guess (reference) | {kind} | – | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def long_horizon_figure(record: dict[str, Any]) -> go.Figure:
+    """KL vs partial reveals up to the longest horizon: fp32, one line per checkpoint (seed 0) and kind."""
+    fig = go.Figure()
+    for r in record["results"]:
+        if r["seed"] != 0:
+            continue
+        curve = pd.DataFrame.from_records(r["curve"])
+        if curve.empty:
+            continue
+        for kind, dash in (("random", "solid"), ("adversarial", "dash")):
+            for dtype in ("float32", "float16"):
+                part = curve[(curve.kind == kind) & (curve.dtype == dtype)]
+                if not part.empty:
+                    fig.add_scatter(x=part.partial_reveals, y=part.kl, mode="lines",
+                                    name=f"{r['checkpoint']} ({kind}, {dtype})",
+                                    line={"dash": dash, "width": 1 if dtype == "float16" else 2})
+    fig.update_layout(title="Long horizons: KL(exact ‖ model) vs partial reveals since the last full reveal (seed 0)",
+                      xaxis_title="partial reveals since the last full reveal", yaxis_title="KL (nats)",
+                      template="plotly_white", height=480)
+    fig.update_yaxes(type="log")
+    return fig
 
 
 def pfsa_section(checkpoints: Path) -> PfsaSection:
@@ -125,4 +204,12 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
          marginal_decay_figure(marginal)),
         ("pfsa_model_kl", "(c) trained models: KL to the exact belief vs partial reveals", kl_figure(tables)),
     ]
+    long_file = Path(checkpoints).resolve().parent / LONG_HORIZON
+    if long_file.is_file():
+        record = json.loads(long_file.read_text())
+        lines += long_horizon_lines(record, joint.underflow)
+        figures.append(("pfsa_long_horizon", "(d) KL at long horizons, fp32 and fp16", long_horizon_figure(record)))
+    else:
+        lines += ["### (d) Long horizons, by dtype", "",
+                  f"Not measured yet: run `python3 scripts/pfsa_long_horizon.py` (writes {LONG_HORIZON}).", ""]
     return PfsaSection(lines, figures)

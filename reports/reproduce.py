@@ -11,10 +11,10 @@ from pathlib import Path
 import plotly.io as pio
 
 from deltalens.models.atomic import write_text_atomic
-from deltalens.reports.claims import accuracy_at, claim_rules, evaluate_claims
-from deltalens.reports.figures import ARCH_LABELS, length_figure, spacing_figure
+from deltalens.reports.claims import claim_rules, evaluate_claims, spread
+from deltalens.reports.figures import ARCH_LABELS, length_figure, search_figure, spacing_figure
 from deltalens.reports.pfsa_section import pfsa_section
-from deltalens.training.grid import cell_config, curriculum
+from deltalens.training.grid import best_validation, cell_config, curriculum
 
 
 @dataclass
@@ -35,16 +35,21 @@ class Report:
     png_error: str | None  # the first PNG failure, one line naming the fix
 
 
-def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = None) -> Report:
+def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = None, searches=()) -> Report:
     """Write OUT/reproduce.md and OUT/figures/*; a PNG failure leaves the rest intact. With
-    ``pfsa_checkpoints`` the report gains the PFSA-SR section (pfsa_section.py)."""
+    ``pfsa_checkpoints`` the report gains the PFSA-SR section (pfsa_section.py); ``searches`` are
+    the learning-rate search's statuses (training.grid.read_search)."""
     section = pfsa_section(pfsa_checkpoints) if pfsa_checkpoints is not None else None
     results = [s.result for s in statuses if s.result is not None]
-    claims = evaluate_claims(results, sweep.thresholds, settings=[s.cell.setting for s in statuses])
+    claims = evaluate_claims(results, sweep.thresholds, settings=[s.cell.setting for s in statuses],
+                             seeds=len(sweep.seeds))
+    searched = [s.result for s in searches if s.result is not None]
     figures_dir = out / "figures"
     figures_dir.mkdir(parents=True, exist_ok=True)
     figures, png_error = [], None
     for name, title, fig in [
+        *([("lr_search", "learning-rate search (validation curves)", search_figure(searched, sweep.chosen_lr))]
+          if searched else []),
         ("accuracy_vs_spacing", "accuracy vs reveal spacing", spacing_figure(results, sweep.thresholds)),
         ("accuracy_vs_length", "accuracy vs trace length (extrapolation)", length_figure(results, sweep.thresholds)),
         *(section.figures if section else []),
@@ -61,7 +66,7 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         figures.append(FigureFiles(name, title, html, shown, error, png_stale=bool(error and kept)))
     markdown = out / "reproduce.md"
     write_text_atomic(
-        markdown, render_markdown(sweep, statuses, claims, figures, out, section.lines if section else [])
+        markdown, render_markdown(sweep, statuses, claims, figures, out, section.lines if section else [], searches)
     )
     return Report(markdown, claims, figures, png_error)
 
@@ -84,11 +89,89 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str] = ()) -> str:
+def _fmt_row(row: dict | None) -> str:
+    """A summary row as `mean [min–max]` (one seed: the value alone)."""
+    if row is None or "reveal_accuracy" not in row:
+        return "–"
+    if row.get("n", 1) == 1:
+        return f"{row['reveal_accuracy']:.3f}"
+    return f"{row['reveal_accuracy']:.3f} [{row['min']:.3f}–{row['max']:.3f}]"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _search_lines(sweep, searches) -> list[str]:
+    """The learning-rate search: per group and architecture, each lr's best validation accuracy."""
+    if sweep.search is None:
+        return []
+    lines = [
+        "## Learning-rate search",
+        "",
+        f"Per group and architecture, one run per lr at k = 1 (spacing 1 throughout), "
+        f"{sweep.search.steps or sweep.steps} steps, seed {sweep.search.seed}, validation every "
+        f"{sweep.search.eval_every} steps on 256 traces of the validation split (seed {sweep.validation_seed}). "
+        "Chosen: the lr whose validation accuracy peaks highest (near-ties within 0.001: the one that got "
+        "there first, then the smaller lr). Curves: figure `lr_search`.",
+        "",
+        "| group | architecture | " + " | ".join(f"lr {lr:g}: best (step)" for lr in sweep.search.lrs)
+        + " | chosen lr | wall time |",
+        "|---|---|" + "---|" * (len(sweep.search.lrs) + 2),
+    ]
+    pairs = dict.fromkeys((s.cell.group, s.cell.arch) for s in searches)
+    for group, arch in pairs:
+        runs = {s.cell.lr: s for s in searches if (s.cell.group, s.cell.arch) == (group, arch)}
+        cells, wall = [], 0.0
+        for lr in sweep.search.lrs:
+            status = runs.get(lr)
+            if status is None or status.result is None:
+                cells.append(f"not run ({status.short if status else 'not in sweep'})")
+                continue
+            best, step = best_validation(status.result)
+            cells.append(f"{best:.3f} ({step})")
+            wall += status.result.get("wall_time_s", 0)
+        chosen = sweep.chosen_lr.get((group, arch))
+        lines.append(f"| {group} | {ARCH_LABELS.get(arch, arch)} | " + " | ".join(cells)
+                     + f" | {'–' if chosen is None else f'**{chosen:g}**'} | {_minutes(wall)} |")
+    return [*lines, ""]
+
+
+def _wall_time_lines(sweep, statuses, searches) -> list[str]:
+    """Training wall time (evaluations excluded) per cell and seed, and in total per architecture."""
+    done = [s for s in statuses if s.result is not None]
+    if not done:
+        return []
+    lines = ["## Training time", "",
+             "Training wall time per cell (one CPU thread per run; evaluations excluded), one entry per seed "
+             "as `steps trained: time` (fewer steps than the budget: stopped early on validation accuracy).", "",
+             "| cell | " + " | ".join(f"seed {seed}" for seed in sweep.seeds) + " |",
+             "|---|" + "---|" * len(sweep.seeds)]
+    families = dict.fromkeys(s.cell.family for s in statuses)
+    for family in families:
+        by_seed = {s.cell.seed: s.result for s in done if s.cell.family == family}
+        if not by_seed:
+            continue
+        entries = [f"{by_seed[seed].get('steps', '?')}: {_minutes(by_seed[seed].get('wall_time_s', 0))}"
+                   if seed in by_seed else "–" for seed in sweep.seeds]
+        lines.append(f"| {family} | " + " | ".join(entries) + " |")
+    per_arch: dict[str, float] = {}
+    for s in done:
+        per_arch[s.cell.arch] = per_arch.get(s.cell.arch, 0.0) + s.result.get("wall_time_s", 0)
+    for s in searches:
+        if s.result is not None:
+            per_arch[s.cell.arch] = per_arch.get(s.cell.arch, 0.0) + s.result.get("wall_time_s", 0)
+    lines += ["", "Total training time per architecture (search runs and measured cells): "
+              + ", ".join(f"{ARCH_LABELS.get(a, a)} {_minutes(w)}" for a, w in per_arch.items()) + ".", ""]
+    return lines
+
+
+def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str] = (), searches=()) -> str:
     t = sweep.thresholds
     results = [s.result for s in statuses if s.result is not None]
-    config = cell_config(statuses[0].cell, sweep).to_dict()  # budget, optimiser and task are shared
-    task, optim, run = config["task"], config["optim"], config["run"]
+    # budget, optimiser (but its lr) and task are shared by every cell
+    config = cell_config(statuses[0].cell, sweep, lr=sweep.optim.get("lr", 3e-3)).to_dict()
+    task, optim = config["task"], config["optim"]
     length, multiples = task["actions"][1], sweep.eval_multiples
     lengths = " / ".join(f"{m}x" for m in multiples)
     actions = " / ".join(str(m * length) for m in multiples)
@@ -96,33 +179,46 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
     wall = sum(r.get("wall_time_s", 0) for r in results)
     wall_text = f"{wall / 60:.0f} min" if wall >= 60 else f"{wall:.0f} s"
     not_run = len(statuses) - len(results)
+    seeds = ", ".join(str(x) for x in sweep.seeds)
+    if sweep.search is not None:
+        lr_text = (f"AdamW with the lr chosen per group and architecture by the search below (grid "
+                   f"{', '.join(f'{lr:g}' for lr in sweep.search.lrs)})")
+    else:
+        lr_text = f"AdamW lr {optim['lr']:g}"
+    stop_text = (f", stopping early once validation reveal accuracy reaches {sweep.early_stop_accuracy:g} "
+                 f"(validation split: eval-split traces of seed {sweep.validation_seed}, never test traces)"
+                 if sweep.early_stop_accuracy else "")
     lines = [
         "# Reproduction: Siems et al. (2026), \"Learning State-Tracking from Code Using Linear RNNs\"",
         "",
-        f"Written by `deltalens reproduce` from sweep `{sweep.path}`: **{len(results)} of {len(statuses)} cells "
-        f"measured**{f', {not_run} not run' if not_run else ''}; the measured cells trained for {wall_text} "
-        "in total. `deltalens reproduce` trains only what is missing; `--no-train` rewrites this report.",
+        f"Written by `deltalens reproduce` from sweep `{sweep.path}`: **{len(results)} of {len(statuses)} runs "
+        f"measured** ({len(sweep.seeds)} seeds per cell){f', {not_run} not run' if not_run else ''}; the measured "
+        f"runs trained for {wall_text} in total. `deltalens reproduce` trains only what is missing (`--lanes N` "
+        "at a time); `--no-train` rewrites this report.",
         "",
         "## Protocol",
         "",
-        f"* **Same budget for every cell:** {sweep.steps} optimiser steps, batch {optim['batch_size']}, AdamW "
-        f"lr {optim['lr']:g} (warmup {optim['warmup_steps']} steps, cosine decay to {optim['min_lr_ratio']:g}x), "
-        f"seed {run['seed']}; {task['action_set']}, {length} actions per training trace, training reveals "
-        f"`{task['reveal']}`, loss on `{task['supervision']}` tokens.",
+        f"* **Same tuning budget for every architecture:** a learning-rate search at k = 1 chooses each "
+        f"architecture's lr per group on the validation split; then every cell trains {sweep.steps} optimiser "
+        f"steps at most{stop_text}, batch {optim['batch_size']}, {lr_text} (warmup {optim['warmup_steps']} "
+        f"steps, cosine decay to {optim['min_lr_ratio']:g}x), seeds {seeds}; {task['action_set']}, {length} "
+        f"actions per training trace, training reveals `{task['reveal']}`, loss on `{task['supervision']}` tokens.",
         f"* **Same curriculum for every architecture**, ending at the cell's spacing k, as `[from_step, lo, hi]`: "
         f"`[[0, 1, 1], [{mixed[0]}, 1, k], [{sparse[0]}, k, k]]` (spacing 1 first, then drawn per trace "
         "from 1..k, then k alone); for k = 1, `[[0, 1, 1]]`.",
-        f"* **Evaluation:** {sweep.eval_traces} fresh held-out traces per length (seeds never used in training) "
-        f"at spacing k, {actions} actions ({lengths} the training length), each reveal printing one variable. "
-        "Reveal accuracy = fraction of revealed values predicted right (argmax over the whole vocabulary); "
-        "chance is about 1/n for S_n.",
+        f"* **Test:** {sweep.eval_traces} fresh held-out traces per length (eval seed {sweep.eval_seed}: never "
+        f"used in training, validation or the search) at spacing k, {actions} actions ({lengths} the training "
+        "length), each reveal printing one variable. Reveal accuracy = fraction of revealed values predicted "
+        "right (argmax over the whole vocabulary); chance is 1/n for S_n.",
+        "* **Spread:** every number is the mean over seeds with [min–max]; a claim holds only when it holds for "
+        "the seed mean and for at least 2 of 3 seeds; a cell counts once all its seeds have results.",
         "",
         "## The paper's claims",
         "",
         f"Thresholds: a model has **learned** when its reveal accuracy at 1x is ≥ {t.learned:g}; it "
         f"**extrapolates** when it stays ≥ {t.extrapolates:g} at the longest length evaluated "
-        f"({multiples[-1]}x). Sparse reveals: k > 1. Each claim is judged per setting from the table below; "
-        "\"not measured\" means the cells it needs have no result.",
+        f"({multiples[-1]}x). Sparse reveals: k > 1. Each claim is judged per setting from the table below, on "
+        "the seed means and on each seed; \"not measured\" means the cells it needs have no result for every seed.",
         "",
         "| paper's claim | setting | verdict | measured (reveal accuracy) | rule |",
         "|---|---|---|---|---|",
@@ -136,17 +232,23 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
         lines.append("| all | – | not measured | no cell has a result yet | – |")
     lines += ["", "The LSTM (a non-linear RNN) is shown for reference; the paper makes no claim about it here.", ""]
 
+    lines += _search_lines(sweep, list(searches))
     lines += ["## Results", ""]
+    summaries = {(s["group"], s["tokenizer"], s["arch"], s["spacing"]): s for s in spread(results, len(sweep.seeds))}
     settings = list(dict.fromkeys(s.cell.setting for s in statuses))
     for setting in settings:
         group, tokenizer = setting.split(" ", 1)
-        cells = {(s.cell.arch, s.cell.spacing): s for s in statuses if s.cell.setting == setting}
+        cells: dict[tuple[str, int], list] = {}
+        for s in statuses:
+            if s.cell.setting == setting:
+                cells.setdefault((s.cell.arch, s.cell.spacing), []).append(s)
         spacings = sorted({k for _, k in cells})
         archs = [a for a in sweep.models if any(a == arch for arch, _ in cells)]
         lines += [
             f"### {group}, {tokenizer} tokenizer",
             "",
-            f"Held-out reveal accuracy at {lengths} the training length ({actions} actions), at the cell's spacing k.",
+            f"Test reveal accuracy, seed mean [min–max], at {lengths} the training length ({actions} actions), at the "
+            "cell's spacing k (one line per length).",
             "",
             "| architecture | " + " | ".join(f"k={k}" for k in spacings) + " |",
             "|---|" + "---|" * len(spacings),
@@ -154,13 +256,17 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
         for arch in archs:
             row = []
             for k in spacings:
-                status = cells.get((arch, k))
-                if status is None:
+                seeds_here = cells.get((arch, k))
+                summary = summaries.get((group, tokenizer, arch, k))
+                if seeds_here is None:
                     row.append("– (not in sweep)")
-                elif status.result is None:
-                    row.append(f"not run ({status.short})")
+                elif summary is None:
+                    row.append(f"not run ({seeds_here[0].short})")
                 else:
-                    row.append(" / ".join(_fmt(accuracy_at(status.result, float(m))) for m in multiples))
+                    rows = {r["x_train"]: r for r in summary["eval"]["lengths"]}
+                    text = "<br>".join(f"{m}x: {_fmt_row(rows.get(float(m)))}" for m in multiples)
+                    have = len(summary["runs"])
+                    row.append(text if have >= len(seeds_here) else f"{have} of {len(seeds_here)} seeds<br>{text}")
             lines.append(f"| {ARCH_LABELS.get(arch, arch)} | " + " | ".join(row) + " |")
         lines.append("")
 
@@ -174,6 +280,7 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
             lines += [f"* `{name}` at {r['actions']} actions: {r['error']}" for name, r in errors]
         lines.append("")
 
+    lines += _wall_time_lines(sweep, statuses, list(searches))
     lines += [*extra, "## Figures", ""]
     for figure in figures:
         html = figure.html.relative_to(out).as_posix()

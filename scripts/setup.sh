@@ -18,6 +18,14 @@ if ! (cd / && "$PY" -c "import deltalens.cli.main, fla, transformer_lens, pytest
     "$PY" -m pip install --quiet -e ".[test]"
     touch .setup-stamp
 fi
+# a C compiler builds the CPU kernels on first use (models/native.py); without one the slower torch
+# kernels run instead
+if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+    echo "[setup] installing gcc (apt-get) for the CPU kernels" >&2
+    apt-get install -y -qq gcc libc6-dev >/dev/null 2>&1 \
+        || { apt-get update -qq && apt-get install -y -qq gcc libc6-dev >/dev/null; } \
+        || echo "[setup] warning: could not install gcc; the torch kernels will run (slower)" >&2
+fi
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
     echo "[setup] installing chromium and chromium-driver (apt-get)" >&2
     apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 \

@@ -11,8 +11,17 @@ from deltalens.models.delta_rule import (
     l2_normalize,
     replay_with_state_edits,
 )
+from deltalens.models.native import native_kernels
 
 TOL = 1e-4  # fp32 max abs error allowed between any two of our paths / fla's naive reference
+
+
+@pytest.fixture(autouse=True, params=["c-kernel", "torch-kernel"])
+def cpu_kernel(request):
+    """Every test here runs twice: chunk_delta_rule on the C kernel (the default on a CPU with a C
+    compiler) and on the chunked torch kernel (the fallback)."""
+    with native_kernels(request.param == "c-kernel"):
+        yield request.param
 
 
 def make_inputs(B=2, T=50, H=3, K=16, V=8, beta_max=2.0, seed=0, normalize_k=True, requires_grad=False):

@@ -16,11 +16,15 @@ from deltalens.training.config import load_config
 from deltalens.training.grid import (
     Cell,
     CellStatus,
+    SearchRun,
     Thresholds,
     cell_config,
+    choose_lrs,
     load_sweep,
     read_results,
+    read_search,
     run_cell,
+    with_choices,
 )
 from deltalens.training.loop import LAST, TRAINER_STATE
 
@@ -66,7 +70,8 @@ d_model = 32
 n_layers = 1
 """
 
-CELLS = ["s3-deltanet-neg-statement-k1", "s3-deltanet-neg-statement-k2", "s3-lstm-statement-k1", "s3-lstm-statement-k2"]
+CELLS = ["s3-deltanet-neg-statement-k1-s0", "s3-deltanet-neg-statement-k2-s0", "s3-lstm-statement-k1-s0",
+         "s3-lstm-statement-k2-s0"]
 
 
 def tiny_sweep(tmp_path, steps: int = 3) -> Path:
@@ -94,24 +99,36 @@ def cli(tmp_path, *extra: str) -> int:
     )
 
 
-def test_paper_sweep_has_every_cell_and_the_shipped_recipe():
+def test_paper_sweep_has_every_cell_the_search_and_the_shipped_task():
     sweep = load_sweep(REPO / "sweep" / "paper.toml")
     names = [c.name for c in sweep.cells]
-    assert len(names) == 2 * 4 * 3 + 2 == len(set(names))
-    assert "s5-deltanet-pos-statement-k8" in names and "s3-transformer-code-k4" in names
-    assert "s3-transformer-code-k1" not in names  # code cells at spacing 4 only
+    assert len(names) == (2 * 4 * 3 + 2) * 3 == len(set(names))  # every cell with seeds 0, 1, 2
+    assert "s5-deltanet-pos-statement-k8-s2" in names and "s3-transformer-code-k4-s0" in names
+    assert "s3-transformer-code-k1-s0" not in names  # code cells at spacing 4 only
+    searches = read_search(sweep, REPO / "reports" / "sweep")
+    assert len(searches) == 2 * 4 * 2 and all(s.result is not None for s in searches)  # committed search results
+    chosen = choose_lrs(sweep, searches)
+    assert set(chosen) == {(g, a) for g in ("S3", "S5") for a in sweep.models} and set(chosen.values()) <= {1e-3, 3e-3}
+    with pytest.raises(DeltalensError, match="no learning rate chosen yet"):
+        cell_config(sweep.cells[0], sweep)
+    sweep = with_choices(sweep, chosen)
     configs = [cell_config(c, sweep) for c in sweep.cells]
-    # one budget for all: steps, batch, lr schedule
-    assert {(c.run.steps, c.optim.batch_size, c.optim.lr, c.optim.warmup_steps, c.optim.min_lr_ratio)
-            for c in configs} == {(1600, 32, 3e-3, 100, 0.1)}
-    # the k = 4 cells are exactly the shipped checkpoints' recipes
+    # one budget and stopping rule for all; validation traces are never the test traces (eval seed 0)
+    assert {(c.run.steps, c.optim.batch_size, c.optim.warmup_steps, c.optim.min_lr_ratio, c.run.validation_seed,
+             c.run.early_stop_accuracy) for c in configs} == {(4000, 32, 100, 0.1, 1, 0.999)}
+    assert {c.run.seed for c in configs} == {0, 1, 2}
+    assert all(c.optim.lr == chosen[(cell.group, cell.arch)] for c, cell in zip(configs, sweep.cells))
+    # the k = 4 cells train the shipped checkpoints' task and model (the curriculum scaled to the budget)
     for shipped, cell in [("s3-deltanet-neg-statement", Cell("S3", "deltanet-neg", 4, "statement")),
                           ("s5-deltanet-pos-statement", Cell("S5", "deltanet-pos", 4, "statement")),
                           ("s3-transformer-code", Cell("S3", "transformer", 4, "code"))]:
-        shipped_config = load_config(REPO / "checkpoints" / shipped / "train.toml")
-        assert cell_config(cell, sweep).to_dict() == shipped_config.to_dict()
+        shipped_config = load_config(REPO / "checkpoints" / shipped / "train.toml").to_dict()
+        ours = cell_config(cell, sweep).to_dict()
+        assert ours["model"] == shipped_config["model"]
+        assert {k: v for k, v in ours["task"].items() if k != "spacing_schedule"} == \
+               {k: v for k, v in shipped_config["task"].items() if k != "spacing_schedule"}
     k8 = cell_config(Cell("S5", "lstm", 8, "statement"), sweep).task
-    assert k8.spacing_schedule == [[0, 1, 1], [600, 1, 8], [1000, 8, 8]] and k8.eval_spacing == 8
+    assert k8.spacing_schedule == [[0, 1, 1], [1500, 1, 8], [2500, 8, 8]] and k8.eval_spacing == 8
     assert cell_config(Cell("S3", "lstm", 1, "statement"), sweep).task.spacing_schedule == [[0, 1, 1]]
 
 
@@ -120,17 +137,18 @@ def test_tiny_sweep_end_to_end_then_nothing_is_retrained(tmp_path, monkeypatch, 
     assert cli(tmp_path) == 0
     results = tmp_path / "results"
     assert sorted(p.name for p in results.iterdir()) == sorted(f"{c}.json" for c in CELLS)  # no temp files left
-    record = json.loads((results / "s3-lstm-statement-k2.json").read_text())
+    record = json.loads((results / "s3-lstm-statement-k2-s0.json").read_text())
     assert record["steps"] == 3 and record["config"]["task"]["eval_spacing"] == 2
     assert record["config"]["task"]["spacing_schedule"] == [[0, 1, 1], [1, 1, 2], [2, 2, 2]]
     assert [r["actions"] for r in record["eval"]["lengths"]] == [4, 8, 16]
     assert record["eval"]["reveal"] == "one" and all(0 <= r["reveal_accuracy"] <= 1 for r in record["eval"]["lengths"])
     md = (tmp_path / "reports" / "reproduce.md").read_text()
-    assert "**4 of 4 cells measured**" in md
+    assert "**4 of 4 runs measured**" in md
     assert "### S3, statement tokenizer" in md and "| architecture | k=1 | k=2 |" in md
     for label in ("| DeltaNet β∈[0,2] |", "| LSTM |"):
         row = next(line for line in md.splitlines() if line.startswith(label))
-        assert row.count(" / ") == 4 and "not run" not in row  # 1x / 2x / 4x in both spacing columns
+        assert row.count("<br>") == 4 and "not run" not in row  # 1x / 2x / 4x in both spacing columns
+    assert "## Training time" in md and "| s3-lstm-statement-k2 | 3: " in md
     assert "DeltaNet β∈[0,2] learns to track with sparse reveals | S3 statement |" in md
     assert "the Transformer needs dense reveals | S3 statement | not measured |" in md  # no transformer cell
     figures = tmp_path / "reports" / "figures"
@@ -148,14 +166,14 @@ def test_tiny_sweep_end_to_end_then_nothing_is_retrained(tmp_path, monkeypatch, 
     before = {p.name: p.read_text() for p in results.iterdir()}
     capsys.readouterr()
     assert cli(tmp_path) == 0
-    assert "trained 0 cell(s)" in capsys.readouterr().out
+    assert "trained 0 run(s)" in capsys.readouterr().out
     assert {p.name: p.read_text() for p in results.iterdir()} == before
 
     # a missing result: --no-train reports it, --only trains just that cell
-    (results / "s3-lstm-statement-k1.json").unlink()
+    (results / "s3-lstm-statement-k1-s0.json").unlink()
     assert cli(tmp_path, "--no-train") == 0
     md = (tmp_path / "reports" / "reproduce.md").read_text()
-    assert "not run (not trained yet)" in md and "`s3-lstm-statement-k1`: no result file" in md
+    assert "not run (not trained yet)" in md and "`s3-lstm-statement-k1-s0`: no result file" in md
     monkeypatch.undo()
     trained = []
     real_run_cell = sweep_module.run_cell
@@ -166,13 +184,13 @@ def test_tiny_sweep_end_to_end_then_nothing_is_retrained(tmp_path, monkeypatch, 
 
     monkeypatch.setattr(sweep_module, "run_cell", counting)
     assert cli(tmp_path, "--only", "s3-lstm-*", "s3-nothing") == 0
-    assert trained == ["s3-lstm-statement-k1"]  # its finished run was evaluated again, not retrained
-    assert "**4 of 4 cells measured**" in (tmp_path / "reports" / "reproduce.md").read_text()
+    assert trained == ["s3-lstm-statement-k1-s0"]  # its finished run was evaluated again, not retrained
+    assert "**4 of 4 runs measured**" in (tmp_path / "reports" / "reproduce.md").read_text()
 
     # another budget: the old results no longer count
     assert cli(tmp_path, "--no-train", "--steps", "5") == 0
     md = (tmp_path / "reports" / "reproduce.md").read_text()
-    assert "**0 of 4 cells measured**" in md and "is from a 3-step run, the sweep asks for 5 steps" in md
+    assert "**0 of 4 runs measured**" in md and "is from a 3-step run, the sweep asks for 5 steps" in md
 
 
 def test_killed_cell_resumes_from_its_run(tmp_path, monkeypatch):
@@ -277,7 +295,7 @@ def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, 
     assert "Missing PNGs: figures/accuracy_vs_spacing.png. PNG export needs" in md
     assert "PNGs kept from an earlier run (they may show older numbers than the HTML figures): " \
            "figures/accuracy_vs_length.png" in md
-    assert "**1 of 4 cells measured**" in md and "| 0.950 / 0.900 / 0.800 |" in md
+    assert "**1 of 4 runs measured**" in md and "| 1x: 0.950<br>2x: 0.900<br>4x: 0.800 |" in md
     assert md.count("not run (not trained yet)") == 3
 
 
@@ -287,9 +305,11 @@ def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, 
     (TINY.format(steps=3).replace('archs = ["deltanet-neg", "lstm"]', 'archs = ["mamba"]'),
      "arch 'mamba' has no [models.mamba]"),
     (TINY.format(steps=3).replace("[run]", "[run]\nsteps = 9"), "may not set steps"),
-    (TINY.format(steps=3).replace('groups = ["S3"]', 'groups = ["Q7"]'), "cell q7-deltanet-neg-statement-k1"),
+    (TINY.format(steps=3).replace('groups = ["S3"]', 'groups = ["Q7"]'), "cell q7-deltanet-neg-statement-k1-s0"),
+    (TINY.format(steps=3).replace("eval_traces = 8\n\n[[grid]]", "eval_traces = 8\nvalidation_seed = 0\n\n[[grid]]"),
+     "validation_seed must differ from eval_seed"),
     (TINY.format(steps=0), "steps must be an integer >= 1"),
-], ids=["missing", "malformed", "unknown-arch", "run-steps", "unknown-group", "zero-steps"])
+], ids=["missing", "malformed", "unknown-arch", "run-steps", "unknown-group", "validation-is-test", "zero-steps"])
 def test_bad_sweep_file_is_one_clear_line(tmp_path, capsys, text, message):
     if text is not None:
         (tmp_path / "tiny.toml").write_text(text)
@@ -320,3 +340,69 @@ def test_interrupt_still_writes_the_report(tmp_path, capsys, monkeypatch):
     assert "rerun `deltalens reproduce` to resume" in capsys.readouterr().err
     md = (tmp_path / "reports" / "reproduce.md").read_text()
     assert "not run (interrupted)" in md and md.count("not run (not trained yet)") == 3
+
+
+def test_claims_need_the_seed_mean_and_two_of_three_seeds():
+    def seeds(arch, k, per_seed):
+        return [{**result(arch, k, accs), "seed": i} for i, accs in enumerate(per_seed)]
+
+    dense = seeds("transformer", 1, [[0.95, 0.5, 0.3]] * 3)
+    # mean at k=4 is 0.85 < 0.9 but one seed learned: "needs dense reveals" holds for 2 of 3 seeds
+    two_of_three = dense + seeds("transformer", 4, [[0.95, 0.5, 0.3], [0.8, 0.5, 0.3], [0.8, 0.5, 0.3]])
+    claim = next(c for c in evaluate_claims(two_of_three, seeds=3) if c.key == "transformer-dense")
+    assert claim.verdict == HOLDS and "holds for 2 of 3 seeds" in claim.evidence
+    # the mean stays below 0.9 (0.883) yet two seeds learned at k=4: only 1 of 3 seeds holds
+    one_of_three = dense + seeds("transformer", 4, [[0.95, 0.5, 0.3], [0.95, 0.5, 0.3], [0.75, 0.5, 0.3]])
+    claim = next(c for c in evaluate_claims(one_of_three, seeds=3) if c.key == "transformer-dense")
+    assert claim.verdict == DOES_NOT_HOLD and "holds for 1 of 3 seeds" in claim.evidence
+    # a cell with 2 of its 3 seeds does not count yet
+    partial = dense + seeds("transformer", 4, [[0.5, 0.5, 0.3], [0.5, 0.5, 0.3]])
+    claim = next(c for c in evaluate_claims(partial, seeds=3) if c.key == "transformer-dense")
+    assert claim.verdict == NOT_MEASURED
+
+
+def test_search_runs_first_and_its_choice_configures_every_cell(tmp_path, capsys):
+    text = TINY.format(steps=4).replace("[optim]\nlr = 3e-3", "[optim]").replace(
+        "[task]", "[search]\nlrs = [1e-3, 3e-2]\neval_every = 2\n\n[task]").replace(
+        "[sweep]", "[sweep]\nvalidation_seed = 5\nseeds = [0, 1]")
+    (tmp_path / "tiny.toml").write_text(text)
+    assert cli(tmp_path, "--only", "search-*", "*-k1-s1") == 0
+    sweep = load_sweep(tmp_path / "tiny.toml")
+    searches = read_search(sweep, tmp_path / "results")
+    assert sorted(s.cell.name for s in searches) == sorted(
+        f"search-s3-{a}-lr{lr}" for a in ("deltanet-neg", "lstm") for lr in ("0.001", "0.03"))
+    assert all(s.result is not None and [h["step"] for h in s.result["history"]] == [2, 4] for s in searches)
+    record = searches[0].result
+    assert record["config"]["run"]["validation_seed"] == 5 and record["config"]["task"]["spacing"] == [1, 1]
+    chosen = choose_lrs(sweep, searches)
+    statuses = read_results(with_choices(sweep, chosen), tmp_path / "results")
+    done = {s.cell.name: s.result for s in statuses if s.result is not None}
+    assert sorted(done) == ["s3-deltanet-neg-statement-k1-s1", "s3-lstm-statement-k1-s1"]
+    for name, rec in done.items():
+        arch = "lstm" if "lstm" in name else "deltanet-neg"
+        assert rec["config"]["optim"]["lr"] == chosen[("S3", arch)] and rec["config"]["run"]["seed"] == 1
+    md = (tmp_path / "reports" / "reproduce.md").read_text()
+    assert "## Learning-rate search" in md and "1 of 2 seeds" in md
+    assert (tmp_path / "reports" / "figures" / "lr_search.html").is_file()
+
+
+def test_choose_lrs_takes_the_highest_validation_peak_then_the_faster_run():
+    sweep = load_sweep(REPO / "sweep" / "paper.toml")
+
+    def status(group, arch, lr, curve):
+        history = [{"step": 100 * (i + 1), "reveal_accuracy": a} for i, a in enumerate(curve)]
+        return CellStatus(SearchRun(group, arch, lr), result={"history": history})
+
+    searches = [status("S3", "lstm", 1e-3, [0.5, 0.9]), status("S3", "lstm", 3e-3, [0.7, 0.95]),
+                status("S3", "transformer", 1e-3, [0.99, 1.0]), status("S3", "transformer", 3e-3, [1.0, 1.0]),
+                status("S5", "lstm", 1e-3, [0.3]), CellStatus(SearchRun("S5", "lstm", 3e-3))]
+    assert choose_lrs(sweep, searches) == {("S3", "lstm"): 3e-3, ("S3", "transformer"): 3e-3}
+
+
+def test_lanes_train_cells_in_parallel_processes(tmp_path):
+    tiny_sweep(tmp_path)
+    assert cli(tmp_path, "--lanes", "2") == 0
+    results = tmp_path / "results"
+    assert sorted(p.name for p in results.iterdir()) == sorted(f"{c}.json" for c in CELLS)
+    records = [json.loads((results / f"{c}.json").read_text()) for c in CELLS]
+    assert all(r["steps"] == 3 and len(r["eval"]["lengths"]) == 3 for r in records)

@@ -78,6 +78,10 @@ class RunConfig:
     eval_traces: int = 256  # held-out traces per evaluation
     checkpoint_every: int = 500  # steps between atomic checkpoints (0 = only at the end)
     early_stop_accuracy: float = 0.0  # stop once held-out reveal accuracy >= this (0 = never)
+    # seed of the held-out traces evaluated during training (eval split, never a training trace);
+    # -1 = `seed`. Set it apart from the test seed (0, that of `deltalens eval`) when these numbers
+    # choose anything (a learning rate, when to stop), so that test traces never do.
+    validation_seed: int = -1
     threads: int = 0  # torch threads (0 = torch's default)
 
 
@@ -115,6 +119,7 @@ RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "run.seed": (0, 2**62, False), "run.steps": (1, 100_000_000, False), "run.eval_every": (0, None, False),
     "run.eval_traces": (1, 1_000_000, False), "run.checkpoint_every": (0, None, False),
     "run.early_stop_accuracy": (0, 1, False), "run.threads": (0, 1024, False),
+    "run.validation_seed": (-1, 2**62, False),
     "task.actions": (1, MAX_ACTIONS, False), "task.spacing": (1, MAX_ACTIONS, False),
     "task.eval_spacing": (1, MAX_ACTIONS, False), "task.curriculum_steps": (0, None, False),
     "task.curriculum_start": (1, MAX_ACTIONS, False), "task.mix": (0, None, False), "task.swap_prob": (0, 1, True),

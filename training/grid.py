@@ -3,12 +3,18 @@
 Siems et al. (2026) compare DeltaNet with beta in [0, 2] (`deltanet-neg`: eigenvalues of the
 transition I - beta k k^T in [-1, 1]) and beta in [0, 1] (`deltanet-pos`), a Transformer and an
 LSTM, by how sparse the reveals may be (spacing k: one print every k actions) and whether tracking
-holds on traces longer than those trained on. A cell is one (group, arch, k, tokenizer):
+holds on traces longer than those trained on. The protocol, the same for every architecture:
 
-    train   the shipped recipe's curriculum ending at k: spacing 1, then spacing drawn per trace
-            from 1..k, then k alone; stage starts are fractions of the budget (600, 1000 of 1600)
-    eval    held-out traces at spacing k, 1x / 2x / 4x the training length, reveal `one`
-    record  results_dir/<cell>.json: config, steps, wall time, accuracy per length
+    search  per group and architecture, one run per learning rate of the [search] grid at k = 1
+            (dense reveals, where every architecture should learn); the lr whose held-out
+            *validation* accuracy (eval-split traces of `validation_seed`, never the test traces)
+            peaks highest is chosen: results_dir/search/<run>.json keep the validation curves
+    cell    one (group, arch, k, tokenizer, seed), trained with its architecture's chosen lr:
+    train   the curriculum ending at k: spacing 1, then spacing drawn per trace from 1..k, then k
+            alone, stage starts as fractions of the budget; stops early once validation accuracy
+            reaches `early_stop_accuracy`
+    eval    test traces (eval seed 0) at spacing k, 1x / 2x / 4x the training length, reveal `one`
+    record  results_dir/<cell>.json: config, steps, wall time, validation curve, accuracy per length
 
 The result files are the durable record (runs/ is scratch and git-ignored). A cell counts as done
 when its result file holds exactly the config the sweep asks for now, so a changed budget retrains
@@ -16,6 +22,8 @@ instead of mixing budgets in one table. A killed cell resumes from its run direc
 named by a hash of its config for the same reason.
 
     sweep = load_sweep("sweep/paper.toml")
+    searches = read_search(sweep, "reports/sweep")           # train the missing ones first
+    sweep = with_choices(sweep, choose_lrs(sweep, searches))
     for status in read_results(sweep, "reports/sweep"):
         if status.result is None:
             run_cell(status.cell, sweep, "runs/sweep", "reports/sweep")
@@ -31,6 +39,7 @@ import hashlib
 import json
 import math
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,7 +55,7 @@ from deltalens.tasks.errors import DeltalensError
 from deltalens.training.config import TrainConfig
 from deltalens.training.data import TrainingData
 from deltalens.training.evaluate import evaluate_checkpoint
-from deltalens.training.loop import LAST, TRAINER_STATE, train
+from deltalens.training.loop import LAST, TRAINER_STATE, train, validation_seed
 
 # per-cell task fields: the sweep file may not set them in [task]
 _CELL_TASK_KEYS = {"group", "tokenizer", "spacing", "spacing_schedule", "eval_spacing"}
@@ -58,15 +67,44 @@ class Cell:
     arch: str  # a key of the sweep's [models] table, e.g. deltanet-neg
     spacing: int  # reveal spacing k of the last curriculum stage and of the evaluation
     tokenizer: str  # statement | code
+    seed: int = 0  # training seed (initialisation and data order)
 
     @property
     def name(self) -> str:
+        return f"{self.family}-s{self.seed}"
+
+    @property
+    def family(self) -> str:
+        """The cell without its seed: what a report row aggregates over seeds."""
         return f"{self.group.lower()}-{self.arch}-{self.tokenizer}-k{self.spacing}"
 
     @property
     def setting(self) -> str:
         """The group of cells a report table and the claims are computed over."""
         return f"{self.group} {self.tokenizer}"
+
+
+@dataclass(frozen=True)
+class SearchRun:
+    """One learning rate of the search for (group, arch): k = 1, the statement tokenizer."""
+
+    group: str
+    arch: str
+    lr: float
+
+    @property
+    def name(self) -> str:
+        return f"search-{self.group.lower()}-{self.arch}-lr{self.lr:g}"
+
+
+@dataclass
+class Search:
+    """The [search] table: the learning-rate grid tried per group and architecture at k = 1."""
+
+    lrs: list[float]
+    seed: int = 1  # training seed of the search runs
+    steps: int = 0  # budget of a search run (0 = the sweep's steps)
+    eval_every: int = 250  # steps between validation evaluations (the curves that choose)
 
 
 @dataclass
@@ -90,6 +128,11 @@ class Sweep:
     mixed_from: float = 0.375  # fraction of the budget where spacing 1..k starts
     sparse_from: float = 0.625  # fraction of the budget where spacing k alone starts
     thresholds: Thresholds = field(default_factory=Thresholds)
+    seeds: list[int] = field(default_factory=lambda: [0])  # training seeds of every cell
+    validation_seed: int = -1  # eval-split seed of the validation traces (-1 = each run's own seed)
+    early_stop_accuracy: float = 0.0  # a cell stops once validation accuracy reaches this (0 = never)
+    search: Search | None = None  # the learning-rate search; None = every cell uses [optim] lr
+    chosen_lr: dict[tuple[str, str], float] = field(default_factory=dict)  # (group, arch) -> the search's lr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,9 +150,11 @@ def load_sweep(path: str | Path) -> Sweep:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise DeltalensError(f"sweep file {path} is not valid TOML: {err}") from None
     where = f"sweep file {path}"
-    _check_keys(data, {"sweep", "grid", "curriculum", "thresholds", "task", "optim", "run", "models"}, where)
+    _check_keys(data, {"sweep", "grid", "curriculum", "thresholds", "task", "optim", "run", "models", "search"},
+                where)
     head = _table(data, "sweep", where)
-    _check_keys(head, {"steps", "eval_multiples", "eval_traces", "eval_seed"}, f"{where} [sweep]")
+    _check_keys(head, {"steps", "eval_multiples", "eval_traces", "eval_seed", "seeds", "validation_seed",
+                       "early_stop_accuracy"}, f"{where} [sweep]")
     stages = _table(data, "curriculum", where)
     _check_keys(stages, {"mixed_from", "sparse_from"}, f"{where} [curriculum]")
     thresholds = _table(data, "thresholds", where)
@@ -117,14 +162,19 @@ def load_sweep(path: str | Path) -> Sweep:
     task, run = _table(data, "task", where), _table(data, "run", where)
     if _CELL_TASK_KEYS & set(task):
         raise DeltalensError(f"{where}: [task] may not set {sorted(_CELL_TASK_KEYS & set(task))}; each cell sets them")
-    if {"steps", "early_stop_accuracy"} & set(run):
-        # one budget for every cell: steps live in [sweep], and no cell may stop early
-        raise DeltalensError(f"{where}: [run] may not set steps or early_stop_accuracy; the budget is [sweep] steps")
+    if {"steps", "early_stop_accuracy", "seed", "validation_seed"} & set(run):
+        # one budget and one stopping rule for every cell, in [sweep]; seeds are per cell
+        raise DeltalensError(f"{where}: [run] may not set steps, early_stop_accuracy, seed or validation_seed; "
+                             "they are [sweep] keys (steps, early_stop_accuracy, seeds, validation_seed)")
     model_tables = _table(data, "models", where)
     for key, table in model_tables.items():
         if not isinstance(table, dict) or "arch" not in table:
             raise DeltalensError(f"{where}: [models.{key}] needs an `arch` (deltanet, transformer or lstm)")
-    cells = _grid_cells(data.get("grid"), model_tables, where)
+    seeds = head.get("seeds", [0])
+    if not isinstance(seeds, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                              for x in seeds) or not seeds:
+        raise DeltalensError(f"{where}: [sweep] seeds must be a non-empty list of whole numbers >= 0, got {seeds!r}")
+    cells = _grid_cells(data.get("grid"), model_tables, where, seeds)
     multiples = _list(head.get("eval_multiples", [1, 2, 4]), "[sweep] eval_multiples", where)
     sweep = Sweep(
         path=path, cells=cells, models=model_tables, task=task, optim=_table(data, "optim", where), run=run,
@@ -136,11 +186,34 @@ def load_sweep(path: str | Path) -> Sweep:
         sparse_from=_number(stages.get("sparse_from", 0.625), float, "[curriculum] sparse_from", where, lo=0, hi=1),
         thresholds=Thresholds(**{k: _number(v, float, f"[thresholds] {k}", where, lo=0, hi=1)
                                  for k, v in thresholds.items()}),
+        seeds=[_number(x, int, "[sweep] seeds", where, lo=0) for x in _list(head.get("seeds", [0]), "[sweep] seeds",
+                                                                             where)],
+        validation_seed=_number(head.get("validation_seed", -1), int, "[sweep] validation_seed", where, lo=-1),
+        early_stop_accuracy=_number(head.get("early_stop_accuracy", 0.0), float, "[sweep] early_stop_accuracy",
+                                    where, lo=0, hi=1),
+        search=_search(data, where),
     )
+    if len(set(sweep.seeds)) != len(sweep.seeds):
+        raise DeltalensError(f"{where}: [sweep] seeds repeat a seed: {sweep.seeds}")
+    if sweep.validation_seed == sweep.eval_seed:
+        raise DeltalensError(f"{where}: [sweep] validation_seed must differ from eval_seed ({sweep.eval_seed}): "
+                             "the traces that choose the learning rate and the stopping step may not be test traces")
     if sweep.mixed_from > sweep.sparse_from:
         raise DeltalensError(f"{where}: [curriculum] mixed_from must not exceed sparse_from")
     check_sweep(sweep)
     return sweep
+
+
+def _search(data: dict[str, Any], where: str) -> Search | None:
+    if "search" not in data:
+        return None
+    table = _table(data, "search", where)
+    label = f"{where} [search]"
+    _check_keys(table, {"lrs", "seed", "steps", "eval_every"}, label)
+    lrs = [_number(x, float, "lrs", label, lo=1e-8, hi=10) for x in _list(table.get("lrs"), "lrs", label)]
+    return Search(lrs=lrs, seed=_number(table.get("seed", 1), int, "seed", label, lo=0),
+                  steps=_number(table.get("steps", 0), int, "steps", label, lo=0),
+                  eval_every=_number(table.get("eval_every", 250), int, "eval_every", label, lo=1))
 
 
 def check_sweep(sweep: Sweep) -> None:
@@ -148,7 +221,7 @@ def check_sweep(sweep: Sweep) -> None:
     seen: set[tuple[str, str]] = set()
     for cell in sweep.cells:
         try:
-            config = cell_config(cell, sweep)
+            config = cell_config(cell, sweep, lr=sweep.optim.get("lr", 3e-3))
             if (cell.group, cell.tokenizer) not in seen:
                 seen.add((cell.group, cell.tokenizer))
                 TrainingData(config.task, seed=0)  # validates the group, action set and tokenizer
@@ -180,7 +253,13 @@ def curriculum(spacing: int, steps: int, mixed_from: float = 0.375, sparse_from:
     return [[0, 1, 1], [round(steps * mixed_from), 1, spacing], [round(steps * sparse_from), spacing, spacing]]
 
 
-def cell_config(cell: Cell, sweep: Sweep) -> TrainConfig:
+def cell_config(cell: Cell, sweep: Sweep, lr: float | None = None) -> TrainConfig:
+    """The cell's training config; its lr is `lr`, else the search's choice, else [optim] lr."""
+    if lr is None and sweep.search is not None:
+        if (cell.group, cell.arch) not in sweep.chosen_lr:
+            raise DeltalensError(f"{cell.name}: no learning rate chosen yet for {cell.group} {cell.arch} "
+                                 "(its k = 1 search runs have no results)")
+        lr = sweep.chosen_lr[(cell.group, cell.arch)]
     task = {
         **sweep.task,
         "group": cell.group,
@@ -189,19 +268,56 @@ def cell_config(cell: Cell, sweep: Sweep) -> TrainConfig:
         "spacing_schedule": curriculum(cell.spacing, sweep.steps, sweep.mixed_from, sweep.sparse_from),
         "eval_spacing": cell.spacing,
     }
+    optim = dict(sweep.optim) if lr is None else {**sweep.optim, "lr": lr}
     return TrainConfig.from_dict({
         "task": task,
         "model": dict(sweep.models[cell.arch]),
-        "optim": dict(sweep.optim),
-        "run": {**sweep.run, "steps": sweep.steps},
+        "optim": optim,
+        "run": {**sweep.run, "steps": sweep.steps, "seed": cell.seed, "validation_seed": sweep.validation_seed,
+                "early_stop_accuracy": sweep.early_stop_accuracy},
     })
+
+
+def search_runs(sweep: Sweep) -> list[SearchRun]:
+    """One run per (group, arch) of the grid and learning rate of the search (none without one)."""
+    if sweep.search is None:
+        return []
+    pairs = dict.fromkeys((c.group, c.arch) for c in sweep.cells)
+    return [SearchRun(group, arch, lr) for group, arch in pairs for lr in sweep.search.lrs]
+
+
+def search_config(run: SearchRun, sweep: Sweep) -> TrainConfig:
+    """k = 1 throughout on the statement tokenizer, the search's seed, budget and cadence, no early stop."""
+    assert sweep.search is not None
+    task = {**sweep.task, "group": run.group, "tokenizer": "statement", "spacing": [1, 1], "spacing_schedule": [],
+            "eval_spacing": 1}
+    every = sweep.search.eval_every
+    return TrainConfig.from_dict({
+        "task": task,
+        "model": dict(sweep.models[run.arch]),
+        "optim": {**sweep.optim, "lr": run.lr},
+        "run": {**sweep.run, "steps": sweep.search.steps or sweep.steps, "seed": sweep.search.seed,
+                "validation_seed": sweep.validation_seed, "eval_every": every, "checkpoint_every": every},
+    })
+
+
+def job_config(job: Cell | SearchRun, sweep: Sweep) -> TrainConfig:
+    return search_config(job, sweep) if isinstance(job, SearchRun) else cell_config(job, sweep)
+
+
+def canonical_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A config dict with today's keys (defaults for keys added since it was written) and the
+    validation seed spelled out (-1 means the run's seed), for comparing a result with the sweep."""
+    config = TrainConfig.from_dict(config)
+    config.run.validation_seed = validation_seed(config)
+    return config.to_dict()
 
 
 def config_hash(config: TrainConfig) -> str:
     return hashlib.sha1(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
 
 
-def _grid_cells(grids: Any, model_tables: dict[str, Any], where: str) -> list[Cell]:
+def _grid_cells(grids: Any, model_tables: dict[str, Any], where: str, seeds: list[int]) -> list[Cell]:
     if not isinstance(grids, list) or not grids:
         raise DeltalensError(f"{where} has no [[grid]] tables; each lists groups, archs, spacings and a tokenizer")
     cells: list[Cell] = []
@@ -224,9 +340,10 @@ def _grid_cells(grids: Any, model_tables: dict[str, Any], where: str) -> list[Ce
         for group in _list(grid["groups"], "groups", label):
             for arch in grid["archs"]:
                 for k in _list(grid["spacings"], "spacings", label):
-                    cell = Cell(str(group), arch, _number(k, int, "spacings", label, lo=1), tokenizer)
-                    if cell not in cells:
-                        cells.append(cell)
+                    for seed in seeds:
+                        cell = Cell(str(group), arch, _number(k, int, "spacings", label, lo=1), tokenizer, seed)
+                        if cell not in cells:
+                            cells.append(cell)
     return cells
 
 
@@ -265,62 +382,119 @@ def _number(value: Any, kind: type, name: str, where: str, lo: float | None = No
 
 @dataclass
 class CellStatus:
-    cell: Cell
+    cell: Cell | SearchRun
     result: dict[str, Any] | None = None  # the cell's result file, when it is done
     short: str = ""  # why there is no result, in a few words (for a table cell)
     reason: str = ""  # why there is no result, in full
 
 
+def result_path(job: Cell | SearchRun, results_dir: str | Path) -> Path:
+    folder = Path(results_dir) / "search" if isinstance(job, SearchRun) else Path(results_dir)
+    return folder / f"{job.name}.json"
+
+
+def _status(job: Cell | SearchRun, sweep: Sweep, results_dir: str | Path) -> CellStatus:
+    """The job's result when its file holds the config the sweep asks for now, else why not."""
+    path = result_path(job, results_dir)
+    status = CellStatus(job)
+    try:
+        wanted = canonical_config(job_config(job, sweep).to_dict())
+    except DeltalensError as err:  # a cell whose learning rate is not chosen yet
+        status.short, status.reason = "waiting for the lr search", str(err)
+        return status
+    if not path.is_file():
+        status.short, status.reason = "not trained yet", f"no result file {path}"
+        return status
+    try:
+        result = json.loads(path.read_text())
+        recorded = result["config"]
+        if isinstance(job, Cell):
+            result["eval"]["lengths"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+        status.short = "unreadable result"
+        status.reason = f"{path} is not a result file ({err}); it is retrained"
+        return status
+    try:  # keys added to the config since the cell ran count with their defaults
+        recorded = canonical_config(recorded)
+    except DeltalensError:
+        pass  # an unknown key: it stays unequal, so "other config"
+    if recorded == wanted:
+        status.result = result
+    elif recorded.get("run", {}).get("steps") != wanted["run"]["steps"]:
+        status.short = "other budget"
+        steps = recorded.get("run", {}).get("steps")
+        status.reason = (f"{path} is from a {steps}-step run, the sweep asks for "
+                         f"{wanted['run']['steps']} steps; it is retrained")
+    else:
+        status.short = "other config"
+        status.reason = f"{path} was trained with a config other than the sweep's; it is retrained"
+    return status
+
+
 def read_results(sweep: Sweep, results_dir: str | Path) -> list[CellStatus]:
-    """One status per cell: its result when the file holds this sweep's config, else why not."""
-    results_dir = Path(results_dir)
-    statuses = []
-    for cell in sweep.cells:
-        path = results_dir / f"{cell.name}.json"
-        status = CellStatus(cell)
-        if not path.is_file():
-            status.short, status.reason = "not trained yet", f"no result file {path}"
-        else:
-            try:
-                result = json.loads(path.read_text())
-                recorded = result["config"]
-                result["eval"]["lengths"]
-            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
-                status.short = "unreadable result"
-                status.reason = f"{path} is not a result file ({err}); it is retrained"
-            else:
-                wanted = cell_config(cell, sweep).to_dict()
-                try:  # keys added to the config since the cell ran count with their defaults
-                    recorded = TrainConfig.from_dict(recorded).to_dict()
-                except DeltalensError:
-                    pass  # an unknown key: it stays unequal, so "other config"
-                if recorded == wanted:
-                    status.result = result
-                elif recorded.get("run", {}).get("steps") != wanted["run"]["steps"]:
-                    status.short = "other budget"
-                    steps = recorded.get("run", {}).get("steps")
-                    status.reason = (f"{path} is from a {steps}-step run, the sweep asks for "
-                                     f"{wanted['run']['steps']} steps; it is retrained")
-                else:
-                    status.short = "other config"
-                    status.reason = f"{path} was trained with a config other than the sweep's; it is retrained"
-        statuses.append(status)
-    return statuses
+    """One status per cell: its result when the file holds this sweep's config, else why not.
+    With a search, pass the sweep `with_choices` (cells without a chosen lr wait for the search)."""
+    return [_status(cell, sweep, results_dir) for cell in sweep.cells]
 
 
-def select_cells(statuses: list[CellStatus], globs: list[str] | None, where: str = "the sweep") -> list[CellStatus]:
+def read_search(sweep: Sweep, results_dir: str | Path) -> list[CellStatus]:
+    """One status per search run (none when the sweep has no [search])."""
+    return [_status(run, sweep, results_dir) for run in search_runs(sweep)]
+
+
+def best_validation(result: dict[str, Any]) -> tuple[float, int]:
+    """(highest validation reveal accuracy, first step within 0.005 of it) of a run's history."""
+    history = [h for h in result.get("history", []) if "reveal_accuracy" in h]
+    if not history:
+        return 0.0, 0
+    best = max(h["reveal_accuracy"] for h in history)
+    return best, min(h["step"] for h in history if h["reveal_accuracy"] >= best - 0.005)
+
+
+def choose_lrs(sweep: Sweep, searches: list[CellStatus]) -> dict[tuple[str, str], float]:
+    """(group, arch) -> the lr whose validation accuracy peaks highest; near-ties (within 0.001)
+    go to the run that got there in fewer steps, then to the smaller lr. Only pairs whose every
+    search run has a result are chosen."""
+    chosen = {}
+    pairs = dict.fromkeys((s.cell.group, s.cell.arch) for s in searches)
+    for pair in pairs:
+        runs = [s for s in searches if (s.cell.group, s.cell.arch) == pair]
+        if any(s.result is None for s in runs):
+            continue
+        scored = [(best_validation(s.result), s.cell.lr) for s in runs]
+        top = max(score for (score, _), _ in scored)
+        near = [((score, step), lr) for (score, step), lr in scored if score >= top - 0.001]
+        chosen[pair] = min(near, key=lambda item: (item[0][1], item[1]))[1]
+    return chosen
+
+
+def with_choices(sweep: Sweep, chosen: dict[tuple[str, str], float]) -> Sweep:
+    return dataclasses.replace(sweep, chosen_lr=dict(chosen))
+
+
+def read_sweep(sweep: Sweep, results_dir: str | Path) -> tuple[Sweep, list[CellStatus], list[CellStatus]]:
+    """(the sweep with the search's choices, cell statuses, search statuses): everything a report
+    or a dashboard reads, without training anything."""
+    searches = read_search(sweep, results_dir)
+    sweep = with_choices(sweep, choose_lrs(sweep, searches))
+    return sweep, read_results(sweep, results_dir), searches
+
+
+def select_cells(statuses: list[CellStatus], globs: list[str] | None, where: str = "the sweep",
+                 require_match: bool = True) -> list[CellStatus]:
     """The cells to train: those without a result whose name matches a glob (all when no globs).
-    Cells left out are marked "not selected"; globs that match no cell at all are an error."""
+    Cells left out are marked "not selected"; globs that match no cell at all are an error
+    (unless not `require_match`: the caller checked them against more names)."""
     selected = statuses
     if globs:
         selected = [s for s in statuses if any(fnmatch.fnmatchcase(s.cell.name, g) for g in globs)]
-        if not selected:
+        if not selected and require_match:
             names = ", ".join(s.cell.name for s in statuses[:3])
             raise DeltalensError(f"--only {' '.join(globs)} matches no cell of {where}; names look like {names}")
-    todo = [s for s in selected if s.result is None]
+    todo = [s for s in selected if s.result is None and s.short != "waiting for the lr search"]
     chosen = {s.cell for s in todo}
     for status in statuses:
-        if status.result is None and status.cell not in chosen:
+        if status.result is None and status.cell not in chosen and status.short != "waiting for the lr search":
             status.short, status.reason = "not selected", f"not selected by --only ({status.reason})"
     return todo
 
@@ -333,67 +507,91 @@ class SweepOutcome:
 
 
 def train_missing(sweep: Sweep, todo: list[CellStatus], runs_dir: str | Path, results_dir: str | Path,
-                  progress: bool = True) -> SweepOutcome:
-    """Train, evaluate and record each cell of `todo` in turn (one progress bar over cells).
+                  progress: bool = True, lanes: int = 1) -> SweepOutcome:
+    """Train, evaluate and record each cell (or search run) of `todo`, `lanes` at a time.
 
-    A cell that fails (a NaN loss, say) is marked and the sweep goes on; Ctrl-C stops after the
-    running cell has saved its last checkpoint, so the next call resumes it.
+    One lane runs the cells in turn with a progress bar per training; several lanes run in
+    separate processes (one torch thread each, as the configs say) with one bar over cells. A
+    cell that fails (a NaN loss, say) is marked and the sweep goes on; Ctrl-C stops after the
+    running cells have saved their last checkpoints, so the next call resumes them.
     """
     outcome = SweepOutcome()
     if not todo:
         return outcome
+    if lanes < 1:
+        raise DeltalensError(f"--lanes must be at least 1, got {lanes}")
     check_models(sweep, {s.cell.arch for s in todo})
-    bar = progress_bar(todo, enabled=progress, desc="sweep", unit="cell")
-    for status in bar:
-        bar.set_postfix_str(status.cell.name)
+    bar = progress_bar(total=len(todo), enabled=progress, desc="sweep", unit="cell")
+
+    def record(status: CellStatus, call) -> None:
         try:
-            status.result = run_cell(status.cell, sweep, runs_dir, results_dir, progress=progress)
+            status.result = call()
             outcome.trained += 1
         except DeltalensError as err:
             status.short, status.reason = "training failed", f"training failed: {err}"
             outcome.failed += 1
             bar.write(f"deltalens: {status.cell.name}: {status.reason}")
-        except KeyboardInterrupt:
-            status.short, status.reason = "interrupted", "interrupted; `deltalens reproduce` resumes it"
-            outcome.interrupted = True
-            break
+        bar.update(1)
+
+    running: list[CellStatus] = []  # what a Ctrl-C interrupts (cells not started keep their status)
+    try:
+        if lanes == 1:
+            for status in todo:
+                bar.set_postfix_str(status.cell.name)
+                running[:] = [status]
+                record(status, lambda s=status: run_cell(s.cell, sweep, runs_dir, results_dir, progress=progress))
+        else:
+            import multiprocessing
+
+            # spawn, not fork: a forked copy of a process that already ran torch can deadlock in OpenMP
+            with ProcessPoolExecutor(max_workers=lanes, mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = {pool.submit(run_cell, s.cell, sweep, runs_dir, results_dir, False): s for s in todo}
+                running[:] = list(futures.values())[:lanes]
+                for future in as_completed(futures):
+                    status = futures[future]
+                    bar.set_postfix_str(status.cell.name)
+                    record(status, future.result)
+                    running[:] = [s for f, s in futures.items() if f.running()]
+    except KeyboardInterrupt:
+        for status in running:
+            if status.result is None and status.short != "training failed":
+                status.short, status.reason = "interrupted", "interrupted; `deltalens reproduce` resumes it"
+        outcome.interrupted = True
     bar.close()
     return outcome
 
 
 def run_cell(
-    cell: Cell, sweep: Sweep, runs_dir: str | Path, results_dir: str | Path, progress: bool = True
+    cell: Cell | SearchRun, sweep: Sweep, runs_dir: str | Path, results_dir: str | Path, progress: bool = True
 ) -> dict[str, Any]:
-    """Train the cell (resuming a killed run), evaluate it and write results_dir/<cell>.json."""
-    config = cell_config(cell, sweep)
+    """Train the cell (resuming a killed run), evaluate it and write its result file. A search
+    run's record is its validation curve; a cell's adds the test evaluation at every length."""
+    config = job_config(cell, sweep)
     run_dir = Path(runs_dir) / f"{cell.name}-{config_hash(config)}"
     state_file = run_dir / LAST / TRAINER_STATE
     state = json.loads(state_file.read_text()) if state_file.is_file() else None
-    if state is None or state["step"] < config.run.steps:
+    finished = state is not None and (state["step"] >= config.run.steps or state.get("stopped_early", False))
+    if not finished:
         result = train(config, run_dir, resume=state is not None, progress=progress)
         steps, wall, history = result.step, result.wall_time_s, result.history
     else:  # trained, but killed before its result was written
         steps, wall, history = state["step"], state["wall_time_s"], state["history"]
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
-    started = time.perf_counter()
-    lengths = evaluate_lengths(run_dir / LAST, config, sweep)
-    record = {
-        "cell": cell.name,
-        **dataclasses.asdict(cell),
-        "config": config.to_dict(),
-        "steps": steps,
-        "wall_time_s": round(wall, 1),
-        "eval_wall_time_s": round(time.perf_counter() - started, 1),
-        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "history": history,  # held-out accuracy during training (at spacing k, training length)
-        "eval": {"spacing": cell.spacing, "reveal": "one", "n_traces": sweep.eval_traces, "seed": sweep.eval_seed,
-                 "lengths": lengths},
-    }
-    write_json_atomic(Path(results_dir) / f"{cell.name}.json", record)
+    record = {"cell": cell.name, **dataclasses.asdict(cell), "config": config.to_dict(), "steps": steps,
+              "stopped_early": steps < config.run.steps, "wall_time_s": round(wall, 1)}
+    if isinstance(cell, Cell):
+        started = time.perf_counter()
+        lengths = evaluate_lengths(run_dir / LAST, config, sweep)
+        record["eval_wall_time_s"] = round(time.perf_counter() - started, 1)
+    record["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    # held-out accuracy during training: validation traces (validation_seed) at spacing k, training length
+    record["history"] = history
+    if isinstance(cell, Cell):
+        record["eval"] = {"spacing": cell.spacing, "reveal": "one", "n_traces": sweep.eval_traces,
+                          "seed": sweep.eval_seed, "lengths": lengths}
+    write_json_atomic(result_path(cell, results_dir), record)
     return record
-
-
 def evaluate_lengths(checkpoint: Path, config: TrainConfig, sweep: Sweep) -> list[dict[str, Any]]:
     """Reveal accuracy at each multiple of the training length; a length the model cannot take
     (a Transformer's context) is recorded as an error rather than losing the cell."""

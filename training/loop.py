@@ -145,7 +145,7 @@ def _train_steps(config, run_dir, data, model, optimizer, device, step, wall, hi
     def run_eval() -> dict[str, Any]:
         model.eval()
         result = evaluate(
-            model, data.tokenizer, data.eval_spec(), n_traces=config.run.eval_traces, seed=config.run.seed
+            model, data.tokenizer, data.eval_spec(), n_traces=config.run.eval_traces, seed=validation_seed(config)
         )
         model.train()
         entry = {"step": step, "reveal_accuracy": result.reveal_accuracy, "trace_accuracy": result.trace_accuracy,
@@ -275,6 +275,11 @@ class DeferredInterrupt:
     def __exit__(self, *exc) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+
+
+def validation_seed(config: TrainConfig) -> int:
+    """The eval-split seed of the held-out traces evaluated during training."""
+    return config.run.seed if config.run.validation_seed < 0 else config.run.validation_seed
 
 
 def _resume_key(config: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from deltalens import models
 from deltalens.app.common import attempt, checkpoint_dir, checkpoint_table
 from deltalens.reports.claims import evaluate_claims
 from deltalens.reports.figures import checkpoint_length_figure, length_figure, spacing_figure
-from deltalens.training.grid import load_sweep, read_results
+from deltalens.training.grid import load_sweep, read_sweep
 from deltalens.training.opened import SHIPPED
 
 REPO = SHIPPED.parent
@@ -37,10 +37,12 @@ if table is not None:
 st.header("The paper's claims, from the sweep")
 sweep = attempt(load_sweep, REPO / "sweep" / "paper.toml")
 if sweep is not None:
-    results = [s.result for s in read_results(sweep, REPO / "reports" / "sweep") if s.result is not None]
-    claims = evaluate_claims(results, sweep.thresholds, settings=[c.setting for c in sweep.cells])
-    st.caption(f"{len(results)} of {len(sweep.cells)} sweep cells measured (reports/sweep/*.json); "
-               "`deltalens reproduce` writes the same table to reports/reproduce.md.")
+    sweep, statuses, _ = read_sweep(sweep, REPO / "reports" / "sweep")
+    results = [s.result for s in statuses if s.result is not None]
+    claims = evaluate_claims(results, sweep.thresholds, settings=[c.setting for c in sweep.cells],
+                             seeds=len(sweep.seeds))
+    st.caption(f"{len(results)} of {len(sweep.cells)} sweep runs measured ({len(sweep.seeds)} seeds per cell; "
+               "reports/sweep/*.json); `deltalens reproduce` writes the same table to reports/reproduce.md.")
     st.dataframe(pd.DataFrame([{"claim": c.statement, "setting": c.setting, "verdict": c.verdict,
                                 "measured": c.evidence} for c in claims]), hide_index=True, width="stretch")
     if results:

@@ -1,0 +1,149 @@
+/* The delta rule, token by token, in C: forward and backward for one CPU thread.
+ *
+ * Same maths as delta_rule_recurrence in models/delta_rule.py (prepared fp32 inputs, q already
+ * scaled), token by token for all heads of a sequence at once, so the H states stay in cache and
+ * the inputs are read in order:
+ *
+ *     w_t = S_{t-1}^T k_t,  u_t = beta_t (v_t - w_t),  S_t = S_{t-1} + k_t u_t^T,  o_t = S_t^T q_t
+ *
+ * Layouts (row-major, contiguous): q, k [B, T, H, K]; v, o [B, T, H, V]; beta [B, T, H];
+ * states S [B, H, K, V]. For the backward pass the forward keeps only every BLOCK-th state,
+ * `ckpt` [B, ceil(T / BLOCK), H, K, V] (the state before tokens 0, BLOCK, 2 BLOCK, ...; NULL when
+ * no backward follows), and the backward recomputes the BLOCK states of one block at a time into
+ * `scratch` [BLOCK, H, K, V]: 1/BLOCK of the memory of keeping every state, and no fresh pages
+ * to fault in at every training step.
+ * Built and loaded by models/native.py; plain C99, no Python or torch headers.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#define BLOCK 16
+
+/* w = S^T k and u = beta (v - w) for one head and token */
+static inline void new_value(const float *restrict s, const float *restrict kt, const float *restrict vt, float bt,
+                             float *restrict w, float *restrict u, int64_t K, int64_t V) {
+    for (int64_t j = 0; j < V; j++) w[j] = 0.0f;
+    for (int64_t i = 0; i < K; i++)
+        for (int64_t j = 0; j < V; j++) w[j] += s[i * V + j] * kt[i];
+    for (int64_t j = 0; j < V; j++) u[j] = bt * (vt[j] - w[j]);
+}
+
+static inline void forward_body(const float *restrict q, const float *restrict k, const float *restrict v,
+                                const float *restrict beta, float *restrict S, float *restrict o,
+                                float *restrict ckpt, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
+    const int64_t NB = (T + BLOCK - 1) / BLOCK;
+    float w[V], u[V];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++) {
+                float *restrict s = S + (b * H + h) * K * V;
+                const int64_t tok = (b * T + t) * H + h;
+                const float *restrict qt = q + tok * K, *restrict kt = k + tok * K;
+                if (ckpt && t % BLOCK == 0)
+                    memcpy(ckpt + ((b * NB + t / BLOCK) * H + h) * K * V, s, sizeof(float) * K * V);
+                new_value(s, kt, v + tok * V, beta[tok], w, u, K, V);
+                float *restrict ot = o + tok * V;
+                for (int64_t j = 0; j < V; j++) ot[j] = 0.0f;
+                for (int64_t i = 0; i < K; i++)
+                    for (int64_t j = 0; j < V; j++) {
+                        s[i * V + j] += kt[i] * u[j];
+                        ot[j] += s[i * V + j] * qt[i];
+                    }
+            }
+}
+
+/* Gradients of o (and of the final state: dS on entry) back to q, k, v, beta and the initial
+ * state (dS on exit), block by block from the end, each block's states recomputed from `ckpt`. */
+static inline void backward_body(const float *restrict q, const float *restrict k, const float *restrict v,
+                                 const float *restrict beta, const float *restrict ckpt,
+                                 const float *restrict dO, float *restrict dS, float *restrict dq,
+                                 float *restrict dk, float *restrict dv, float *restrict dbeta,
+                                 float *restrict scratch, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
+    const int64_t NB = (T + BLOCK - 1) / BLOCK, KV = K * V;
+    float w[V], u[V], du[V];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t blk = NB - 1; blk >= 0; blk--) {
+            const int64_t t0 = blk * BLOCK, t1 = t0 + BLOCK < T ? t0 + BLOCK : T;
+            /* scratch[(t - t0) H + h] = S_{t-1} of head h, for t in [t0, t1) */
+            memcpy(scratch, ckpt + (b * NB + blk) * H * KV, sizeof(float) * H * KV);
+            for (int64_t t = t0; t + 1 < t1; t++)
+                for (int64_t h = 0; h < H; h++) {
+                    const int64_t tok = (b * T + t) * H + h;
+                    const float *restrict sp = scratch + ((t - t0) * H + h) * KV;
+                    float *restrict sn = scratch + ((t + 1 - t0) * H + h) * KV;
+                    const float *restrict kt = k + tok * K;
+                    new_value(sp, kt, v + tok * V, beta[tok], w, u, K, V);
+                    for (int64_t i = 0; i < K; i++)
+                        for (int64_t j = 0; j < V; j++) sn[i * V + j] = sp[i * V + j] + kt[i] * u[j];
+                }
+            for (int64_t t = t1 - 1; t >= t0; t--)
+                for (int64_t h = 0; h < H; h++) {
+                    float *restrict ds = dS + (b * H + h) * KV;
+                    const int64_t tok = (b * T + t) * H + h;
+                    const float *restrict qt = q + tok * K, *restrict kt = k + tok * K, *restrict vt = v + tok * V;
+                    const float *restrict dot = dO + tok * V;
+                    const float *restrict sp = scratch + ((t - t0) * H + h) * KV;
+                    const float bt = beta[tok];
+                    float *restrict dqt = dq + tok * K, *restrict dkt = dk + tok * K, *restrict dvt = dv + tok * V;
+                    new_value(sp, kt, vt, bt, w, u, K, V);
+                    float u_do = 0.0f;
+                    for (int64_t j = 0; j < V; j++) u_do += u[j] * dot[j];
+                    /* o_t = S_t^T q_t, S_t = S_{t-1} + k_t u_t^T: dq_t = S_{t-1} do_t + k_t (u_t . do_t) */
+                    for (int64_t i = 0; i < K; i++) {
+                        float acc = 0.0f;
+                        for (int64_t j = 0; j < V; j++) acc += sp[i * V + j] * dot[j];
+                        dqt[i] = acc + kt[i] * u_do;
+                    }
+                    /* dS_t += q_t do_t^T; then du_t = dS_t^T k_t and dk_t = dS_t u_t (from k_t u_t^T) */
+                    for (int64_t j = 0; j < V; j++) du[j] = 0.0f;
+                    for (int64_t i = 0; i < K; i++) {
+                        float acc = 0.0f;
+                        for (int64_t j = 0; j < V; j++) {
+                            ds[i * V + j] += qt[i] * dot[j];
+                            du[j] += ds[i * V + j] * kt[i];
+                            acc += ds[i * V + j] * u[j];
+                        }
+                        dkt[i] = acc;
+                    }
+                    /* u_t = beta_t (v_t - w_t), w_t = S_{t-1}^T k_t */
+                    float db = 0.0f;
+                    for (int64_t j = 0; j < V; j++) {
+                        db += du[j] * (vt[j] - w[j]);
+                        dvt[j] = bt * du[j];
+                        du[j] = -bt * du[j]; /* now dw_t */
+                    }
+                    dbeta[tok] = db;
+                    /* dk_t += S_{t-1} dw_t;  dS_{t-1} = dS_t + k_t dw_t^T */
+                    for (int64_t i = 0; i < K; i++) {
+                        float acc = 0.0f;
+                        for (int64_t j = 0; j < V; j++) {
+                            acc += sp[i * V + j] * du[j];
+                            ds[i * V + j] += kt[i] * du[j];
+                        }
+                        dkt[i] += acc;
+                    }
+                }
+        }
+}
+
+/* The exported entry points. The common head sizes get a copy compiled with K and V fixed, so
+ * the compiler unrolls and vectorises the inner loops over V. */
+#define DISPATCH(body, ...)                                                                          \
+    if (K == 16 && V == 16) body(__VA_ARGS__, B, T, H, 16, 16);                                      \
+    else if (K == 32 && V == 32) body(__VA_ARGS__, B, T, H, 32, 32);                                 \
+    else if (K == 64 && V == 64) body(__VA_ARGS__, B, T, H, 64, 64);                                 \
+    else if (K == 128 && V == 128) body(__VA_ARGS__, B, T, H, 128, 128);                             \
+    else body(__VA_ARGS__, B, T, H, K, V);
+
+int64_t delta_rule_block(void) { return BLOCK; }
+
+void delta_rule_forward(const float *q, const float *k, const float *v, const float *beta, float *S, float *o,
+                        float *ckpt, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
+    DISPATCH(forward_body, q, k, v, beta, S, o, ckpt)
+}
+
+void delta_rule_backward(const float *q, const float *k, const float *v, const float *beta, const float *ckpt,
+                         const float *dO, float *dS, float *dq, float *dk, float *dv, float *dbeta, float *scratch,
+                         int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
+    DISPATCH(backward_body, q, k, v, beta, ckpt, dO, dS, dq, dk, dv, dbeta, scratch)
+}
