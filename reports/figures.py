@@ -130,6 +130,8 @@ def search_figure(searches: list[dict[str, Any]], chosen: dict[tuple[str, str], 
     one colour per architecture, solid = the chosen lr, dotted = the others."""
     groups = list(dict.fromkeys(r["group"] for r in searches)) or ["no search results"]
     fig = make_subplots(rows=1, cols=len(groups), subplot_titles=[f"{g}, k = 1" for g in groups], shared_yaxes=True)
+    # the chosen lr's curve first, so the legend shows its (solid) line
+    searches = sorted(searches, key=lambda r: chosen.get((r["group"], r["arch"])) != r["lr"])
     for col, group in enumerate(groups, 1):
         for r in searches:
             if r["group"] != group:

@@ -84,6 +84,8 @@ def test_pip_install_claims_only_the_deltalens_name(tmp_path):
     assert top_level == {"deltalens"}, added
     assert {p.name for p in (purelib / "deltalens").iterdir()} >= {"tasks", "models", "cli", "reports", "__init__.py"}
     assert (venv / "bin" / "deltalens").is_file()
+    # the C sources of the CPU kernels travel with the package (they are built on first use)
+    assert {p.name for p in (purelib / "deltalens" / "models" / "csrc").iterdir()} >= {"delta_rule.c", "short_conv.c"}
     assert sysconfig  # the purelib above is the venv's own, not this interpreter's
 
 
