@@ -185,6 +185,8 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
                    f"{', '.join(f'{lr:g}' for lr in sweep.search.lrs)})")
     else:
         lr_text = f"AdamW lr {optim['lr']:g}"
+    by_arch_text = "".join(f", {ARCH_LABELS.get(a, a)} {n}" for a, n in sweep.steps_by_arch.items())
+    by_arch_text = f" ({by_arch_text[2:]})" if by_arch_text else ""
     stop_text = (f", stopping early once validation reveal accuracy reaches {sweep.early_stop_accuracy:g} "
                  f"(validation split: eval-split traces of seed {sweep.validation_seed}, never test traces)"
                  if sweep.early_stop_accuracy else "")
@@ -200,12 +202,13 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
         "",
         f"* **Same tuning budget for every architecture:** a learning-rate search at k = 1 chooses each "
         f"architecture's lr per group on the validation split; then every cell trains {sweep.steps} optimiser "
-        f"steps at most{stop_text}, batch {optim['batch_size']}, {lr_text} (warmup {optim['warmup_steps']} "
-        f"steps, cosine decay to {optim['min_lr_ratio']:g}x), seeds {seeds}; {task['action_set']}, {length} "
-        f"actions per training trace, training reveals `{task['reveal']}`, loss on `{task['supervision']}` tokens.",
+        f"steps at most{by_arch_text}{stop_text}, batch {optim['batch_size']}, {lr_text} "
+        f"(warmup {optim['warmup_steps']} steps, cosine decay to {optim['min_lr_ratio']:g}x), seeds {seeds}; "
+        f"{task['action_set']}, {length} actions per training trace, training reveals `{task['reveal']}`, "
+        f"loss on `{task['supervision']}` tokens.",
         f"* **Same curriculum for every architecture**, ending at the cell's spacing k, as `[from_step, lo, hi]`: "
-        f"`[[0, 1, 1], [{mixed[0]}, 1, k], [{sparse[0]}, k, k]]` (spacing 1 first, then drawn per trace "
-        "from 1..k, then k alone); for k = 1, `[[0, 1, 1]]`.",
+        f"`[[0, 1, 1], [{mixed[0]}, 1, k], [{sparse[0]}, k, k]]` at {sweep.steps} steps, stage starts scaled "
+        "with a budget (spacing 1 first, then drawn per trace from 1..k, then k alone); for k = 1, `[[0, 1, 1]]`.",
         f"* **Test:** {sweep.eval_traces} fresh held-out traces per length (eval seed {sweep.eval_seed}: never "
         f"used in training, validation or the search) at spacing k, {actions} actions ({lengths} the training "
         "length), each reveal printing one variable. Reveal accuracy = fraction of revealed values predicted "

@@ -114,8 +114,11 @@ def test_paper_sweep_has_every_cell_the_search_and_the_shipped_task():
     sweep = with_choices(sweep, chosen)
     configs = [cell_config(c, sweep) for c in sweep.cells]
     # one budget and stopping rule for all; validation traces are never the test traces (eval seed 0)
-    assert {(c.run.steps, c.optim.batch_size, c.optim.warmup_steps, c.optim.min_lr_ratio, c.run.validation_seed,
-             c.run.early_stop_accuracy) for c in configs} == {(4000, 32, 100, 0.1, 1, 0.999)}
+    assert {(c.optim.batch_size, c.optim.warmup_steps, c.optim.min_lr_ratio, c.run.validation_seed,
+             c.run.early_stop_accuracy) for c in configs} == {(32, 100, 0.1, 1, 0.999)}
+    # DeltaNet's budget, and the baselines' own (they were still improving at 4000 steps)
+    assert {(cell.arch, c.run.steps) for c, cell in zip(configs, sweep.cells)} == {
+        ("deltanet-neg", 4000), ("deltanet-pos", 4000), ("transformer", 8000), ("lstm", 8000)}
     assert {c.run.seed for c in configs} == {0, 1, 2}
     assert all(c.optim.lr == chosen[(cell.group, cell.arch)] for c, cell in zip(configs, sweep.cells))
     # the k = 4 cells train the shipped checkpoints' task and model (the curriculum scaled to the budget)
@@ -127,8 +130,10 @@ def test_paper_sweep_has_every_cell_the_search_and_the_shipped_task():
         assert ours["model"] == shipped_config["model"]
         assert {k: v for k, v in ours["task"].items() if k != "spacing_schedule"} == \
                {k: v for k, v in shipped_config["task"].items() if k != "spacing_schedule"}
-    k8 = cell_config(Cell("S5", "lstm", 8, "statement"), sweep).task
+    k8 = cell_config(Cell("S5", "deltanet-pos", 8, "statement"), sweep).task
     assert k8.spacing_schedule == [[0, 1, 1], [1500, 1, 8], [2500, 8, 8]] and k8.eval_spacing == 8
+    assert cell_config(Cell("S5", "lstm", 8, "statement"), sweep).task.spacing_schedule == [[0, 1, 1], [3000, 1, 8],
+                                                                                            [5000, 8, 8]]
     assert cell_config(Cell("S3", "lstm", 1, "statement"), sweep).task.spacing_schedule == [[0, 1, 1]]
 
 
@@ -309,7 +314,10 @@ def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, 
     (TINY.format(steps=3).replace("eval_traces = 8\n\n[[grid]]", "eval_traces = 8\nvalidation_seed = 0\n\n[[grid]]"),
      "validation_seed must differ from eval_seed"),
     (TINY.format(steps=0), "steps must be an integer >= 1"),
-], ids=["missing", "malformed", "unknown-arch", "run-steps", "unknown-group", "validation-is-test", "zero-steps"])
+    (TINY.format(steps=3).replace("eval_traces = 8\n\n[[grid]]", "eval_traces = 8\nsteps_by_arch = { mamba = 5 }\n\n"
+                                                                    "[[grid]]"), "['mamba'] have no [models] table"),
+], ids=["missing", "malformed", "unknown-arch", "run-steps", "unknown-group", "validation-is-test", "zero-steps",
+        "budget-of-unknown-arch"])
 def test_bad_sweep_file_is_one_clear_line(tmp_path, capsys, text, message):
     if text is not None:
         (tmp_path / "tiny.toml").write_text(text)

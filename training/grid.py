@@ -121,7 +121,8 @@ class Sweep:
     task: dict[str, Any] = field(default_factory=dict)  # shared [task] keys
     optim: dict[str, Any] = field(default_factory=dict)
     run: dict[str, Any] = field(default_factory=dict)
-    steps: int = 1600  # training budget of every cell
+    steps: int = 1600  # training budget of every cell (but those of steps_by_arch)
+    steps_by_arch: dict[str, int] = field(default_factory=dict)  # arch -> its own budget
     eval_multiples: list[int] = field(default_factory=lambda: [1, 2, 4])
     eval_traces: int = 512
     eval_seed: int = 0
@@ -153,8 +154,8 @@ def load_sweep(path: str | Path) -> Sweep:
     _check_keys(data, {"sweep", "grid", "curriculum", "thresholds", "task", "optim", "run", "models", "search"},
                 where)
     head = _table(data, "sweep", where)
-    _check_keys(head, {"steps", "eval_multiples", "eval_traces", "eval_seed", "seeds", "validation_seed",
-                       "early_stop_accuracy"}, f"{where} [sweep]")
+    _check_keys(head, {"steps", "steps_by_arch", "eval_multiples", "eval_traces", "eval_seed", "seeds",
+                       "validation_seed", "early_stop_accuracy"}, f"{where} [sweep]")
     stages = _table(data, "curriculum", where)
     _check_keys(stages, {"mixed_from", "sparse_from"}, f"{where} [curriculum]")
     thresholds = _table(data, "thresholds", where)
@@ -179,6 +180,7 @@ def load_sweep(path: str | Path) -> Sweep:
     sweep = Sweep(
         path=path, cells=cells, models=model_tables, task=task, optim=_table(data, "optim", where), run=run,
         steps=_number(head.get("steps", 1600), int, "[sweep] steps", where, lo=1),
+        steps_by_arch=_steps_by_arch(head.get("steps_by_arch", {}), model_tables, where),
         eval_multiples=[_number(m, int, "[sweep] eval_multiples", where, lo=1) for m in multiples],
         eval_traces=_number(head.get("eval_traces", 512), int, "[sweep] eval_traces", where, lo=1),
         eval_seed=_number(head.get("eval_seed", 0), int, "[sweep] eval_seed", where, lo=0),
@@ -202,6 +204,16 @@ def load_sweep(path: str | Path) -> Sweep:
         raise DeltalensError(f"{where}: [curriculum] mixed_from must not exceed sparse_from")
     check_sweep(sweep)
     return sweep
+
+
+def _steps_by_arch(table: Any, model_tables: dict[str, Any], where: str) -> dict[str, int]:
+    label = f"{where} [sweep] steps_by_arch"
+    if not isinstance(table, dict):
+        raise DeltalensError(f"{label} must be a table such as {{ transformer = 8000 }}")
+    unknown = set(table) - set(model_tables)
+    if unknown:
+        raise DeltalensError(f"{label}: {sorted(unknown)} have no [models] table; known: {sorted(model_tables)}")
+    return {arch: _number(steps, int, arch, label, lo=1) for arch, steps in table.items()}
 
 
 def _search(data: dict[str, Any], where: str) -> Search | None:
@@ -241,9 +253,15 @@ def check_models(sweep: Sweep, archs: set[str] | None = None) -> None:
 
 
 def with_steps(sweep: Sweep, steps: int) -> Sweep:
+    """Every cell's and search run's budget set to `steps` (per-architecture budgets included)."""
     if steps < 1:
         raise DeltalensError(f"--steps must be a positive number of optimiser steps, got {steps}")
-    return dataclasses.replace(sweep, steps=steps)
+    return dataclasses.replace(sweep, steps=steps, steps_by_arch={})
+
+
+def budget(sweep: Sweep, arch: str) -> int:
+    """The step budget of a cell of `arch`."""
+    return sweep.steps_by_arch.get(arch, sweep.steps)
 
 
 def curriculum(spacing: int, steps: int, mixed_from: float = 0.375, sparse_from: float = 0.625) -> list[list[int]]:
@@ -265,7 +283,7 @@ def cell_config(cell: Cell, sweep: Sweep, lr: float | None = None) -> TrainConfi
         "group": cell.group,
         "tokenizer": cell.tokenizer,
         "spacing": [cell.spacing, cell.spacing],
-        "spacing_schedule": curriculum(cell.spacing, sweep.steps, sweep.mixed_from, sweep.sparse_from),
+        "spacing_schedule": curriculum(cell.spacing, budget(sweep, cell.arch), sweep.mixed_from, sweep.sparse_from),
         "eval_spacing": cell.spacing,
     }
     optim = dict(sweep.optim) if lr is None else {**sweep.optim, "lr": lr}
@@ -273,7 +291,8 @@ def cell_config(cell: Cell, sweep: Sweep, lr: float | None = None) -> TrainConfi
         "task": task,
         "model": dict(sweep.models[cell.arch]),
         "optim": optim,
-        "run": {**sweep.run, "steps": sweep.steps, "seed": cell.seed, "validation_seed": sweep.validation_seed,
+        "run": {**sweep.run, "steps": budget(sweep, cell.arch), "seed": cell.seed,
+                "validation_seed": sweep.validation_seed,
                 "early_stop_accuracy": sweep.early_stop_accuracy},
     })
 
