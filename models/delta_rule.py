@@ -27,10 +27,13 @@ Three ways to compute it, all agreeing to ~1e-5 in fp32 (tests/test_delta_rule.p
 
 * `delta_rule_recurrence`: the readable reference. A Python loop over tokens; returns every S_t
   and accepts an `edit(t, S) -> S` callback applied right after each update.
-* `chunk_delta_rule`: the fast path, fla's signature and [B, T, H, D] layout. Tokens are cut into
-  chunks of C; inside a chunk the C updates are folded into one triangular solve (the WY/UT
-  form, DeltaNet paper sec. 3), across chunks a short Python loop carries S (T / C steps).
-  Pure torch with autograd; on CUDA (fla importable) it hands over to fla's Triton kernels.
+* `chunk_delta_rule`: the fast path, fla's signature and [B, T, H, D] layout. On CPU it runs the
+  token-by-token C kernel (models/delta_rule_native.py: forward and backward; 4-16x faster than the
+  chunked torch kernel at this project's head sizes, benchmarks/inference.py) when a C compiler is
+  there, else the
+  chunked torch kernel: tokens cut into chunks of C, inside a chunk the C updates folded into one
+  triangular solve (the WY/UT form, DeltaNet paper sec. 3), across chunks a short Python loop
+  carries S (T / C steps). Both differentiable; on CUDA (fla importable) fla's Triton kernels.
 * `chunk_delta_rule_with_states`: the chunked kernel that also materialises every S_t, vectorised
   per chunk (S_t = S_chunk_start + cumsum of k_s u_s^T), for the `hook_state` hook.
 

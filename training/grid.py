@@ -171,10 +171,10 @@ def load_sweep(path: str | Path) -> Sweep:
     for key, table in model_tables.items():
         if not isinstance(table, dict) or "arch" not in table:
             raise DeltalensError(f"{where}: [models.{key}] needs an `arch` (deltanet, transformer or lstm)")
-    seeds = head.get("seeds", [0])
-    if not isinstance(seeds, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
-                                              for x in seeds) or not seeds:
-        raise DeltalensError(f"{where}: [sweep] seeds must be a non-empty list of whole numbers >= 0, got {seeds!r}")
+    seeds = [_number(x, int, "[sweep] seeds", where, lo=0) for x in _list(head.get("seeds", [0]), "[sweep] seeds",
+                                                                           where)]
+    if len(set(seeds)) != len(seeds):
+        raise DeltalensError(f"{where}: [sweep] seeds repeat a seed: {seeds}")
     cells = _grid_cells(data.get("grid"), model_tables, where, seeds)
     multiples = _list(head.get("eval_multiples", [1, 2, 4]), "[sweep] eval_multiples", where)
     sweep = Sweep(
@@ -188,15 +188,12 @@ def load_sweep(path: str | Path) -> Sweep:
         sparse_from=_number(stages.get("sparse_from", 0.625), float, "[curriculum] sparse_from", where, lo=0, hi=1),
         thresholds=Thresholds(**{k: _number(v, float, f"[thresholds] {k}", where, lo=0, hi=1)
                                  for k, v in thresholds.items()}),
-        seeds=[_number(x, int, "[sweep] seeds", where, lo=0) for x in _list(head.get("seeds", [0]), "[sweep] seeds",
-                                                                             where)],
+        seeds=seeds,
         validation_seed=_number(head.get("validation_seed", -1), int, "[sweep] validation_seed", where, lo=-1),
         early_stop_accuracy=_number(head.get("early_stop_accuracy", 0.0), float, "[sweep] early_stop_accuracy",
                                     where, lo=0, hi=1),
         search=_search(data, where),
     )
-    if len(set(sweep.seeds)) != len(sweep.seeds):
-        raise DeltalensError(f"{where}: [sweep] seeds repeat a seed: {sweep.seeds}")
     if sweep.validation_seed == sweep.eval_seed:
         raise DeltalensError(f"{where}: [sweep] validation_seed must differ from eval_seed ({sweep.eval_seed}): "
                              "the traces that choose the learning rate and the stopping step may not be test traces")
