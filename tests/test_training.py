@@ -269,3 +269,24 @@ def test_ctrl_c_inside_an_optimizer_step_never_saves_a_torn_state(tmp_path, monk
     resumed = train(config, tmp_path / "broken", resume=True, progress=False)
     a, b = models.load(unbroken.checkpoint).state_dict(), models.load(resumed.checkpoint).state_dict()
     assert all(torch.equal(a[key], b[key]) for key in a)
+
+
+def test_validation_uses_its_own_seed_and_a_quiet_run_prints_nothing(tmp_path, capsys, monkeypatch):
+    import deltalens.training.loop as loop
+
+    seeds = []
+    real = loop.evaluate
+
+    def recording(*args, seed, **kwargs):
+        seeds.append(seed)
+        return real(*args, seed=seed, **kwargs)
+
+    monkeypatch.setattr(loop, "evaluate", recording)
+    config = tiny_config(steps=2)
+    config.run.eval_every, config.run.seed = 1, 3
+    own = train(config, tmp_path / "own", progress=False).history
+    config.run.validation_seed = 7
+    other = train(config, tmp_path / "other", progress=False).history
+    assert seeds == [3, 3, 7, 7]  # -1 (the default) means the run's seed; else its own split
+    assert capsys.readouterr().out == ""  # the caller's stdout stays its own (benchmarks print one JSON line)
+    assert [h["step"] for h in own] == [h["step"] for h in other] == [1, 2]

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -190,7 +191,9 @@ def _train_steps(config, run_dir, data, model, optimizer, device, step, wall, hi
                 evaluated = config.run.eval_every and step % config.run.eval_every == 0
                 if evaluated:
                     entry = run_eval()
-                    bar.write(f"step {step}: held-out reveal accuracy {entry['reveal_accuracy']:.4f}")
+                    if progress:  # beside the bar, on stderr: a caller's stdout stays its own
+                        bar.write(f"step {step}: held-out reveal accuracy {entry['reveal_accuracy']:.4f}",
+                                  file=sys.stderr)
                     if config.run.early_stop_accuracy and entry["reveal_accuracy"] >= config.run.early_stop_accuracy:
                         stopped_early = True
                 if config.run.checkpoint_every and step % config.run.checkpoint_every == 0 and step < total:
