@@ -1,7 +1,7 @@
 """Training speed on this machine, printed as one JSON object.
 
 * throughput: tokens per second of full optimiser steps (data, forward, backward, AdamW) for the
-  shipped reference configs, each measured twice side by side in this run: `before` with the torch
+  shipped reference configs, measured side by side in this run (interleaved, best of 3 each): `before` with the torch
   kernels only (the CPU path before the C kernels), `after` with today's path (the C delta rule
   and short convolution, models/native.py), and `speedup` = after / before. Two phases of the
   shipped recipe: `dense` (reveal spacing 1, the curriculum's start: longer traces) and `sparse`
@@ -59,13 +59,17 @@ def throughput(name: str, steps: int, phase: str = "sparse") -> dict:
             "tokens_per_step": tokens // steps, "batch_size": config.optim.batch_size}
 
 
-def side_by_side(name: str, steps: int) -> dict:
+def side_by_side(name: str, steps: int, rounds: int = 3) -> dict:
+    """Before and after interleaved `rounds` times, the best of each kept: other load on the
+    machine slows both alike instead of whichever ran during it."""
     row = {}
     for phase in PHASES:
-        with native_kernels(False):
-            before = throughput(name, steps, phase)
-        with native_kernels(True):
-            after = throughput(name, steps, phase)
+        runs = {"before": [], "after": []}
+        for _ in range(rounds):
+            for label, enabled in (("before", False), ("after", True)):
+                with native_kernels(enabled):
+                    runs[label].append(throughput(name, steps, phase))
+        before, after = (max(runs[k], key=lambda r: r["tokens_per_s"]) for k in ("before", "after"))
         row[phase] = {"before": before, "after": after,
                       "speedup": round(after["tokens_per_s"] / before["tokens_per_s"], 2)}
     return row
