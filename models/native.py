@@ -65,6 +65,11 @@ def _build(name: str) -> ctypes.CDLL:
     source = SOURCES / f"{name}.c"
     key = hashlib.sha256(source.read_bytes() + " ".join(FLAGS).encode() + _cpu_signature().encode()).hexdigest()
     target = _cache_dir() / f"{name}-{key[:16]}.so"
+    if target.is_file():
+        try:
+            return ctypes.CDLL(str(target))
+        except OSError:  # a damaged cache entry (a full disk, say): build it again
+            target.unlink(missing_ok=True)
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
         # built beside the target, then renamed: a concurrent process never loads a half-written file

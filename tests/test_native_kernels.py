@@ -142,3 +142,15 @@ def test_kernels_are_built_into_the_cache_folder(tmp_path):
     assert out.stdout.strip() == "True", out.stderr
     built = list((tmp_path / "kernels").glob("delta_rule-*.so"))
     assert len(built) == 1 and not [p for p in (tmp_path / "kernels").iterdir() if p.is_dir()]
+
+
+def test_a_damaged_cached_library_is_built_again(tmp_path):
+    script = "from deltalens.models.native import library; print(library('short_conv') is not None)"
+    env = {**os.environ, "DELTALENS_CACHE": str(tmp_path)}
+    assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          timeout=120).stdout.strip() == "True"
+    [built] = (tmp_path / "kernels").glob("short_conv-*.so")
+    built.write_bytes(b"not a shared object")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr
+    assert built.read_bytes()[:4] == b"\x7fELF"
