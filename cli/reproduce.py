@@ -89,6 +89,11 @@ def run(args) -> int:
     sweep = with_choices(sweep, choose_lrs(sweep, searches))
     statuses = read_results(sweep, args.results)
     todo = select_cells(statuses, args.only, args.sweep, require_match=False)
+    waiting = [s for s in statuses if s.short == "waiting for the lr search"
+               and (not args.only or any(fnmatch.fnmatchcase(s.cell.name, g) for g in args.only))]
+    if waiting and not args.no_train:
+        print(f"deltalens: note: {len(waiting)} selected cell(s) wait for the learning-rate search of their "
+              "architecture; run it first (e.g. --only 'search-*')", file=sys.stderr)
     if args.no_train:
         for status in todo:
             status.reason = f"{status.reason} (--no-train)"

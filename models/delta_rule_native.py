@@ -11,6 +11,7 @@ import ctypes
 from typing import Optional
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from deltalens.models.native import library, library_error, pointer
 
@@ -57,6 +58,7 @@ class _NativeDeltaRule(torch.autograd.Function):
         return o, S
 
     @staticmethod
+    @once_differentiable  # the C backward builds no graph: a second derivative must fail loudly
     def backward(ctx, dO, dS_final):
         q, k, v, beta, ckpt = ctx.saved_tensors
         B, T, H, K = q.shape
@@ -79,5 +81,12 @@ def native_delta_rule(q, k, v, beta, initial_state: Optional[torch.Tensor]):
     if not native_kernel_available():
         raise RuntimeError(f"the C delta-rule kernel is not available: {native_kernel_error()}")
     B, T, H, K = q.shape
-    S0 = q.new_zeros(B, H, K, v.shape[-1]) if initial_state is None else initial_state.float()
+    V = v.shape[-1]
+    S0 = q.new_zeros(B, H, K, V) if initial_state is None else initial_state
+    tensors = {"q": q, "k": k, "v": v, "beta": beta, "initial_state": S0}
+    wrong = [n for n, x in tensors.items() if x.device.type != "cpu" or x.dtype != torch.float32]
+    if wrong:  # C reads raw float32 memory: anything else must never reach it
+        raise ValueError(f"the C delta-rule kernel takes float32 CPU tensors; {', '.join(wrong)} are not.")
+    if k.shape != q.shape or v.shape[:3] != (B, T, H) or beta.shape != (B, T, H) or S0.shape != (B, H, K, V):
+        raise ValueError("shapes must be q, k [B, T, H, K], v [B, T, H, V], beta [B, T, H], state [B, H, K, V].")
     return _NativeDeltaRule.apply(q, k, v, beta, S0)

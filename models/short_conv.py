@@ -116,7 +116,8 @@ class ShortConvolution(nn.Conv1d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, T, D)
         T = x.shape[1]
-        if x.device.type == "cpu" and x.dtype == torch.float32 == self.weight.dtype and T > 0 and _kernels():
+        native = x.device.type == "cpu" and x.dtype == torch.float32 == self.weight.dtype and T > 0
+        if native and x.shape[-1] == self.weight.shape[0] and _kernels():  # else conv1d explains a bad shape
             return _NativeShortConv.apply(x, self.weight, self.bias, self.activation is not None)
         # padding = W - 1 on both sides; keeping the first T outputs makes it causal.
         y = F.conv1d(rearrange(x, "b t d -> b d t"), self.weight, self.bias, padding=self.padding, groups=self.groups)

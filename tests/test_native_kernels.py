@@ -154,3 +154,24 @@ def test_a_damaged_cached_library_is_built_again(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert out.stdout.strip() == "True", out.stderr
     assert built.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_the_c_kernel_refuses_what_it_cannot_read_and_second_derivatives():
+    q, k, v, beta, S0 = _inputs(1, 5, 2, 4, 4)
+    with pytest.raises(ValueError, match="float32 CPU"):
+        native_delta_rule(q.double(), k, v, beta, S0)
+    with pytest.raises(ValueError, match="shapes"):
+        native_delta_rule(q, k, v[:, :4], beta, S0)
+    o, _ = native_delta_rule(q, k, v, beta, S0)
+    (grad,) = torch.autograd.grad(o.sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError):  # once_differentiable: no silent wrong second derivative
+        grad.sum().backward()
+    # through chunk_delta_rule an fp64 initial state still works (it is upcast like the inputs)
+    o64, _ = chunk_delta_rule(q.detach(), k.detach(), v.detach(), beta.detach(), initial_state=S0.detach().double())
+    assert o64.dtype == torch.float32
+
+
+def test_a_conv_given_the_wrong_channel_count_raises_instead_of_reading_past_its_weights():
+    conv = ShortConvolution(24, 4, bias=True)
+    with pytest.raises(RuntimeError):
+        conv(torch.randn(2, 5, 48))

@@ -316,8 +316,11 @@ def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, 
     (TINY.format(steps=0), "steps must be an integer >= 1"),
     (TINY.format(steps=3).replace("eval_traces = 8\n\n[[grid]]", "eval_traces = 8\nsteps_by_arch = { mamba = 5 }\n\n"
                                                                     "[[grid]]"), "['mamba'] have no [models] table"),
+    (TINY.format(steps=3).replace("[task]", "[search]\nlrs = [1e-3, 0.001]\n\n[task]"), "lrs repeat a value"),
+    (TINY.format(steps=3).replace("eval_traces = 8\n\n[[grid]]", "eval_traces = 8\nearly_stop_accuracy = 0.9\n\n"
+                                                                    "[[grid]]"), "each run's own seed"),
 ], ids=["missing", "malformed", "unknown-arch", "run-steps", "unknown-group", "validation-is-test", "zero-steps",
-        "budget-of-unknown-arch"])
+        "budget-of-unknown-arch", "repeated-lr", "own-seed-is-the-test-seed"])
 def test_bad_sweep_file_is_one_clear_line(tmp_path, capsys, text, message):
     if text is not None:
         (tmp_path / "tiny.toml").write_text(text)
@@ -414,3 +417,20 @@ def test_lanes_train_cells_in_parallel_processes(tmp_path):
     assert sorted(p.name for p in results.iterdir()) == sorted(f"{c}.json" for c in CELLS)
     records = [json.loads((results / f"{c}.json").read_text()) for c in CELLS]
     assert all(r["steps"] == 3 and len(r["eval"]["lengths"]) == 3 for r in records)
+
+
+def test_a_crashing_lane_is_that_cells_failure_and_the_others_finish(tmp_path, capsys):
+    from deltalens.training.grid import config_hash
+
+    sweep = load_sweep(tiny_sweep(tmp_path))
+    broken = next(c for c in sweep.cells if c.name == "s3-lstm-statement-k1-s0")
+    # a trainer state that is not JSON: run_cell raises a plain ValueError inside the worker process
+    state = tmp_path / "runs" / f"{broken.name}-{config_hash(cell_config(broken, sweep))}" / LAST / TRAINER_STATE
+    state.parent.mkdir(parents=True)
+    state.write_text("{not json")
+    assert cli(tmp_path, "--lanes", "2") == 0
+    out = capsys.readouterr()
+    assert "trained 3 run(s), 1 failed" in out.out
+    assert "s3-lstm-statement-k1-s0: training failed: JSONDecodeError" in out.err
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == sorted(
+        f"{c}.json" for c in CELLS if c != "s3-lstm-statement-k1-s0")

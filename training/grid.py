@@ -38,6 +38,7 @@ import fnmatch
 import hashlib
 import json
 import math
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -194,9 +195,13 @@ def load_sweep(path: str | Path) -> Sweep:
                                     where, lo=0, hi=1),
         search=_search(data, where),
     )
-    if sweep.validation_seed == sweep.eval_seed:
+    own_seeds = set(sweep.seeds) | ({sweep.search.seed} if sweep.search else set())
+    if sweep.validation_seed == sweep.eval_seed or (sweep.validation_seed == -1 and sweep.eval_seed in own_seeds
+                                                    and (sweep.search or sweep.early_stop_accuracy)):
         raise DeltalensError(f"{where}: [sweep] validation_seed must differ from eval_seed ({sweep.eval_seed}): "
-                             "the traces that choose the learning rate and the stopping step may not be test traces")
+                             "the traces that choose the learning rate and the stopping step may not be test traces"
+                             + (" (-1 means each run's own seed, and a seed here equals it)"
+                                if sweep.validation_seed == -1 else ""))
     if sweep.mixed_from > sweep.sparse_from:
         raise DeltalensError(f"{where}: [curriculum] mixed_from must not exceed sparse_from")
     check_sweep(sweep)
@@ -220,6 +225,8 @@ def _search(data: dict[str, Any], where: str) -> Search | None:
     label = f"{where} [search]"
     _check_keys(table, {"lrs", "seed", "steps", "eval_every"}, label)
     lrs = [_number(x, float, "lrs", label, lo=1e-8, hi=10) for x in _list(table.get("lrs"), "lrs", label)]
+    if len({f"{lr:g}" for lr in lrs}) != len(lrs):  # a run's name carries its lr as :g
+        raise DeltalensError(f"{label}: lrs repeat a value (as run names write them): {lrs}")
     return Search(lrs=lrs, seed=_number(table.get("seed", 1), int, "seed", label, lo=0),
                   steps=_number(table.get("steps", 0), int, "steps", label, lo=0),
                   eval_every=_number(table.get("eval_every", 250), int, "eval_every", label, lo=1))
@@ -253,7 +260,8 @@ def with_steps(sweep: Sweep, steps: int) -> Sweep:
     """Every cell's and search run's budget set to `steps` (per-architecture budgets included)."""
     if steps < 1:
         raise DeltalensError(f"--steps must be a positive number of optimiser steps, got {steps}")
-    return dataclasses.replace(sweep, steps=steps, steps_by_arch={})
+    search = dataclasses.replace(sweep.search, steps=steps) if sweep.search else None
+    return dataclasses.replace(sweep, steps=steps, steps_by_arch={}, search=search)
 
 
 def budget(sweep: Sweep, arch: str) -> int:
@@ -539,14 +547,17 @@ def train_missing(sweep: Sweep, todo: list[CellStatus], runs_dir: str | Path, re
     check_models(sweep, {s.cell.arch for s in todo})
     bar = progress_bar(total=len(todo), enabled=progress, desc="sweep", unit="cell")
 
-    def record(status: CellStatus, call) -> None:
+    def record(status: CellStatus, call, any_error: bool = False) -> None:
         try:
             status.result = call()
             outcome.trained += 1
-        except DeltalensError as err:
-            status.short, status.reason = "training failed", f"training failed: {err}"
+        except Exception as err:
+            if not (any_error or isinstance(err, DeltalensError)):
+                raise  # in-process: a bug shows its traceback; in a lane a crash is that cell's failure
+            text = str(err) if isinstance(err, DeltalensError) else f"{type(err).__name__}: {err}"
+            status.short, status.reason = "training failed", f"training failed: {text}"
             outcome.failed += 1
-            bar.write(f"deltalens: {status.cell.name}: {status.reason}")
+            bar.write(f"deltalens: {status.cell.name}: {status.reason}", file=sys.stderr)
         bar.update(1)
 
     running: list[CellStatus] = []  # what a Ctrl-C interrupts (cells not started keep their status)
@@ -557,17 +568,7 @@ def train_missing(sweep: Sweep, todo: list[CellStatus], runs_dir: str | Path, re
                 running[:] = [status]
                 record(status, lambda s=status: run_cell(s.cell, sweep, runs_dir, results_dir, progress=progress))
         else:
-            import multiprocessing
-
-            # spawn, not fork: a forked copy of a process that already ran torch can deadlock in OpenMP
-            with ProcessPoolExecutor(max_workers=lanes, mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = {pool.submit(run_cell, s.cell, sweep, runs_dir, results_dir, False): s for s in todo}
-                running[:] = list(futures.values())[:lanes]
-                for future in as_completed(futures):
-                    status = futures[future]
-                    bar.set_postfix_str(status.cell.name)
-                    record(status, future.result)
-                    running[:] = [s for f, s in futures.items() if f.running()]
+            _run_lanes(todo, lanes, running, record, bar, sweep, runs_dir, results_dir)
     except KeyboardInterrupt:
         for status in running:
             if status.result is None and status.short != "training failed":
@@ -575,6 +576,30 @@ def train_missing(sweep: Sweep, todo: list[CellStatus], runs_dir: str | Path, re
         outcome.interrupted = True
     bar.close()
     return outcome
+
+
+def _run_lanes(todo, lanes, running, record, bar, sweep, runs_dir, results_dir) -> None:
+    """The cells of `todo` in `lanes` worker processes. On Ctrl-C (which the workers get too: each
+    saves its last checkpoint and stops) the cells not started are cancelled, the running ones are
+    waited for, and KeyboardInterrupt goes on to the caller."""
+    import multiprocessing
+
+    # spawn, not fork: a forked copy of a process that already ran torch can deadlock in OpenMP
+    pool = ProcessPoolExecutor(max_workers=lanes, mp_context=multiprocessing.get_context("spawn"))
+    futures = {}
+    try:
+        futures = {pool.submit(run_cell, s.cell, sweep, runs_dir, results_dir, False): s for s in todo}
+        running[:] = list(futures.values())[:lanes]
+        for future in as_completed(futures):
+            status = futures[future]
+            bar.set_postfix_str(status.cell.name)
+            record(status, future.result, any_error=True)
+            running[:] = [s for f, s in futures.items() if f.running()]
+    except KeyboardInterrupt:
+        running[:] = [s for f, s in futures.items() if f.running() or (f.done() and s.result is None)]
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def run_cell(

@@ -71,9 +71,13 @@ def long_horizon_kl(model, tokenizer, spec: ProbTraceSpec, horizons: Sequence[in
     longest = max(horizons)
     traces = {kind: long_traces(spec, longest, n_traces, kind, seed) for kind in kinds}
     original = next(model.parameters()).dtype
+    # every dtype starts from the original weights (bf16 then fp16 would round twice), restored exactly after
+    saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
     frames: list[pd.DataFrame] = [uniform_kl(group, kind, longest) for kind, group in traces.items()]
     try:
         for name in dtypes:
+            model.to(original)
+            model.load_state_dict(saved)
             model.to(DTYPES[name])
             for kind, group in traces.items():
                 try:
@@ -89,6 +93,7 @@ def long_horizon_kl(model, tokenizer, spec: ProbTraceSpec, horizons: Sequence[in
                 frames.append(table[table.partial_reveals <= longest])
     finally:
         model.to(original)
+        model.load_state_dict(saved)
     return pd.concat(frames, ignore_index=True)
 
 
