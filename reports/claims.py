@@ -104,15 +104,26 @@ def spread(results: list[dict[str, Any]], seeds: int | None = None) -> list[dict
 
 
 def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None = None,
-                    settings: list[str] = (), seeds: int | None = None) -> list[Claim]:
+                    settings: list[str] = (), seeds: int | None = None,
+                    expected: dict[str, set[tuple[str, int]]] | None = None) -> list[Claim]:
     """Judge the paper's claims per setting (group and tokenizer), from result dicts alone;
     `settings` (e.g. "S3 statement") are judged even when none of their cells has a result.
-    `seeds`: how many seeds each cell has in the sweep (cells with fewer results do not count)."""
+    `seeds`: how many seeds each cell has in the sweep (cells with fewer results do not count).
+    `expected`: setting -> the sweep's (arch, k) cells; an architecture is judged in a setting only
+    once all of its cells there are complete (a claim over "every k > 1" never rests on some k)."""
     t = thresholds or Thresholds()
     summaries = [s for s in spread(results, seeds) if s["complete"]]
     by_setting: dict[str, list[dict[str, Any]]] = {name: [] for name in settings}
     for summary in summaries:
         by_setting.setdefault(f"{summary['group']} {summary['tokenizer']}", []).append(summary)
+    waiting: dict[str, list[str]] = {}
+    if expected is not None:
+        for setting, cells in by_setting.items():
+            have = {(c["arch"], c["spacing"]) for c in cells}
+            missing = sorted(expected.get(setting, set()) - have)
+            incomplete_archs = {arch for arch, _ in missing}
+            by_setting[setting] = [c for c in cells if c["arch"] not in incomplete_archs]
+            waiting[setting] = [f"{arch} k={k}" for arch, k in missing]
     claims = []
     for setting, cells in by_setting.items():
         on_mean = _judge({(c["arch"], c["spacing"]): c for c in cells}, t)
@@ -126,6 +137,8 @@ def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None
                 if verdict == HOLDS and holding < needed:
                     verdict = DOES_NOT_HOLD
                 evidence = f"seed mean {evidence}; holds for {holding} of {n_seeds} seeds"
+            elif verdict == NOT_MEASURED and waiting.get(setting):
+                evidence = f"{evidence} (cells not complete yet: {', '.join(waiting[setting])})"
             claims.append(Claim(key, CLAIMS[key], setting, verdict, evidence))
     return claims
 

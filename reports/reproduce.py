@@ -42,7 +42,7 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
     section = pfsa_section(pfsa_checkpoints) if pfsa_checkpoints is not None else None
     results = [s.result for s in statuses if s.result is not None]
     claims = evaluate_claims(results, sweep.thresholds, settings=[s.cell.setting for s in statuses],
-                             seeds=len(sweep.seeds))
+                             seeds=len(sweep.seeds), expected=expected_cells(sweep))
     searched = [s.result for s in searches if s.result is not None]
     figures_dir = out / "figures"
     figures_dir.mkdir(parents=True, exist_ok=True)
@@ -69,6 +69,14 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         markdown, render_markdown(sweep, statuses, claims, figures, out, section.lines if section else [], searches)
     )
     return Report(markdown, claims, figures, png_error)
+
+
+def expected_cells(sweep) -> dict[str, set[tuple[str, int]]]:
+    """setting -> the (arch, k) cells the sweep has there: what a claim waits for."""
+    expected: dict[str, set[tuple[str, int]]] = {}
+    for cell in sweep.cells:
+        expected.setdefault(cell.setting, set()).add((cell.arch, cell.spacing))
+    return expected
 
 
 def _write_png(fig, path: Path) -> str | None:

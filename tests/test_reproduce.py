@@ -370,6 +370,10 @@ def test_claims_need_the_seed_mean_and_two_of_three_seeds():
     partial = dense + seeds("transformer", 4, [[0.5, 0.5, 0.3], [0.5, 0.5, 0.3]])
     claim = next(c for c in evaluate_claims(partial, seeds=3) if c.key == "transformer-dense")
     assert claim.verdict == NOT_MEASURED
+    # and with the sweep's cells known, "every k > 1" waits for k = 8 too, however k = 4 came out
+    expected = {"S3 statement": {("transformer", 1), ("transformer", 4), ("transformer", 8)}}
+    claim = next(c for c in evaluate_claims(two_of_three, seeds=3, expected=expected) if c.key == "transformer-dense")
+    assert claim.verdict == NOT_MEASURED and "cells not complete yet: transformer k=8" in claim.evidence
 
 
 def test_search_runs_first_and_its_choice_configures_every_cell(tmp_path, capsys):

@@ -7,6 +7,7 @@ from deltalens import models
 from deltalens.app.common import attempt, checkpoint_dir, checkpoint_table
 from deltalens.reports.claims import evaluate_claims
 from deltalens.reports.figures import checkpoint_length_figure, length_figure, spacing_figure
+from deltalens.reports.reproduce import expected_cells
 from deltalens.training.grid import load_sweep, read_sweep
 from deltalens.training.opened import SHIPPED
 
@@ -40,7 +41,7 @@ if sweep is not None:
     sweep, statuses, _ = read_sweep(sweep, REPO / "reports" / "sweep")
     results = [s.result for s in statuses if s.result is not None]
     claims = evaluate_claims(results, sweep.thresholds, settings=[c.setting for c in sweep.cells],
-                             seeds=len(sweep.seeds))
+                             seeds=len(sweep.seeds), expected=expected_cells(sweep))
     st.caption(f"{len(results)} of {len(sweep.cells)} sweep runs measured ({len(sweep.seeds)} seeds per cell; "
                "reports/sweep/*.json); `deltalens reproduce` writes the same table to reports/reproduce.md.")
     st.dataframe(pd.DataFrame([{"claim": c.statement, "setting": c.setting, "verdict": c.verdict,
