@@ -137,7 +137,8 @@ def _search_lines(sweep, searches) -> list[str]:
                 cells.append(f"not run ({status.short if status else 'not in sweep'})")
                 continue
             best, step = best_validation(status.result)
-            cells.append(f"{best:.3f} ({step})")
+            failed = f", diverged at step {status.result.get('steps', '?')}" if status.result.get("failed") else ""
+            cells.append(f"{best:.3f} ({step}{failed})")
             wall += status.result.get("wall_time_s", 0)
         chosen = sweep.chosen_lr.get((group, arch))
         lines.append(f"| {group} | {ARCH_LABELS.get(arch, arch)} | " + " | ".join(cells)

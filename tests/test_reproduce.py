@@ -438,3 +438,24 @@ def test_a_crashing_lane_is_that_cells_failure_and_the_others_finish(tmp_path, c
     assert "s3-lstm-statement-k1-s0: training failed: JSONDecodeError" in out.err
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == sorted(
         f"{c}.json" for c in CELLS if c != "s3-lstm-statement-k1-s0")
+
+
+def test_a_diverging_search_run_is_recorded_and_the_other_lr_is_chosen(tmp_path, monkeypatch):
+    text = TINY.format(steps=2).replace("[optim]\nlr = 3e-3", "[optim]").replace(
+        "[task]", "[search]\nlrs = [1e-3, 3e-2]\neval_every = 1\n\n[task]").replace(
+        "[sweep]", "[sweep]\nvalidation_seed = 5")
+    (tmp_path / "tiny.toml").write_text(text)
+    real_train = sweep_module.train
+
+    def diverging(config, run_dir, **kwargs):
+        if config.optim.lr == 3e-2:
+            raise DeltalensError("loss became nan at step 1; stopped")
+        return real_train(config, run_dir, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "train", diverging)
+    assert cli(tmp_path, "--only", "search-*") == 0
+    sweep = load_sweep(tmp_path / "tiny.toml")
+    searches = read_search(sweep, tmp_path / "results")
+    failed = [s.result for s in searches if s.result.get("failed")]
+    assert len(failed) == 2 and all("nan" in r["failed"] for r in failed)  # one per architecture
+    assert choose_lrs(sweep, searches) == {("S3", "deltanet-neg"): 1e-3, ("S3", "lstm"): 1e-3}

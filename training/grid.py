@@ -612,15 +612,27 @@ def run_cell(
     state_file = run_dir / LAST / TRAINER_STATE
     state = json.loads(state_file.read_text()) if state_file.is_file() else None
     finished = state is not None and (state["step"] >= config.run.steps or state.get("stopped_early", False))
+    failure = None
     if not finished:
-        result = train(config, run_dir, resume=state is not None, progress=progress)
-        steps, wall, history = result.step, result.wall_time_s, result.history
+        try:
+            result = train(config, run_dir, resume=state is not None, progress=progress)
+            steps, wall, history = result.step, result.wall_time_s, result.history
+        except DeltalensError as err:
+            if not isinstance(cell, SearchRun):
+                raise
+            # a learning rate that diverges is a search result: recorded with its curve so far, so
+            # the choice can be made (and is not retried forever)
+            failure = str(err)
+            state = json.loads(state_file.read_text()) if state_file.is_file() else None
+            steps, wall, history = (state["step"], state["wall_time_s"], state["history"]) if state else (0, 0.0, [])
     else:  # trained, but killed before its result was written
         steps, wall, history = state["step"], state["wall_time_s"], state["history"]
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
     record = {"cell": cell.name, **dataclasses.asdict(cell), "config": config.to_dict(), "steps": steps,
               "stopped_early": steps < config.run.steps, "wall_time_s": round(wall, 1)}
+    if failure:
+        record["failed"] = failure
     if isinstance(cell, Cell):
         started = time.perf_counter()
         lengths = evaluate_lengths(run_dir / LAST, config, sweep)
