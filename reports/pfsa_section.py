@@ -8,7 +8,6 @@ retrains or re-evaluates them.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import plotly.graph_objects as go
 
 from deltalens import models
 from deltalens.probes.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
-from deltalens.training.belief_kl import BeliefKL, adversarial_traces, kl_figure, partial_counts, random_traces
+from deltalens.training.belief_kl import BeliefKL, adversarial_traces, kl_figure, random_traces, uniform_reveal_kl
 from deltalens.training.opened import open_checkpoint
 
 MAX_PARTIAL = 8  # columns of the KL table: partial reveals since the last full reveal
@@ -49,15 +48,8 @@ def uniform_kl(checkpoints: Path, name: str, kl: dict[str, Any]) -> dict[str, An
     spec = open_checkpoint(Path(checkpoints) / name, load_model=False).eval_spec()
     traces = {"random": random_traces(spec, kl["n_random"]),
               "adversarial": adversarial_traces(spec, kl["n_adversarial"], kl["adversarial_cycles"])}
-    rows = []
-    for kind, group in traces.items():
-        for trace in group:
-            posts = [post for line in trace.posteriors for post in line]
-            for post, since in zip(posts, partial_counts(trace)):
-                p = [x for x in post.predictive if x > 0]
-                rows.append({"kind": kind, "partial_reveals": since, "value_mass": 1.0,
-                             "kl": sum(x * math.log(x * trace.n) for x in p)})
-    result = BeliefKL(pd.DataFrame(rows))
+    result = BeliefKL(pd.concat([uniform_reveal_kl(group, kind) for kind, group in traces.items()],
+                                ignore_index=True))
     return {**kl, "mean_kl": result.summary(), "by_partial_reveals": result.table().to_dict(orient="records")}
 
 

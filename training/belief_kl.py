@@ -20,6 +20,7 @@ Two kinds of held-out traces:
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,6 +52,18 @@ def partial_counts(trace: ProbTrace) -> list[int]:
         counts += [since] * len(reveal.variables)
         since = 0 if full else since + 1
     return counts
+
+
+def uniform_reveal_kl(traces: Sequence[ProbTrace], kind: str) -> pd.DataFrame:
+    """One row per revealed value: KL(exact || uniform 1/n), the score of a predictor that learned
+    nothing (the scale a model's KL sits on), with kind and partial reveals as `reveal_kl` has them."""
+    rows = []
+    for trace in traces:
+        posts = [post for line in trace.posteriors for post in line]
+        for post, since in zip(posts, partial_counts(trace)):
+            kl = sum(p * math.log(p * trace.n) for p in post.predictive if p > 0)
+            rows.append({"kind": kind, "partial_reveals": since, "kl": kl, "value_mass": 1.0})
+    return pd.DataFrame(rows)
 
 
 def token_table(tokenizer) -> dict[str, int]:

@@ -27,7 +27,6 @@ context) or the dtype on this device gets an `error` row instead of numbers.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,7 +36,7 @@ import torch
 from deltalens.tasks.dataset import trace_seed
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
-from deltalens.training.belief_kl import adversarial_traces, partial_counts, reveal_kl
+from deltalens.training.belief_kl import adversarial_traces, reveal_kl, uniform_reveal_kl
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 WINDOW = 5  # KL at horizon h: the mean over partial-reveal counts h - WINDOW + 1 .. h (fewer outliers)
@@ -99,14 +98,9 @@ def long_horizon_kl(model, tokenizer, spec: ProbTraceSpec, horizons: Sequence[in
 
 def uniform_kl(traces: list, kind: str, longest: int) -> pd.DataFrame:
     """KL(exact || uniform 1/n) by partial-reveal count: what a model that learned nothing scores."""
-    rows = []
-    for trace in traces:
-        posts = [post for line in trace.posteriors for post in line]
-        for post, since in zip(posts, partial_counts(trace)):
-            if since <= longest:
-                rows.append({"partial_reveals": since,
-                             "kl": sum(p * math.log(p * trace.n) for p in post.predictive if p > 0)})
-    table = pd.DataFrame(rows).groupby("partial_reveals").agg(kl=("kl", "mean"), count=("kl", "size")).reset_index()
+    rows = uniform_reveal_kl(traces, kind)
+    rows = rows[rows.partial_reveals <= longest]
+    table = rows.groupby("partial_reveals").agg(kl=("kl", "mean"), count=("kl", "size")).reset_index()
     table["value_mass"] = 1.0
     table.insert(0, "kind", kind)
     table.insert(0, "dtype", "uniform")
