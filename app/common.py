@@ -25,6 +25,7 @@ from deltalens.models.architecture import ARTICLE
 from deltalens.models.atomic import write_json_atomic
 from deltalens.probes.eigenvalues import eigenvalue_report
 from deltalens.probes.linear_probes import linear_probes
+from deltalens.probes.products import product_report
 from deltalens.probes.subspace import subspace_report
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.groups import VARIABLE_NAMES
@@ -103,12 +104,17 @@ def model_lock(path: str) -> threading.Lock:
 
 @st.cache_resource(show_spinner="running the model on held-out traces ...", max_entries=16)
 def head_measurements(path: str, n_traces: int, seed: int) -> dict[str, Any]:
-    """Capture, eigenvalue, subspace and probe reports of a DeltaNet checkpoint on held-out traces."""
+    """Capture, eigenvalue, product, subspace and probe reports of a delta-rule checkpoint on held-out traces
+    (products: None when the traces carry no action permutations, e.g. probabilistic ones)."""
     checkpoint = opened(path)
     batch = checkpoint.batch(n_traces, seed=seed)
     with model_lock(path):
         cap = capture(checkpoint.model, batch, names=("beta", "k", "state", "resid"))
-    return {"batch": batch, "capture": cap, "eigenvalues": eigenvalue_report(cap),
+    try:
+        products = product_report(cap, seed=seed)
+    except DeltalensError:
+        products = None
+    return {"batch": batch, "capture": cap, "eigenvalues": eigenvalue_report(cap), "products": products,
             "subspace": subspace_report(cap, seed=seed), "probes": linear_probes(cap, seed=seed)}
 
 

@@ -5,6 +5,8 @@
     deltalens intervene CKPT --layer L --head H --beta-scale 0.5 [--json]
     deltalens intervene CKPT --layer L --head H --beta-range 0 1
     deltalens intervene CKPT --layer L --head H --ablate zero [--site z|state]
+    deltalens intervene CKPT --layer L --head H --beta-range 0 1 --factor J   one DeltaProduct factor
+    deltalens intervene CKPT --layer L --head H --gate-range 1 1              no forgetting (gated models)
 
 `--json` prints {"baseline": accuracy, "heads": [{"layer", "head", "accuracy", ...}, ...]} for a
 sweep and {"baseline", "accuracy", "layer", "head", "intervention", ...} for one head.
@@ -35,6 +37,10 @@ def register(subparsers) -> None:
     what.add_argument("--beta-range", type=arguments.real(), nargs=2, metavar=("LO", "HI"),
                       help="map the head's beta range onto [LO, HI] (default intervention: 0 1)")
     what.add_argument("--ablate", choices=("zero", "mean"), help="ablate the head (see --site)")
+    what.add_argument("--gate-range", type=arguments.real(), nargs=2, metavar=("LO", "HI"),
+                      help="clamp the head's decay alpha_t into [LO, HI] (gated models; 1 1 = no forgetting)")
+    parser.add_argument("--factor", type=arguments.whole(0), metavar="J",
+                        help="with --beta-scale/--beta-range: only Householder factor J of a DeltaProduct")
     parser.add_argument("--site", choices=("z", "state"), default="z",
                         help="what --ablate replaces: the head's read-out z (default) or its state S_t")
     parser.add_argument("--n-traces", type=arguments.COUNT, default=128, help="held-out traces (default 128)")
@@ -49,7 +55,10 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from deltalens.training.opened import open_checkpoint
 
-    single = args.beta_scale is not None or args.beta_range is not None or args.ablate is not None
+    single = any(x is not None for x in (args.beta_scale, args.beta_range, args.ablate, args.gate_range))
+    if args.factor is not None and (args.sweep or args.ablate or args.gate_range):
+        raise DeltalensError("--factor picks the factor whose beta --beta-scale or --beta-range changes; use it "
+                             "with one of those.")
     if args.sweep and (single or args.layer is not None or args.head is not None):
         raise DeltalensError("--sweep applies its intervention to every head; drop --layer/--head/--beta-*/--ablate.")
     if not args.sweep and (args.layer is None or args.head is None):
@@ -78,15 +87,17 @@ def _sweep(args, model, batch) -> int:
 
 
 def _single(args, model, batch) -> int:
-    from deltalens.interp.interventions import ablate_head, rescale_beta, reveal_accuracy
+    from deltalens.interp.interventions import ablate_head, clamp_gate, rescale_beta, reveal_accuracy
 
     if args.ablate:
         iv = ablate_head(model, args.layer, args.head, args.ablate, site=args.site,
                          reference=batch if args.ablate == "mean" else None)
+    elif args.gate_range is not None:
+        iv = clamp_gate(model, args.layer, args.head, *args.gate_range)
     elif args.beta_scale is not None:
-        iv = rescale_beta(model, args.layer, args.head, scale=args.beta_scale)
+        iv = rescale_beta(model, args.layer, args.head, scale=args.beta_scale, factor=args.factor)
     else:
-        iv = rescale_beta(model, args.layer, args.head, to=tuple(args.beta_range or (0.0, 1.0)))
+        iv = rescale_beta(model, args.layer, args.head, to=tuple(args.beta_range or (0.0, 1.0)), factor=args.factor)
     baseline = reveal_accuracy(model, batch)
     after = reveal_accuracy(model, batch, iv)
     report = {

@@ -8,13 +8,15 @@ revealed value. Rows are in (trace, position) order, so tokens of one trace are 
 
 Names are exact hook names or shorthands, expanded per layer for the model's architecture:
 
-    "beta", "beta_logit", "state", "k", "q", "v", "z"   blocks.{l}.attn.hook_<x>  (DeltaNet; the
-                                                        Transformer has k, q, v, z; the LSTM none)
+    "beta", "beta_logit", "gate", "state", "k", "q", "v", "z"
+               blocks.{l}.attn.hook_<x> (the delta-rule family; gate only where the state decays;
+               the Transformer has k, q, v, z; the LSTM none)
     "resid"    the residual stream read by probes: hook_embed then the output of every layer
                (blocks.{l}.hook_resid_post; for the LSTM blocks.{l}.hook_hidden)
 
 Paper notation: hook_beta is beta_t (B, T, H); hook_k is k_t after L2 norm (B, T, H, d_k);
-hook_state is S_t (B, T, H, d_k, d_v) in fla's [K, V] layout, the state after token t.
+hook_state is S_t (B, T, H, d_k, d_v) in fla's [K, V] layout, the state after token t; a DeltaProduct's
+hook_beta and hook_k carry a factor axis (B, T, H, n_h[, d_k]).
 
 Batches of held-out traces for a checkpoint come from training/opened.py (`open_checkpoint(path)
 .batch(n)`), or from any `tasks.dataset.make_batch`.
@@ -28,17 +30,25 @@ from typing import Union
 import pandas as pd
 import torch
 
-from deltalens.models.architecture import ARTICLE, architecture_of, n_heads_of, n_layers_of, require_deltanet
+from deltalens.models.architecture import (
+    ARTICLE,
+    architecture_of,
+    is_delta_rule,
+    n_heads_of,
+    n_layers_of,
+    require_delta_rule,
+)
 from deltalens.tasks.display import Summary
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = ["ATTN_SHORTHANDS", "DELTANET_ONLY", "Capture", "capture", "expand_names", "residual_names"]
 
-ATTN_SHORTHANDS = ("beta", "beta_logit", "state", "k", "q", "v", "z")
-DELTANET_ONLY = ("beta", "beta_logit", "state")  # the delta rule's write strength and matrix state
-_HEADED = {"deltanet": ("beta", "beta_logit", "state", "k", "q", "v", "z"), "transformer": ("k", "q", "v", "z"),
-           "lstm": ()}
+ATTN_SHORTHANDS = ("beta", "beta_logit", "gate", "state", "k", "q", "v", "z")
+DELTANET_ONLY = ("beta", "beta_logit", "gate", "state")  # the delta rule's write strength, decay and matrix state
+_DELTA_HEADED = ("beta", "beta_logit", "gate", "state", "k", "q", "v", "z")
+_HEADED = {"deltanet": _DELTA_HEADED, "gated_deltanet": _DELTA_HEADED, "deltaproduct": _DELTA_HEADED,
+           "transformer": ("k", "q", "v", "z"), "lstm": ()}
 KIND_NAMES = {int(kind): kind.name.lower() for kind in TokenKind}
 LABELS = ("trace", "position", "token", "kind", "action_pos", "perm_id", "answer", "reveal_var", "state_step")
 
@@ -62,15 +72,18 @@ def expand_names(model, names: Iterable[str]) -> list[str]:
         elif name in ATTN_SHORTHANDS:
             if name not in _HEADED[arch]:
                 if name in DELTANET_ONLY:
-                    require_deltanet(model, f"{name} (hook_{name})")
+                    require_delta_rule(model, f"{name} (hook_{name})")
                 raise DeltalensError(f"{ARTICLE.get(arch, arch)} has no attention heads, so there is no "
                                      f"hook_{name}; capture 'resid' instead.")
             if arch == "deltanet" and name == "beta_logit" and not model.config.use_beta:
                 raise DeltalensError("this DeltaNet was built with use_beta=False: beta is constant and has no logit.")
+            if name == "gate" and not getattr(model, "gated", False):
+                raise DeltalensError(f"{ARTICLE.get(arch, arch)} without a decay gate has no hook_gate (DeltaNet, or "
+                                     "a DeltaProduct built with use_forget_gate=False).")
             out += [f"blocks.{layer}.attn.hook_{name}" for layer in range(n_layers_of(model))]
         else:
-            if arch != "deltanet" and any(name.endswith(f"hook_{x}") for x in DELTANET_ONLY):
-                require_deltanet(model, name)
+            if not is_delta_rule(arch) and any(name.endswith(f"hook_{x}") for x in DELTANET_ONLY):
+                require_delta_rule(model, name)
             out.append(name)
     return list(dict.fromkeys(out))  # keep order, drop repeats
 
@@ -206,16 +219,17 @@ def capture(model, batch: dict[str, torch.Tensor], names: Names = ("resid",), wi
 
 
 def deltanet_capture(source, batch, names) -> Capture:
-    """A Capture of a DeltaNet: `source` itself when it is one, else `capture(source, batch, names)`.
+    """A Capture of a delta-rule model: `source` itself when it is one, else `capture(source, batch, names)`.
 
     The probes that read beta or the state S_t take either a Capture or a model with a batch.
     """
     if isinstance(source, Capture):
-        if source.arch != "deltanet":
+        if not is_delta_rule(source.arch):
             raise DeltalensError(f"this capture comes from a {source.arch} model, which has no beta; the "
-                                 "eigenvalue and subspace probes need a DeltaNet.")
+                                 "eigenvalue and subspace probes need a delta-rule model (DeltaNet, Gated DeltaNet, "
+                                 "DeltaProduct).")
         return source
     if batch is None:
         raise DeltalensError("pass a Capture, or a model together with a batch of traces.")
-    require_deltanet(source)
+    require_delta_rule(source)
     return capture(source, batch, names=names)

@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 
 from deltalens.interp.intervention_names import INTERVENTIONS
 from deltalens.interp.interventions import ablate_head, head_means, rescale_beta, reveal_accuracy
-from deltalens.models.architecture import architecture_of, n_heads_of, n_layers_of, require_deltanet
+from deltalens.models.architecture import architecture_of, n_heads_of, n_layers_of, require_delta_rule
 from deltalens.tasks.dataset import split_batch
 from deltalens.tasks.display import Summary
 from deltalens.tasks.display import progress as progress_bar
@@ -66,11 +66,11 @@ def _builder(model, intervention: Union[str, Builder], batches) -> tuple[str, Bu
     if intervention not in INTERVENTIONS:
         raise DeltalensError(f"unknown intervention {intervention!r}; use one of {', '.join(INTERVENTIONS)}.")
     if intervention == "beta-range":
-        require_deltanet(model, "beta to rescale")
+        require_delta_rule(model, "beta to rescale")
         return intervention, lambda m, layer, head: rescale_beta(m, layer, head, to=(0.0, 1.0))
     method, site = intervention.split("-")
     if site == "state":
-        require_deltanet(model, "matrix state S_t")
+        require_delta_rule(model, "matrix state S_t")
     if architecture_of(model) == "lstm":
         raise DeltalensError("an LSTM has no attention heads to sweep; per-head interventions need a DeltaNet "
                              "or a Transformer.")

@@ -17,6 +17,9 @@ Paper notation -> code:
   tested) but lives in a hook, so nothing on the model changes and it composes with other hooks.
   The eigenvalue along k_t moves from 1 - beta_t to 1 - beta'_t: a reflection (beta 2, eigenvalue
   -1) becomes a projection (beta 1, eigenvalue 0). `scale=f` instead multiplies: beta' = f beta.
+  A DeltaProduct's beta is (B, T, H, n_h): `factor=j` rescales factor j only.
+* `clamp_gate(model, layer, head, lo, hi)`: clamp a gated model's decay alpha_t into [lo, hi] on
+  `blocks.{l}.attn.hook_gate` ([1, 1]: no forgetting).
 * `ablate_head(model, layer, head, "zero" | "mean", site="z" | "state")`: replace the head's
   read-out o_t (hook_z) or its state S_t (hook_state) by zero or by its mean over the real tokens
   of a reference batch. Editing hook_state replaces S_t and every later step continues from it.
@@ -35,11 +38,17 @@ from typing import Any, Union
 import torch
 
 from deltalens.interp.capture import Capture, capture, expand_names
-from deltalens.models.architecture import architecture_of, n_heads_of, n_layers_of, require_deltanet
+from deltalens.models.architecture import (
+    architecture_of,
+    is_delta_rule,
+    n_heads_of,
+    n_layers_of,
+    require_delta_rule,
+)
 from deltalens.tasks.errors import DeltalensError
 from deltalens.training.evaluate import score_batch, summarise
 
-__all__ = ["Intervention", "rescale_beta", "ablate_head", "patch_activation", "patch_state", "head_means",
+__all__ = ["Intervention", "rescale_beta", "clamp_gate", "ablate_head", "patch_activation", "patch_state", "head_means",
            "reveal_accuracy", "accuracy_under"]
 
 Hook = tuple[str, Callable]
@@ -129,42 +138,75 @@ def _edit(value: torch.Tensor, replacement: torch.Tensor, head: int | None, mask
 
 
 def rescale_beta(model, layer: int, head: int | None, to: tuple[float, float] | None = None,
-                 scale: float | None = None) -> Intervention:
+                 scale: float | None = None, factor: int | None = None) -> Intervention:
     """Map a head's beta range to `to` (default (0, 1)), or multiply beta by `scale` (module docstring).
 
-    head None rescales every head of the layer.
+    head None rescales every head of the layer; `factor` picks one Householder factor of a
+    DeltaProduct (None = all of them).
     """
-    require_deltanet(model, "beta to rescale")
+    require_delta_rule(model, "beta to rescale")
     _check_head(model, layer, head)
     if to is not None and scale is not None:
         raise DeltalensError("give either a target range (to=(lo, hi)) or a factor (scale=f), not both.")
     mixer = model.blocks[layer].attn
+    n_factors = mixer.n_factors if getattr(mixer, "factor_axis", False) else 0
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int)
+                               or not 0 <= factor < (n_factors or 1)):
+        raise DeltalensError(f"factor {factor!r} is out of range: this model applies "
+                             f"{n_factors or 1} factor(s) per token.")
     heads = slice(None) if head is None else head
-    lo = mixer.beta_lo[heads].detach().clone()
-    hi = mixer.beta_hi[heads].detach().clone()
+    # index of (B, T, H[, n]): the head(s), then the factor where the model has a factor axis
+    where_index = (slice(None), slice(None), heads) + ((factor,) if n_factors and factor is not None else ())
+    lo = mixer.beta_lo[where_index[2:]].detach().clone()
+    hi = mixer.beta_hi[where_index[2:]].detach().clone()
     name = f"blocks.{layer}.attn.hook_beta"
-    where = f"L{layer}" + ("" if head is None else f"H{head}")
+    where = f"L{layer}" + ("" if head is None else f"H{head}") + (f"F{factor}" if n_factors and factor is not None
+                                                                 else "")
     if scale is not None:
-        factor = float(scale)
+        multiplier = float(scale)
 
-        def hook(beta, hook):  # (B, T, H)
+        def hook(beta, hook):  # (B, T, H[, n])
             out = beta.clone()
-            out[:, :, heads] = beta[:, :, heads] * factor
+            out[where_index] = beta[where_index] * multiplier
             return out
 
-        return Intervention(f"{where} beta x{factor:g}", [(name, hook)], layer, head)
+        return Intervention(f"{where} beta x{multiplier:g}", [(name, hook)], layer, head)
     new_lo, new_hi = (0.0, 1.0) if to is None else (float(to[0]), float(to[1]))
     if torch.any(hi - lo <= 0):
         raise DeltalensError(f"layer {layer}'s beta range is empty (lo >= hi); reset it with model.reset_beta_range().")
 
-    def hook(beta, hook):  # (B, T, H)
+    def hook(beta, hook):  # (B, T, H[, n])
         out = beta.clone()
         old_lo, old_hi = lo.to(beta), hi.to(beta)
-        out[:, :, heads] = new_lo + (beta[:, :, heads] - old_lo) * ((new_hi - new_lo) / (old_hi - old_lo))
+        out[where_index] = new_lo + (beta[where_index] - old_lo) * ((new_hi - new_lo) / (old_hi - old_lo))
         return out
 
     span = f"[{float(lo.min()):g}, {float(hi.max()):g}]"
     return Intervention(f"{where} beta {span}->[{new_lo:g}, {new_hi:g}]", [(name, hook)], layer, head)
+
+
+# ---- the decay gate ---------------------------------------------------------------------------
+
+
+def clamp_gate(model, layer: int, head: int | None, lo: float = 1.0, hi: float = 1.0) -> Intervention:
+    """Clamp a head's decay alpha_t (blocks.{layer}.attn.hook_gate) into [lo, hi]; the default [1, 1]
+    switches forgetting off. Same as `model.set_gate_range(layer, head, lo, hi)`, as a hook."""
+    require_delta_rule(model, "decay gate")
+    _check_head(model, layer, head)
+    if not getattr(model, "gated", False):
+        raise DeltalensError("this model's state does not decay (no hook_gate): DeltaNet, or a DeltaProduct built "
+                             "with use_forget_gate=False.")
+    if not 0.0 <= lo <= hi <= 1.0:
+        raise DeltalensError(f"the gate range needs 0 <= lo <= hi <= 1, got [{lo}, {hi}].")
+    heads = slice(None) if head is None else head
+
+    def hook(alpha, hook):  # (B, T, H)
+        out = alpha.clone()
+        out[:, :, heads] = alpha[:, :, heads].clamp(lo, hi)
+        return out
+
+    where = f"L{layer}" + ("" if head is None else f"H{head}")
+    return Intervention(f"{where} gate in [{lo:g}, {hi:g}]", [(f"blocks.{layer}.attn.hook_gate", hook)], layer, head)
 
 
 # ---- ablation -------------------------------------------------------------------------------
@@ -208,7 +250,7 @@ def ablate_head(model, layer: int, head: int, method: str = "zero", site: str = 
         return _edit(act, fill, head, mask)
 
     arch = architecture_of(model)
-    return Intervention(f"L{layer}H{head} {method}-ablate {site}" + ("" if arch == "deltanet" else f" ({arch})"),
+    return Intervention(f"L{layer}H{head} {method}-ablate {site}" + ("" if is_delta_rule(arch) else f" ({arch})"),
                         [(name, hook)], layer, head)
 
 

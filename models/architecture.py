@@ -1,20 +1,47 @@
 """What kind of model this is: the architecture every deltalens model carries, and its shape.
 
-    architecture_of(model)   'deltanet' | 'transformer' | 'lstm'
+    architecture_of(model)   'deltanet' | 'gated_deltanet' | 'deltaproduct' | 'transformer' | 'lstm'
+    is_delta_rule(arch)      True for the delta-rule family (beta, a matrix state S_t)
     n_layers_of(model), n_heads_of(model)
-    require_deltanet(model, what)   one sentence for tools that need beta or the matrix state S_t
+    require_delta_rule(model, what)   one sentence for tools that need beta or the matrix state S_t
+
+The family table (`FAMILY`) says which hooks and probes apply to each architecture; the report and
+the dashboard print it instead of special-casing names.
 """
 from __future__ import annotations
 
 from deltalens.tasks.errors import DeltalensError
 
-ARCHITECTURES = ("deltanet", "transformer", "lstm")
-ARTICLE = {"deltanet": "a DeltaNet", "transformer": "a Transformer", "lstm": "an LSTM"}
-_CLASS_ARCH = {"HookedDeltaNet": "deltanet", "HookedLSTM": "lstm", "TransformerBridge": "transformer"}
+DELTA_RULE = ("deltanet", "gated_deltanet", "deltaproduct")
+ARCHITECTURES = (*DELTA_RULE, "transformer", "lstm")
+ARTICLE = {"deltanet": "a DeltaNet", "gated_deltanet": "a Gated DeltaNet", "deltaproduct": "a DeltaProduct",
+           "transformer": "a Transformer", "lstm": "an LSTM"}
+DISPLAY = {"deltanet": "DeltaNet", "gated_deltanet": "Gated DeltaNet", "deltaproduct": "DeltaProduct",
+           "transformer": "Transformer", "lstm": "LSTM"}
+_CLASS_ARCH = {"HookedDeltaNet": "deltanet", "HookedGatedDeltaNet": "gated_deltanet",
+               "HookedDeltaProduct": "deltaproduct", "HookedLSTM": "lstm", "TransformerBridge": "transformer"}
+
+_DELTA_HOOKS = "q, k, v, beta_logit, beta, state, z"
+_DELTA_PROBES = "eigenvalues, state rank and subspaces, linear probes, belief decay"
+_DELTA_INTERVENTIONS = "beta range, head ablation, state patching"
+# architecture -> (per-head hooks beyond the residual stream, probes, interventions)
+FAMILY: dict[str, tuple[str, str, str]] = {
+    "deltanet": (_DELTA_HOOKS, _DELTA_PROBES, _DELTA_INTERVENTIONS),
+    "gated_deltanet": (_DELTA_HOOKS + ", gate", _DELTA_PROBES, _DELTA_INTERVENTIONS + ", gate clamp"),
+    "deltaproduct": (_DELTA_HOOKS + " (k, v, beta per factor), gate if gated",
+                     _DELTA_PROBES + ", per-token product (eigenvalues, the permutation it applies)",
+                     _DELTA_INTERVENTIONS + " (per factor), gate clamp if gated"),
+    "transformer": ("q, k, v, attn_scores, pattern, z", "linear probes", "head ablation"),
+    "lstm": ("hidden, cell", "linear probes", "unit ablation"),
+}
+
+
+def is_delta_rule(arch: str) -> bool:
+    return arch in DELTA_RULE
 
 
 def architecture_of(model) -> str:
-    """'deltanet', 'transformer' or 'lstm' (the `arch` every deltalens model carries)."""
+    """One of ARCHITECTURES (the `arch` every deltalens model carries)."""
     arch = getattr(model, "arch", None) or _CLASS_ARCH.get(type(model).__name__)
     if arch is None:
         raise DeltalensError(
@@ -36,12 +63,12 @@ def n_heads_of(model) -> int:
     return int(model.cfg.n_heads)
 
 
-def require_deltanet(model, what: str = "beta") -> None:
-    """Raise a DeltalensError naming the architecture unless `model` is a DeltaNet."""
+def require_delta_rule(model, what: str = "beta") -> None:
+    """Raise a DeltalensError naming the architecture unless `model` is of the delta-rule family."""
     arch = architecture_of(model)
-    if arch != "deltanet":
+    if not is_delta_rule(arch):
         raise DeltalensError(
-            f"this model is {ARTICLE.get(arch, arch)}, which has no {what}: only DeltaNet's delta rule has a "
-            f"write strength beta and a matrix state S_t; run the eigenvalue, subspace and beta tools on a "
-            f"DeltaNet checkpoint, or use the residual-stream probes on this one."
+            f"this model is {ARTICLE.get(arch, arch)}, which has no {what}: only the delta rule (DeltaNet, Gated "
+            f"DeltaNet, DeltaProduct) has a write strength beta and a matrix state S_t; run the eigenvalue, subspace "
+            f"and beta tools on such a checkpoint, or use the residual-stream probes on this one."
         )

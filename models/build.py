@@ -2,15 +2,15 @@
 
 Each architecture's module is imported when a model of it is first built: TransformerLens takes
 ~3 s to import on top of torch (measured on a 2-core CPU), and reading a checkpoint's metadata or
-writing traces needs none. DeltaNet's config is models/deltanet_config.py's, so building one on a
-CPU never imports fla (~6 s more).
+writing traces needs none. The delta-rule family's configs are models/fla_config.py's, so building
+one on a CPU never imports fla (~6 s more).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from deltalens.models.architecture import ARCHITECTURES
-from deltalens.models.deltanet_config import FLA_DEFAULTS, DeltaNetSettings
+from deltalens.models.fla_config import SETTINGS
 from deltalens.tasks.errors import DeltalensError
 
 
@@ -32,40 +32,53 @@ def build(arch: str, **config: Any):
         from deltalens.models.lstm import HookedLSTM, lstm_config_from_dict  # lazy: see above
 
         return HookedLSTM(lstm_config_from_dict(config))
-    if arch == "deltanet":
-        return _build_deltanet(config)
+    if arch in SETTINGS:
+        return _build_delta_family(arch, config)
     raise DeltalensError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
 
 
-# deltalens's own DeltaNet config fields. fla's DeltaNetConfig keeps unknown keyword arguments as
-# attributes and writes them to config.json, so these ride along in the same config object; fla
+# deltalens's own config fields per architecture. fla's configs keep unknown keyword arguments as
+# attributes and write them to config.json, so these ride along in the same config object; fla
 # itself ignores them (its DeltaNetForCausalLM runs the plain delta rule on the same weights).
-DELTANET_EXTENSION_KEYS = ("state_norm_every",)
+EXTENSION_KEYS: dict[str, tuple[str, ...]] = {
+    "deltanet": ("state_norm_every",), "gated_deltanet": (), "deltaproduct": (),
+}
+DELTANET_EXTENSION_KEYS = EXTENSION_KEYS["deltanet"]
 
 
-def _deltanet_config_keys() -> list[str]:
-    return list(FLA_DEFAULTS) + list(DELTANET_EXTENSION_KEYS)
+def _config_keys(arch: str) -> list[str]:
+    return list(SETTINGS[arch].defaults) + list(EXTENSION_KEYS[arch])
+
+
+def fla_model_config(config, arch: str = "deltanet") -> dict[str, Any]:
+    """The JSON-able fla config arguments (and deltalens extensions) of an fla config (object or dict)."""
+    as_dict = config if isinstance(config, dict) else config.to_dict()
+    return {key: as_dict[key] for key in _config_keys(arch) if key in as_dict}
 
 
 def deltanet_model_config(config) -> dict[str, Any]:
-    """The JSON-able DeltaNetConfig arguments (and deltalens extensions) of an fla config (object or dict)."""
-    as_dict = config if isinstance(config, dict) else config.to_dict()
-    return {key: as_dict[key] for key in _deltanet_config_keys() if key in as_dict}
+    """`fla_model_config` of a DeltaNet config."""
+    return fla_model_config(config, "deltanet")
 
 
-def _build_deltanet(config: dict[str, Any]):
-    from deltalens.models.deltanet import HookedDeltaNet  # lazy: see above
+def _build_delta_family(arch: str, config: dict[str, Any]):
+    if arch == "deltanet":
+        from deltalens.models.deltanet import HookedDeltaNet as cls  # lazy: see above
+    elif arch == "gated_deltanet":
+        from deltalens.models.gated_deltanet import HookedGatedDeltaNet as cls
+    else:
+        from deltalens.models.deltaproduct import HookedDeltaProduct as cls
 
-    known = set(_deltanet_config_keys())
+    known = set(_config_keys(arch))
     unknown = sorted(set(config) - known)
     if unknown:
         # fla's config swallows unknown keys silently; a typo would build the wrong model.
         raise DeltalensError(
-            f"unknown deltanet config key(s) {', '.join(map(repr, unknown))}; "
-            f"use fla DeltaNetConfig arguments such as {', '.join(sorted(known))}"
+            f"unknown {arch} config key(s) {', '.join(map(repr, unknown))}; "
+            f"use fla {SETTINGS[arch].fla_config} arguments such as {', '.join(sorted(known))}"
         )
-    model = HookedDeltaNet(DeltaNetSettings(**config))
-    _stamp(model, "deltanet", lambda: deltanet_model_config(model.config))
+    model = cls(SETTINGS[arch](**config))
+    _stamp(model, arch, lambda: fla_model_config(model.config, arch))
     return model
 
 

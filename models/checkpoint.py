@@ -3,12 +3,12 @@
 Layout of `config.json`:
 
     {
-      ...fla's DeltaNetConfig fields...        # deltanet only: the file IS an HF/fla config, so
-                                               # fla.models.DeltaNetForCausalLM.from_pretrained(dir)
-                                               # loads a deltalens DeltaNet checkpoint directly
+      ...fla's config fields...                # delta-rule family only: the file IS an HF/fla config,
+                                               # so fla.models.DeltaNetForCausalLM (GatedDeltaNet...,
+                                               # GatedDeltaProduct...).from_pretrained(dir) loads it
       "deltalens": {
         "format_version": 1,
-        "architecture": "deltanet" | "transformer" | "lstm",
+        "architecture": "deltanet" | "gated_deltanet" | "deltaproduct" | "transformer" | "lstm",
         "model_config": {...},                 # build(architecture, **model_config) rebuilds the model
         "tokenizer": {...} | null,             # tokenizer spec (tasks)
         "task": {...} | null,                  # task spec: group, reveal spacing, lengths, ...
@@ -17,11 +17,11 @@ Layout of `config.json`:
       }
     }
 
-A directory written by fla itself (no "deltalens" section, `"model_type": "delta_net"`) loads as a
-deltanet with empty tokenizer/task/training/metrics.
+A directory written by fla itself (no "deltalens" section, `"model_type"` "delta_net", "gated_deltanet"
+or "gated_deltaproduct") loads as that architecture with empty tokenizer/task/training/metrics.
 
 `model.safetensors` holds the model's state dict under the model's own names: fla's names for
-DeltaNet, TransformerLens's (`blocks.0.attn.q.weight`, ...) for the Transformer, HookedLSTM's for
+the delta-rule family, TransformerLens's (`blocks.0.attn.q.weight`, ...) for the Transformer, HookedLSTM's for
 the LSTM. Tensors that share storage (tied weights) are written once; loading accepts a missing
 name when the model ties it to one that is present.
 
@@ -50,9 +50,10 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from deltalens.models.architecture import ARCHITECTURES
+from deltalens.models.architecture import ARCHITECTURES, is_delta_rule
 from deltalens.models.atomic import fsync_dir, fsync_file, replace_dir
-from deltalens.models.build import build, deltanet_model_config
+from deltalens.models.build import build, fla_model_config
+from deltalens.models.fla_config import ARCH_OF_MODEL_TYPE, SETTINGS
 from deltalens.tasks.errors import DeltalensError
 
 
@@ -113,8 +114,6 @@ def save_checkpoint(
 
 def _arch_of(model) -> str:
     arch = getattr(model, "arch", None)
-    if arch is None and type(model).__name__ == "HookedDeltaNet":
-        arch = "deltanet"
     if arch not in ARCHITECTURES:
         raise DeltalensError(
             f"cannot save a {type(model).__name__}: it has no known `arch` attribute; "
@@ -125,8 +124,8 @@ def _arch_of(model) -> str:
 
 def _model_config_of(model, arch: str) -> dict[str, Any]:
     config = getattr(model, "model_config", None)
-    if config is None and arch == "deltanet":
-        config = deltanet_model_config(model.config)
+    if config is None and is_delta_rule(arch):
+        config = fla_model_config(model.config, arch)
     return dict(config)
 
 
@@ -168,8 +167,8 @@ def _to_json(value: Any) -> Any:
 
 
 def _write_checkpoint(model, arch: str, section: dict[str, Any], directory: Path) -> None:
-    if arch == "deltanet" and hasattr(model, "save_pretrained"):
-        # HookedDeltaNet writes fla's config.json + model.safetensors; we make sure our section is in it.
+    if is_delta_rule(arch) and hasattr(model, "save_pretrained"):
+        # The delta-rule models write fla's config.json + model.safetensors; we make sure our section is in it.
         model.save_pretrained(str(directory), extra_config={SECTION: section})
         config_path = directory / CONFIG_NAME
         config = json.loads(config_path.read_text())
@@ -180,9 +179,11 @@ def _write_checkpoint(model, arch: str, section: dict[str, Any], directory: Path
         return
     _write_weights(model, directory / WEIGHTS_NAME)
     config: dict[str, Any] = {}
-    if arch == "deltanet":
-        # A DeltaNet without save_pretrained: still write fla's fields so fla can read the folder.
-        config = {**model.config.to_diff_dict(), "model_type": "delta_net", "architectures": ["DeltaNetForCausalLM"]}
+    if is_delta_rule(arch):
+        # A delta-rule model without save_pretrained: still write fla's fields so fla can read the folder.
+        settings = SETTINGS[arch]
+        config = {**model.config.to_diff_dict(), "model_type": settings.model_type,
+                  "architectures": [settings.fla_model]}
     _write_json(directory / CONFIG_NAME, {**config, SECTION: section})
 
 
@@ -272,9 +273,9 @@ def load_checkpoint(path, **model_config_overrides: Any):
     config_file = directory / CONFIG_NAME
     weights_file = directory / WEIGHTS_NAME
     arch, model_config, _, raw_config = _read_config(config_file)
-    if arch == "deltanet":
+    if is_delta_rule(arch):
         # Build from the top-level fla fields, the ones fla itself would load.
-        model_config = deltanet_model_config(_fla_model_config(raw_config))
+        model_config = fla_model_config(_fla_model_config(raw_config), arch)
     model_config = {**model_config, **model_config_overrides}
 
     try:
@@ -339,13 +340,15 @@ def _read_config(config_file: Path) -> tuple[str, dict[str, Any], dict[str, Any]
         )
 
     section = config.get(SECTION)
-    if isinstance(section, dict) and "architecture" not in section and config.get("model_type") == "delta_net":
-        section = None  # an fla config that carries a user's own "deltalens" entry: still fla's DeltaNet
+    fla_arch = ARCH_OF_MODEL_TYPE.get(config.get("model_type"))
+    if isinstance(section, dict) and "architecture" not in section and fla_arch is not None:
+        section = None  # an fla config that carries a user's own "deltalens" entry: still fla's model
     if section is None:
-        if config.get("model_type") == "delta_net":
-            return "deltanet", _fla_model_config(config), {}, config
+        if fla_arch is not None:
+            return fla_arch, _fla_model_config(config), {}, config
         raise DeltalensError(
-            f"{config_file} has no {SECTION!r} section and is not an fla DeltaNet config "
+            f"{config_file} has no {SECTION!r} section and is not an fla DeltaNet, Gated DeltaNet or "
+            f"DeltaProduct config "
             f"(model_type {config.get('model_type')!r}), so its architecture is unknown; "
             f"save models with models.save"
         )
@@ -358,7 +361,7 @@ def _read_config(config_file: Path) -> tuple[str, dict[str, Any], dict[str, Any]
             f"expected one of {', '.join(ARCHITECTURES)}"
         )
     model_config = section.get("model_config")
-    if arch == "deltanet" and not isinstance(model_config, dict):
+    if is_delta_rule(arch) and not isinstance(model_config, dict):
         model_config = _fla_model_config(config)
     if not isinstance(model_config, dict):
         raise DeltalensError(

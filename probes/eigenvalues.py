@@ -24,6 +24,12 @@ a product of two reflections is a rotation). Per action we keep the non-trivial 
 det P = prod_t (1 - beta_t ||k_t||^2), whose sign should match the parity of the permutation
 (a transposition is odd: det -1) if the head implements the permutation by reflections.
 With the `statement` tokenizer an action is one token and P = A_t.
+
+DeltaProduct: each token applies n_h factors I - beta_{t,j} k_{t,j} k_{t,j}^T (j = 0 first), so hook_beta
+is (B, T, H, n_h) and hook_k (B, T, H, n_h, d_k). Every factor is one row of `tokens` (column
+`factor`), and a token's factors enter the products in order: P = A_{t,n-1} ... A_{t,0}. The decay
+gate of gated models scales every eigenvalue by alpha_t and is left out here (read hook_gate).
+probes/products.py asks whether each action's product IS the action's permutation.
 """
 from __future__ import annotations
 
@@ -40,7 +46,8 @@ from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.groups import is_even, lex_unrank
 from deltalens.tasks.tokenizers import TokenKind
 
-__all__ = ["NAMES", "EigenvalueReport", "eigenvalue_report", "transition_eigenvalues", "transition_products",
+__all__ = ["NAMES", "EigenvalueReport", "eigenvalue_report", "factor_rows", "transition_eigenvalues",
+           "transition_products",
            "beta_heatmap", "eigenvalue_histogram", "product_eigenvalue_figure"]
 
 NAMES = ("beta", "k")  # what a capture needs for this probe
@@ -55,13 +62,26 @@ def transition_eigenvalues(beta: torch.Tensor, k: torch.Tensor | None = None) ->
     return 1.0 - beta * k.double().square().sum(-1).to(beta.dtype)
 
 
+def factor_rows(beta: torch.Tensor, k: torch.Tensor, group: torch.Tensor | None = None):
+    """DeltaProduct's factors as consecutive rows: beta (N, H, n), k (N, H, n, d) -> (N*n, H), (N*n, H, d)
+    and group repeated n times (factor order kept). DeltaNet-shaped inputs pass through."""
+    if beta.ndim == 2:
+        return beta, k, group
+    n = beta.shape[-1]
+    beta = beta.transpose(1, 2).reshape(-1, beta.shape[1])
+    k = k.transpose(1, 2).reshape(-1, k.shape[1], k.shape[-1])
+    return beta, k, (None if group is None else group.repeat_interleave(n))
+
+
 def transition_products(beta: torch.Tensor, k: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Products of transitions over the tokens of each group (e.g. each action line).
 
     beta (N, H), k (N, H, d_k), group (N,) long: group id of each token, -1 = no group; tokens of a
-    group are taken in the order they appear (time order for a Capture). Returns (P (A, H, d_k, d_k)
-    float64 with P = A_last ... A_first, ids (A,) the group ids in sorted order).
+    group are taken in the order they appear (time order for a Capture). A DeltaProduct's (N, H, n)
+    and (N, H, n, d_k) are accepted: its factors count as consecutive tokens. Returns
+    (P (A, H, d_k, d_k) float64 with P = A_last ... A_first, ids (A,) the group ids in sorted order).
     """
+    beta, k, group = factor_rows(beta, k, group)
     keep = group >= 0
     beta, k, group = beta[keep].double(), k[keep].double(), group[keep]
     ids, inverse, counts = torch.unique(group, return_inverse=True, return_counts=True)
@@ -138,15 +158,19 @@ def eigenvalue_report(source, batch=None, threshold: float = REFLECTION_THRESHOL
     for name in [f"blocks.{l}.attn.hook_{x}" for l in range(cap.n_layers) for x in NAMES]:
         if name not in cap:
             raise DeltalensError(f"the capture lacks {name}; capture with names=('beta', 'k').")
-    L, H, N = cap.n_layers, cap.n_heads, len(cap)
-    kinds = cap.labels["kind"].numpy()
+    L, H = cap.n_layers, cap.n_heads
+    n_f = cap.layer("beta", 0).shape[-1] if cap.layer("beta", 0).ndim == 3 else 1  # factors per token
+    rows_of = [factor_rows(cap.layer("beta", l), cap.layer("k", l)) for l in range(L)]  # one row per factor
+    N = rows_of[0][0].shape[0] if L else len(cap) * n_f
+    kinds = cap.labels["kind"].numpy().repeat(n_f)
     is_action = kinds == int(TokenKind.ACTION)
 
-    betas = np.stack([cap.layer("beta", l).numpy() for l in range(L)], 1)  # (N, L, H)
-    eigs = np.stack([transition_eigenvalues(cap.layer("beta", l), cap.layer("k", l)).numpy() for l in range(L)], 1)
+    betas = np.stack([b.numpy() for b, _, _ in rows_of], 1)  # (N, L, H)
+    eigs = np.stack([transition_eigenvalues(b, k).numpy() for b, k, _ in rows_of], 1)
     tokens = pd.DataFrame({
-        "trace": np.repeat(cap.labels["trace"].numpy(), L * H),
-        "position": np.repeat(cap.labels["position"].numpy(), L * H),
+        "trace": np.repeat(cap.labels["trace"].numpy().repeat(n_f), L * H),
+        "position": np.repeat(cap.labels["position"].numpy().repeat(n_f), L * H),
+        "factor": np.repeat(np.tile(np.arange(n_f), len(cap)), L * H),
         "kind": pd.Categorical(np.repeat([KIND_NAMES[k] for k in kinds], L * H),
                                categories=list(KIND_NAMES.values())),
         "layer": np.tile(np.repeat(np.arange(L), H), N),
@@ -168,7 +192,7 @@ def eigenvalue_report(source, batch=None, threshold: float = REFLECTION_THRESHOL
             b, e = betas[:, l, h], eigs[:, l, h]
             act = is_action
             rows.append({
-                "layer": l, "head": h, "n_action_tokens": int(act.sum()),
+                "layer": l, "head": h, "n_action_tokens": int(act.sum()) // n_f,
                 "mean_beta_action": float(b[act].mean()) if act.any() else float("nan"),
                 "mean_beta_other": float(b[~act].mean()) if (~act).any() else float("nan"),
                 "neg_eig_fraction": float((e[act] < 0).mean()) if act.any() else float("nan"),
@@ -210,17 +234,19 @@ def _products(cap, threshold: float, trivial_tol: float) -> tuple[pd.DataFrame, 
         P, ids = transition_products(cap.layer("beta", l), cap.layer("k", l), group)  # (A, H, d, d)
         A, H = P.shape[:2]
         lam = torch.linalg.eigvals(P).numpy()  # (A, H, d) complex
-        eig = transition_eigenvalues(cap.layer("beta", l).double(), cap.layer("k", l))  # (N, H)
+        beta_rows, k_rows, group_rows = factor_rows(cap.layer("beta", l).double(), cap.layer("k", l), group)
+        eig = transition_eigenvalues(beta_rows, k_rows)  # (N * n_h, H): one row per factor
+        factors = torch.nonzero(group_rows >= 0).flatten()
         det = torch.zeros(A, H, dtype=torch.float64)
         det_log = torch.zeros(A, H, dtype=torch.float64)
         sign = torch.ones(A, H, dtype=torch.float64)
-        inverse = torch.searchsorted(ids, group[rows])
-        # det P = prod of the per-token eigenvalues; sum logs and count signs (no underflow)
-        det_log.index_add_(0, inverse, eig[rows].abs().clamp_min(1e-300).log())
-        negatives = torch.zeros(A, H, dtype=torch.float64).index_add_(0, inverse, (eig[rows] < 0).double())
+        inverse = torch.searchsorted(ids, group_rows[factors])
+        # det P = prod of the per-factor eigenvalues; sum logs and count signs (no underflow)
+        det_log.index_add_(0, inverse, eig[factors].abs().clamp_min(1e-300).log())
+        negatives = torch.zeros(A, H, dtype=torch.float64).index_add_(0, inverse, (eig[factors] < 0).double())
         sign = torch.where(negatives % 2 == 1, -sign, sign)
         det = sign * det_log.exp()
-        n_tokens = torch.bincount(inverse, minlength=A).numpy()
+        n_tokens = torch.bincount(inverse, minlength=A).numpy() // (len(group_rows) // len(group))
         first_rows = torch.tensor([first[g] for g in ids.tolist()])
         traces = trace[first_rows].numpy()
         positions = action_pos[first_rows].numpy()

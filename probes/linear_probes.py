@@ -39,7 +39,7 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from deltalens.interp.capture import Capture, capture
-from deltalens.models.architecture import architecture_of, n_heads_of, n_layers_of
+from deltalens.models.architecture import architecture_of, is_delta_rule, n_heads_of, n_layers_of
 from deltalens.tasks.display import Summary
 from deltalens.tasks.display import progress as progress_bar
 from deltalens.tasks.errors import DeltalensError
@@ -108,7 +108,7 @@ def probe_sites(source, sites: Sequence[str] = SITES) -> list[tuple[str, str, in
         site = "hook_hidden" if arch == "lstm" else "hook_resid_post"
         out.append(("embed", "resid", -1, None, "hook_embed"))
         out += [(f"L{layer}", "resid", layer, None, f"blocks.{layer}.{site}") for layer in range(n_layers)]
-    if "state" in sites and arch == "deltanet":
+    if "state" in sites and is_delta_rule(arch):
         out += [(f"L{layer}H{head}", "state", layer, head, f"blocks.{layer}.attn.hook_state")
                 for layer in range(n_layers) for head in range(n_heads)]
     return out

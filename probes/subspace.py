@@ -123,7 +123,7 @@ def subspace_report(source, batch=None, kinds: int | Sequence[int] | None = None
     heads, spectra, pca, key_spectra = [], [], [], []
     for l in range(cap.n_layers):
         states = cap.layer("state", l)  # (N, H, d_k, d_v)
-        keys = cap.layer("k", l)  # (N, H, d_k)
+        keys = cap.layer("k", l)  # (N, H, d_k), or (N, H, n_h, d_k)
         for h in range(cap.n_heads):
             S = states[rows_all, h]
             erank = effective_rank(S)
@@ -133,7 +133,8 @@ def subspace_report(source, batch=None, kinds: int | Sequence[int] | None = None
             mean_spectrum = (sigma[nonzero] / top[nonzero]).mean(0).numpy() if bool(nonzero.any()) \
                 else np.zeros(sigma.shape[1])
             (dim90, dim99), ratio = pca_dims(states[pca_rows, h].flatten(1))
-            k_rank, k_dim90, k_dim99, k_sigma = numerical_rank(keys[action, h], key_rtol)
+            # every factor's key counts (DeltaProduct: (N, H, n_h, d_k))
+            k_rank, k_dim90, k_dim99, k_sigma = numerical_rank(keys[action, h].reshape(-1, keys.shape[-1]), key_rtol)
             valid = erank[~torch.isnan(erank)]
             heads.append({
                 "layer": l, "head": h,

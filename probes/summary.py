@@ -1,10 +1,13 @@
 """Every per-head measurement of a model in one table: what `deltalens probe` prints.
 
-For a DeltaNet: one row per (layer, head) with the beta / eigenvalue statistics on action tokens
-(eigenvalues.py), the state's effective rank, PCA dimension and action-key span (subspace.py) and
-the linear-probe accuracy of its state (linear_probes.py), plus the residual-stream probes per
-layer and the tracking head (highest reflection fraction). For a Transformer or LSTM the beta and
-state parts are skipped with a note saying why, and the residual-stream probes are still reported.
+For a delta-rule model (DeltaNet, Gated DeltaNet, DeltaProduct): one row per (layer, head) with the
+beta / eigenvalue statistics on action tokens (eigenvalues.py), whether the per-token product of
+reflections applies the action's permutation (products.py), the state's effective rank, PCA
+dimension and action-key span (subspace.py) and the linear-probe accuracy of its state
+(linear_probes.py), plus the residual-stream probes per layer and the tracking head (highest
+reflection fraction; for DeltaProduct the head whose products decode the actions best). For a
+Transformer or LSTM the beta and state parts are skipped with a note saying why, and the
+residual-stream probes are still reported.
 
     summary = probe_summary(model, batch)       # a ProbeSummary: .heads, .layers, .tracking_head
 """
@@ -17,14 +20,16 @@ from typing import Any
 import pandas as pd
 
 from deltalens.interp.capture import capture
-from deltalens.models.architecture import ARTICLE, architecture_of
+from deltalens.models.architecture import ARTICLE, architecture_of, is_delta_rule
 from deltalens.probes.eigenvalues import eigenvalue_report
 from deltalens.probes.linear_probes import linear_probes
+from deltalens.probes.products import product_report
 from deltalens.probes.subspace import subspace_report
 from deltalens.tasks.display import Summary
+from deltalens.tasks.errors import DeltalensError
 
-HEAD_COLUMNS = ("mean_beta_action", "neg_eig_fraction", "reflection_fraction", "effective_rank", "pca_dim_90",
-                "pca_dim_99", "key_rank", "key_dim_90", "probe_accuracy_value", "probe_accuracy_source")
+HEAD_COLUMNS = ("mean_beta_action", "neg_eig_fraction", "reflection_fraction", "perm_decoded", "effective_rank",
+                "pca_dim_90", "pca_dim_99", "key_rank", "key_dim_90", "probe_accuracy_value", "probe_accuracy_source")
 
 
 @dataclass(repr=False)
@@ -74,17 +79,28 @@ def probe_summary(model, batch, probes: bool = True, probe_at: str = "readout", 
     skipped, reports = [], {}
     heads = pd.DataFrame()
     tracking = None
-    if arch == "deltanet":
+    if is_delta_rule(arch):
         cap = capture(model, batch, names=("beta", "k", "state", "resid"))
         eig = eigenvalue_report(cap)
         sub = subspace_report(cap, seed=seed)
         reports.update(eigenvalues=eig, subspace=sub)
         heads = eig.heads.merge(sub.heads, on=["layer", "head"])
         tracking = eig.tracking_head()
+        try:
+            products = product_report(cap, seed=seed)
+        except DeltalensError as err:  # e.g. a batch without action permutations
+            skipped.append(f"per-token products: {err}")
+        else:
+            reports["products"] = products
+            columns = products.heads[["layer", "head", "spectral_agreement", "decoded_accuracy", "heldout_residual",
+                                      "implements"]].rename(columns={"decoded_accuracy": "perm_decoded"})
+            heads = heads.merge(columns, on=["layer", "head"], how="left")
+            if getattr(model, "n_factors", 1) > 1:
+                tracking = products.tracking_head()
     else:
         cap = capture(model, batch, names=("resid",))
         skipped.append(f"eigenvalues and state subspaces: {ARTICLE.get(arch, arch)} has no beta and no matrix "
-                       f"state S_t (only DeltaNet does); residual-stream probes only.")
+                       f"state S_t (only the delta-rule family does); residual-stream probes only.")
     layers = pd.DataFrame()
     if probes:
         report = linear_probes(cap, at=probe_at, seed=seed, progress=progress)

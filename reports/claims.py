@@ -38,6 +38,11 @@ CLAIMS = {
 }
 
 
+# the sweep architecture (a [models] key) each claim is about: a sweep without it has no such claim
+CLAIM_ARCH = {"neg-sparse": "deltanet-neg", "neg-extrapolates": "deltanet-neg", "pos-fails": "deltanet-pos",
+              "transformer-dense": "transformer", "transformer-no-extrapolation": "transformer"}
+
+
 def claim_rules(t: Thresholds) -> dict[str, str]:
     """How each verdict is computed, in words, for the report."""
     return {
@@ -105,12 +110,14 @@ def spread(results: list[dict[str, Any]], seeds: int | None = None) -> list[dict
 
 def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None = None,
                     settings: list[str] = (), seeds: int | None = None,
-                    expected: dict[str, set[tuple[str, int]]] | None = None) -> list[Claim]:
+                    expected: dict[str, set[tuple[str, int]]] | None = None,
+                    archs: set[str] | None = None) -> list[Claim]:
     """Judge the paper's claims per setting (group and tokenizer), from result dicts alone;
     `settings` (e.g. "S3 statement") are judged even when none of their cells has a result.
     `seeds`: how many seeds each cell has in the sweep (cells with fewer results do not count).
     `expected`: setting -> the sweep's (arch, k) cells; an architecture is judged in a setting only
-    once all of its cells there are complete (a claim over "every k > 1" never rests on some k)."""
+    once all of its cells there are complete (a claim over "every k > 1" never rests on some k).
+    `archs`: the sweep's architectures; claims about others are left out (None: every claim)."""
     t = thresholds or Thresholds()
     summaries = [s for s in spread(results, seeds) if s["complete"]]
     by_setting: dict[str, list[dict[str, Any]]] = {name: [] for name in settings}
@@ -132,6 +139,8 @@ def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None
                     for i in range(n_seeds)]
         needed = math.ceil(2 * n_seeds / 3)
         for key, (verdict, evidence) in on_mean.items():
+            if archs is not None and CLAIM_ARCH[key] not in archs:
+                continue
             if verdict != NOT_MEASURED and n_seeds > 1:
                 holding = sum(judged[key][0] == HOLDS for judged in per_seed)
                 if verdict == HOLDS and holding < needed:

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import plotly.io as pio
 
+from deltalens.models.architecture import DISPLAY, FAMILY
 from deltalens.models.atomic import write_text_atomic
 from deltalens.reports.claims import claim_rules, evaluate_claims, spread
 from deltalens.reports.figures import ARCH_LABELS, length_figure, search_figure, spacing_figure
 from deltalens.reports.pfsa_section import pfsa_section
+from deltalens.reports.products_section import products_lines
 from deltalens.training.grid import best_validation, cell_config, curriculum
 
 
@@ -42,7 +44,7 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
     section = pfsa_section(pfsa_checkpoints) if pfsa_checkpoints is not None else None
     results = [s.result for s in statuses if s.result is not None]
     claims = evaluate_claims(results, sweep.thresholds, settings=[s.cell.setting for s in statuses],
-                             seeds=len(sweep.seeds), expected=expected_cells(sweep))
+                             seeds=len(sweep.seeds), expected=expected_cells(sweep), archs=set(sweep.models))
     searched = [s.result for s in searches if s.result is not None]
     figures_dir = out / "figures"
     figures_dir.mkdir(parents=True, exist_ok=True)
@@ -65,9 +67,8 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         shown = png if kept or not error else None
         figures.append(FigureFiles(name, title, html, shown, error, png_stale=bool(error and kept)))
     markdown = out / "reproduce.md"
-    write_text_atomic(
-        markdown, render_markdown(sweep, statuses, claims, figures, out, section.lines if section else [], searches)
-    )
+    extra = (section.lines if section else []) + products_lines(out)
+    write_text_atomic(markdown, render_markdown(sweep, statuses, claims, figures, out, extra, searches))
     return Report(markdown, claims, figures, png_error)
 
 
@@ -108,6 +109,19 @@ def _fmt_row(row: dict | None) -> str:
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _architecture_lines(sweep) -> list[str]:
+    """The family table: each architecture of the sweep, its model config, and which hooks, probes and
+    interventions apply to it (models.architecture.FAMILY)."""
+    lines = ["## Architectures", "", "| sweep name | architecture | config | per-head hooks | probes | interventions |",
+             "|---|---|---|---|---|---|"]
+    for key, table in sweep.models.items():
+        arch = table["arch"]
+        hooks, probes, interventions = FAMILY.get(arch, ("–", "–", "–"))
+        config = ", ".join(f"{k}={v}" for k, v in table.items() if k != "arch")
+        lines.append(f"| `{key}` | {DISPLAY.get(arch, arch)} | {config} | {hooks} | {probes} | {interventions} |")
+    return [*lines, ""]
 
 
 def _search_lines(sweep, searches) -> list[str]:
@@ -200,7 +214,7 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
                  f"(validation split: eval-split traces of seed {sweep.validation_seed}, never test traces)"
                  if sweep.early_stop_accuracy else "")
     lines = [
-        "# Reproduction: Siems et al. (2026), \"Learning State-Tracking from Code Using Linear RNNs\"",
+        f"# {sweep.title}",
         "",
         f"Written by `deltalens reproduce` from sweep `{sweep.path}`: **{len(results)} of {len(statuses)} runs "
         f"measured** ({len(sweep.seeds)} seeds per cell){f', {not_run} not run' if not_run else ''}; the measured "
@@ -225,6 +239,7 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
         "* **Spread:** every number is the mean over seeds with [min–max]; a claim holds only when it holds for "
         "the seed mean and for at least 2 of 3 seeds; a cell counts once all its seeds have results.",
         "",
+        *_architecture_lines(sweep),
         "## The paper's claims",
         "",
         f"Thresholds: a model has **learned** when its reveal accuracy at 1x is ≥ {t.learned:g}; it "
@@ -242,7 +257,9 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
                      f"| {rules[claim.key]} |")
     if not claims:
         lines.append("| all | – | not measured | no cell has a result yet | – |")
-    lines += ["", "The LSTM (a non-linear RNN) is shown for reference; the paper makes no claim about it here.", ""]
+    if "lstm" in sweep.models:
+        lines += ["", "The LSTM (a non-linear RNN) is shown for reference; the paper makes no claim about it here."]
+    lines.append("")
 
     lines += _search_lines(sweep, list(searches))
     lines += ["## Results", ""]

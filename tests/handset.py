@@ -147,3 +147,97 @@ def swap_model(n: int = 3, n_layers: int = 2, n_heads: int = 2, track: tuple[int
         "eval_spec": spec.to_dict(),
     }
     return Handset(model=model, tokenizer=tokenizer, spec=spec, track=tuple(track), n=n, task=task)
+
+
+def _silu_pair() -> tuple[float, float]:
+    """(x+, x-) with silu(x+) = -silu(x-) = 0.2785: silu's minimum, so a key after the SiLU can be
+    (e_a - e_b) / sqrt 2 up to scale (DeltaProduct's keys always pass a SiLU)."""
+    def silu(x: float) -> float:
+        return x / (1 + math.exp(-x))
+
+    x_neg = -1.2784645427610738  # argmin of silu
+    target, lo, hi = -silu(x_neg), 0.0, 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if silu(mid) < target else (lo, mid)
+    return (lo + hi) / 2, x_neg
+
+
+def transpositions_for(p: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Row swaps, in the order to apply them, that take rows (0..n-1) to (p[0], ..., p[n-1]):
+    after them row i holds the old row p[i] (variable i takes variable p[i]'s value)."""
+    rows, swaps = list(range(len(p))), []
+    for i in range(len(p)):
+        if rows[i] != p[i]:
+            j = rows.index(p[i])
+            rows[i], rows[j] = rows[j], rows[i]
+            swaps.append((i, j))
+    return swaps
+
+
+@torch.no_grad()
+def product_model(n: int = 3, factors: int = 2, n_heads: int = 2, track: int = 1, actions: int = 16,
+                  spacing: int = 1) -> Handset:
+    """A hand-set one-layer HookedDeltaProduct on S_n with the `full` action set: on an action token
+    the tracking head applies the action's permutation as a product of reflections, one factor per
+    transposition (beta 2, k = (e_a - e_b) / sqrt 2; unused factors beta ~ 0); init lines overwrite
+    a row with factor 0 (beta 1); a variable's name token queries its row. The other heads write
+    nothing. Needs factors >= n - 1 (an n-cycle is n - 1 transpositions)."""
+    group = f"S{n}"
+    tokenizer = make_tokenizer("statement", group, action_set="full")
+    vocab = tokenizer.vocab_size
+    d_model, d_head = vocab + n, n + 1
+    model = models.build("deltaproduct", vocab_size=vocab, hidden_size=d_model, num_hidden_layers=1,
+                         num_heads=n_heads, head_dim=d_head, expand_v=1.0, num_householder=factors,
+                         allow_neg_eigval=True, use_forget_gate=False, use_output_gate=False, use_short_conv=False)
+    for p in model.parameters():
+        p.zero_()
+    for module in model.modules():
+        if hasattr(module, "reset_parameters") and module.__class__.__name__.startswith("RMSNorm"):
+            module.reset_parameters()
+    model.model.embeddings.weight.copy_(torch.eye(vocab, d_model))
+    unit = 1.0 / math.sqrt(d_model)
+    x_pos, x_neg = _silu_pair()
+    attn = model.model.layers[0].attn
+    K = torch.zeros(factors, d_head, d_model)
+    V = torch.zeros(factors, d_head, d_model)
+    Q = torch.zeros(d_head, d_model)
+    B = torch.full((factors, d_model), -BETA_LOGIT)
+    names = "abcdefghij"[:n]
+    for token_id in range(vocab):
+        text = tokenizer.token_of(token_id)
+        init = re.fullmatch(r">>> ([a-j]) = (\d+)\n", text)
+        if init:
+            K[0, names.index(init[1]), token_id] = KEY_SCALE
+            V[0, int(init[2]) - 1, token_id] = VALUE_SCALE
+            B[0, token_id] = 0.0  # beta = 1: overwrite the row
+        elif text.startswith(">>> ") and "=" in text and "print" not in text:
+            swaps = transpositions_for(read_assignment(text[4:].strip(), n))
+            if len(swaps) > factors:
+                raise ValueError(f"{text!r} needs {len(swaps)} reflections; build with factors >= {len(swaps)}")
+            for j, (a, b) in enumerate(swaps):
+                K[j, a, token_id], K[j, b, token_id] = x_pos, x_neg
+                B[j, token_id] = BETA_LOGIT  # beta = 2: the reflection swapping rows a and b
+        elif len(text) == 1 and text in names:
+            Q[names.index(text), token_id] = 1.0
+    key_dim = n_heads * d_head
+    for j in range(factors):  # fla's (n h d) channel layout: factor outermost
+        attn.k_proj.weight[j * key_dim + track * d_head: j * key_dim + (track + 1) * d_head] = K[j] * unit
+        attn.v_proj.weight[j * key_dim + track * d_head: j * key_dim + (track + 1) * d_head] = V[j] * unit
+        attn.b_proj.weight[j * n_heads + track] = B[j] * unit
+        for head in range(n_heads):
+            if head != track:
+                attn.b_proj.weight[j * n_heads + head] = -BETA_LOGIT * unit
+    attn.q_proj.weight[track * d_head: (track + 1) * d_head] = Q * unit
+    for value in range(n):
+        attn.o_proj.weight[vocab + value, track * d_head + value] = READ_SCALE
+        model.lm_head.weight[tokenizer.tokens.index(f" {value + 1}"), vocab + value] = 1.0
+    model.eval()
+    spec = TraceSpec(group=group, action_set="full", actions=actions, spacing=spacing, reveal="one")
+    task = {
+        "config": {"group": group, "action_set": "full", "tokenizer": "statement", "actions": [actions, actions],
+                   "spacing": [spacing, spacing], "spacing_schedule": [], "reveal": "one", "supervision": "reveal",
+                   "eval_spacing": spacing, "curriculum_steps": 0, "curriculum_start": 4},
+        "eval_spec": spec.to_dict(),
+    }
+    return Handset(model=model, tokenizer=tokenizer, spec=spec, track=(0, track), n=n, task=task)

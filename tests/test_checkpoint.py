@@ -298,7 +298,7 @@ def test_config_of_some_other_model(lstm_checkpoint):
     _, path = lstm_checkpoint
     (path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
     message = load_error(path)
-    assert "is not an fla DeltaNet config (model_type 'llama')" in message
+    assert "is not an fla DeltaNet, Gated DeltaNet or DeltaProduct config (model_type 'llama')" in message
 
 
 def test_model_config_that_does_not_build(lstm_checkpoint):

@@ -255,7 +255,7 @@ def test_the_fla_free_config_has_fla_s_fields_and_defaults():
     """models/deltanet_config.py mirrors fla's DeltaNetConfig; fla stays the source of truth."""
     import inspect
 
-    from deltalens.models.deltanet_config import FLA_DEFAULTS, DeltaNetSettings, to_fla_config
+    from deltalens.models.fla_config import FLA_DEFAULTS, DeltaNetSettings, to_fla_config
 
     params = inspect.signature(DeltaNetConfig.__init__).parameters.values()
     fla_defaults = {p.name: p.default for p in params if p.name != "self" and p.kind is not p.VAR_KEYWORD}

@@ -155,7 +155,8 @@ def test_tiny_sweep_end_to_end_then_nothing_is_retrained(tmp_path, monkeypatch, 
         assert row.count("<br>") == 4 and "not run" not in row  # 1x / 2x / 4x in both spacing columns
     assert "## Training time" in md and "| s3-lstm-statement-k2 | 3: " in md
     assert "DeltaNet β∈[0,2] learns to track with sparse reveals | S3 statement |" in md
-    assert "the Transformer needs dense reveals | S3 statement | not measured |" in md  # no transformer cell
+    assert "the Transformer needs dense reveals" not in md  # the sweep has no Transformer: no claim about it
+    assert "## Architectures" in md and "| `lstm` | LSTM | d_model=32, n_layers=1 | hidden, cell |" in md
     figures = tmp_path / "reports" / "figures"
     for name in ("accuracy_vs_spacing", "accuracy_vs_length"):
         html = (figures / f"{name}.html").read_text()
@@ -459,3 +460,37 @@ def test_a_diverging_search_run_is_recorded_and_the_other_lr_is_chosen(tmp_path,
     failed = [s.result for s in searches if s.result.get("failed")]
     assert len(failed) == 2 and all("nan" in r["failed"] for r in failed)  # one per architecture
     assert choose_lrs(sweep, searches) == {("S3", "deltanet-neg"): 1e-3, ("S3", "lstm"): 1e-3}
+
+
+def test_a_family_sweep_names_its_architectures_and_reports_the_products(tmp_path):
+    """A sweep of the delta-rule family: its own title, a family table row per architecture with the hooks
+    and probes that apply, no claims about architectures it lacks, and the products section when
+    scripts/family_products.py left OUT/products.json."""
+    text = TINY.format(steps=2).replace('archs = ["deltanet-neg", "lstm"]', 'archs = ["deltanet-neg", "dp2"]')
+    text = text.replace("[sweep]", '[sweep]\ntitle = "Family test"').replace("spacings = [1, 2]", "spacings = [1]")
+    text += """
+[models.dp2]
+arch = "deltaproduct"
+hidden_size = 32
+num_hidden_layers = 1
+num_heads = 2
+head_dim = 8
+num_householder = 2
+allow_neg_eigval = true
+"""
+    (tmp_path / "tiny.toml").write_text(text)
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "products.json").write_text(json.dumps({"sweep": "tiny", "traces": 8, "runs": [
+        {"cell": "s3-dp2-statement-k1-s0", "group": "S3", "arch": "dp2", "seed": 0, "reveal_accuracy_1x": 0.5,
+         "tracking_head": [0, 1], "decoded_accuracy": 0.75, "heldout_residual": 0.5, "spectral_agreement": 0.25,
+         "implements": False, "acts_as": "pi", "n_actions": 10, "heads": []}], "missing_checkpoints": []}))
+    assert cli(tmp_path) == 0
+    md = (tmp_path / "reports" / "reproduce.md").read_text()
+    assert md.startswith("# Family test")
+    row = next(line for line in md.splitlines() if line.startswith("| `dp2` | DeltaProduct |"))
+    assert "num_householder=2" in row and "per factor" in row and "per-token product" in row
+    assert "Transformer" not in md.split("## Results")[0].split("## The paper's claims")[1]
+    assert "## Per-token products of reflections" in md
+    assert "| S3 | dp2 | 0 of 1 | 0.750 [0.750–0.750] | 0.250 | 0.500 | 0.500 |" in md
+    results = json.loads((tmp_path / "results" / "s3-dp2-statement-k1-s0.json").read_text())
+    assert results["config"]["model"]["arch"] == "deltaproduct" and results["steps"] == 2

@@ -23,6 +23,7 @@ from typing import Any
 
 import tomllib
 
+from deltalens.models.architecture import ARCHITECTURES
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.traces import MAX_ACTIONS
 
@@ -102,7 +103,7 @@ class TrainConfig:
             raise DeltalensError(f"unknown config table(s) {sorted(unknown)}; expected task, model, optim, run")
         model = dict(data.get("model", {"arch": "deltanet"}))
         if "arch" not in model:
-            raise DeltalensError("the [model] table needs an `arch` (deltanet, transformer or lstm)")
+            raise DeltalensError(f"the [model] table needs an `arch` ({', '.join(ARCHITECTURES)})")
         return cls(
             task=_make(TaskConfig, data.get("task", {}), "task"),
             model=model,

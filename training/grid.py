@@ -50,6 +50,7 @@ import tomllib
 import torch
 
 from deltalens import models
+from deltalens.models.architecture import ARCHITECTURES
 from deltalens.models.atomic import write_json_atomic
 from deltalens.tasks.display import progress as progress_bar
 from deltalens.tasks.errors import DeltalensError
@@ -114,6 +115,9 @@ class Thresholds:
     extrapolates: float = 0.9  # reveal accuracy at the longest evaluated length for "extrapolates"
 
 
+PAPER_TITLE = 'Reproduction: Siems et al. (2026), "Learning State-Tracking from Code Using Linear RNNs"'
+
+
 @dataclass
 class Sweep:
     path: Path
@@ -135,6 +139,7 @@ class Sweep:
     early_stop_accuracy: float = 0.0  # a cell stops once validation accuracy reaches this (0 = never)
     search: Search | None = None  # the learning-rate search; None = every cell uses [optim] lr
     chosen_lr: dict[tuple[str, str], float] = field(default_factory=dict)  # (group, arch) -> the search's lr
+    title: str = PAPER_TITLE  # the report's heading ([sweep] title)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,7 +160,7 @@ def load_sweep(path: str | Path) -> Sweep:
     _check_keys(data, {"sweep", "grid", "curriculum", "thresholds", "task", "optim", "run", "models", "search"},
                 where)
     head = _table(data, "sweep", where)
-    _check_keys(head, {"steps", "steps_by_arch", "eval_multiples", "eval_traces", "eval_seed", "seeds",
+    _check_keys(head, {"title", "steps", "steps_by_arch", "eval_multiples", "eval_traces", "eval_seed", "seeds",
                        "validation_seed", "early_stop_accuracy"}, f"{where} [sweep]")
     stages = _table(data, "curriculum", where)
     _check_keys(stages, {"mixed_from", "sparse_from"}, f"{where} [curriculum]")
@@ -171,7 +176,7 @@ def load_sweep(path: str | Path) -> Sweep:
     model_tables = _table(data, "models", where)
     for key, table in model_tables.items():
         if not isinstance(table, dict) or "arch" not in table:
-            raise DeltalensError(f"{where}: [models.{key}] needs an `arch` (deltanet, transformer or lstm)")
+            raise DeltalensError(f"{where}: [models.{key}] needs an `arch` ({', '.join(ARCHITECTURES)})")
     seeds = [_number(x, int, "[sweep] seeds", where, lo=0) for x in _list(head.get("seeds", [0]), "[sweep] seeds",
                                                                            where)]
     if len(set(seeds)) != len(seeds):
@@ -179,7 +184,8 @@ def load_sweep(path: str | Path) -> Sweep:
     cells = _grid_cells(data.get("grid"), model_tables, where, seeds)
     multiples = _list(head.get("eval_multiples", [1, 2, 4]), "[sweep] eval_multiples", where)
     sweep = Sweep(
-        path=path, cells=cells, models=model_tables, task=task, optim=_table(data, "optim", where), run=run,
+        path=path, title=str(head.get("title", PAPER_TITLE)), cells=cells, models=model_tables, task=task,
+        optim=_table(data, "optim", where), run=run,
         steps=_number(head.get("steps", 1600), int, "[sweep] steps", where, lo=1),
         steps_by_arch=_steps_by_arch(head.get("steps_by_arch", {}), model_tables, where),
         eval_multiples=[_number(m, int, "[sweep] eval_multiples", where, lo=1) for m in multiples],

@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from deltalens import models
-from deltalens.models.architecture import architecture_of
+from deltalens.models.architecture import architecture_of, is_delta_rule
 from deltalens.models.checkpoint import CONFIG_NAME
 from deltalens.models.lens import attach_tokenizer
 from deltalens.tasks.dataset import make_batch
@@ -59,10 +59,10 @@ class Checkpoint(Summary):
             facts.update(group=task.group, action_set=task.action_set, tokenizer=task.tokenizer,
                          train_actions=task.actions[1], eval_spacing=task.eval_spacing)
         config = self.meta.get("model_config") or {}
-        if self.arch == "deltanet":
+        if is_delta_rule(self.arch):
             facts["beta_range"] = "[0, 2]" if config.get("allow_neg_eigval") else "[0, 1]"
         size = {k: config[k] for k in ("hidden_size", "d_model", "num_hidden_layers", "n_layers", "num_heads",
-                                       "n_heads") if k in config}
+                                       "n_heads", "num_householder", "use_forget_gate") if k in config}
         facts["model"] = ", ".join(f"{k}={v}" for k, v in size.items())
         training = self.meta.get("training") or {}
         if "step" in training:
@@ -210,7 +210,7 @@ def list_checkpoints(root: str | Path | None = None, skip_unreadable: bool = Fal
         row = {"name": path.name, "architecture": meta["architecture"], "group": config.get("group"),
                "tokenizer": config.get("tokenizer"),
                "beta_range": ("[0, 2]" if model_config.get("allow_neg_eigval") else "[0, 1]")
-               if meta["architecture"] == "deltanet" else None,
+               if is_delta_rule(meta["architecture"]) else None,
                "steps": (meta.get("training") or {}).get("step")}
         for length in ((meta.get("metrics") or {}).get("eval") or {}).get("lengths", []):
             row[f"acc_{length['x_train']:g}x"] = length["reveal_accuracy"]

@@ -5,7 +5,7 @@ import streamlit as st
 import torch
 
 from deltalens.app.common import attempt, describe, head_measurements, model_lock, pick_checkpoint
-from deltalens.models.architecture import require_deltanet
+from deltalens.models.architecture import is_delta_rule, require_delta_rule
 from deltalens.probes.eigenvalues import (
     beta_heatmap,
     beta_kind_heatmap,
@@ -13,6 +13,7 @@ from deltalens.probes.eigenvalues import (
     product_eigenvalue_figure,
 )
 from deltalens.probes.linear_probes import probe_accuracy_figure
+from deltalens.probes.products import product_decoding_figure
 from deltalens.probes.subspace import singular_value_figure, state_points, state_scatter_figure
 from deltalens.tasks.groups import VARIABLE_NAMES
 from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
@@ -20,8 +21,8 @@ from deltalens.tasks.traces import generate_trace
 
 st.title("Heads")
 checkpoint = pick_checkpoint("heads-ckpt", default="s3-deltanet-neg-statement")
-if checkpoint is not None and checkpoint.arch != "deltanet":
-    attempt(require_deltanet, checkpoint.model, "beta or matrix state")  # its one sentence, on the page
+if checkpoint is not None and not is_delta_rule(checkpoint.arch):
+    attempt(require_delta_rule, checkpoint.model, "beta or matrix state")  # its one sentence, on the page
 elif checkpoint is not None:
     cols = st.columns(3)
     n_traces = cols[0].select_slider("held-out traces", [16, 32, 64, 128, 256], value=64, key="heads-n")
@@ -48,9 +49,12 @@ elif checkpoint is not None:
         with torch.no_grad(), model_lock(str(checkpoint.path)):
             _, cache = checkpoint.model.run_with_cache(tokens, names_filter=f"blocks.{layer}.attn.hook_beta")
         pieces = checkpoint.model.to_str_tokens(tokens)
-        beta = cache[f"blocks.{layer}.attn.hook_beta"][0, :, head].tolist()
-        fig = go.Figure(go.Scatter(x=list(range(len(beta))), y=beta, mode="lines+markers",
-                                   text=[p.strip() for p in pieces], hovertemplate="%{text}: beta %{y:.3f}"))
+        beta = cache[f"blocks.{layer}.attn.hook_beta"][0, :, head]  # (T,) or (T, n_h) for DeltaProduct
+        factors = beta.T if beta.ndim == 2 else beta[None]
+        fig = go.Figure([go.Scatter(x=list(range(beta.shape[0])), y=values.tolist(), mode="lines+markers",
+                                    name=f"factor {j}" if beta.ndim == 2 else "beta",
+                                    text=[p.strip() for p in pieces], hovertemplate="%{text}: beta %{y:.3f}")
+                         for j, values in enumerate(factors)])
         fig.update_layout(title=f"layer {layer} head {head}: beta at each token of one held-out trace (seed {seed})",
                           xaxis_title="position", yaxis_title="beta", yaxis={"range": [-0.05, 2.05]})
         st.plotly_chart(fig, width="stretch")
@@ -58,6 +62,13 @@ elif checkpoint is not None:
         left, right = st.columns(2)
         left.plotly_chart(eigenvalue_histogram(eig, layer, head), width="stretch")
         right.plotly_chart(product_eigenvalue_figure(eig, layer, head), width="stretch")
+
+        products = found["products"]
+        if products is not None:
+            st.markdown(f"**Per-token products of reflections.** {products.verdict()}. The head picked above:")
+            left, right = st.columns(2)
+            left.plotly_chart(product_decoding_figure(products, layer, head), width="stretch")
+            right.dataframe(products.heads, hide_index=True, width="stretch")
 
         left, right = st.columns(2)
         left.plotly_chart(singular_value_figure(sub), width="stretch")

@@ -6,7 +6,7 @@ import torch
 from deltalens.app.common import SWEEP_CACHE, attempt, cached_sweep, describe, locked, pick_checkpoint, trace_html
 from deltalens.interp.head_sweep import sweep_figure
 from deltalens.interp.interventions import ablate_head, patch_state, rescale_beta, reveal_accuracy
-from deltalens.models.architecture import n_heads_of, n_layers_of
+from deltalens.models.architecture import is_delta_rule, n_heads_of, n_layers_of
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.traces import generate_trace
 from deltalens.training.evaluate import trace_predictions
@@ -47,7 +47,7 @@ checkpoint = pick_checkpoint("iv-ckpt", where=lambda row: row["architecture"] !=
 if checkpoint is not None:
     model = checkpoint.model
     st.caption(describe(checkpoint))
-    deltanet = checkpoint.arch == "deltanet"
+    deltanet = is_delta_rule(checkpoint.arch)
     kinds = KINDS if deltanet else ["zero ablation", "mean ablation"]
     heads_all = [(layer, head) for layer in range(n_layers_of(model)) for head in range(n_heads_of(model))]
     ranked = attempt(cached_sweep, checkpoint, 128) if deltanet else None

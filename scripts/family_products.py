@@ -1,0 +1,68 @@
+"""The product-of-reflections probe (probes/products.py) on every finished run of a sweep.
+
+For each cell with a result, opens the run's final checkpoint (RUNS/<cell>-<config hash>/last), draws
+held-out traces (eval split, seed 0), and asks of every head whether its per-token product of
+reflections applies the action's permutation. Writes OUT/products.json, which the "Per-token
+products" section of `deltalens reproduce --out OUT` reads.
+
+    python3 scripts/family_products.py [--sweep sweep/family.toml] [--results reports/family/sweep]
+                                       [--runs runs/family] [--out reports/family] [--traces 64]
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from deltalens.interp.capture import capture
+from deltalens.models.atomic import write_json_atomic
+from deltalens.probes.products import product_report
+from deltalens.tasks.display import progress
+from deltalens.training.grid import config_hash, job_config, load_sweep, read_sweep
+from deltalens.training.loop import LAST
+from deltalens.training.opened import open_checkpoint
+
+
+def probe_run(path: Path, traces: int) -> dict:
+    checkpoint = open_checkpoint(path)
+    batch = checkpoint.batch(traces, seed=0)
+    with torch.no_grad():
+        report = product_report(capture(checkpoint.model, batch, names=("beta", "k")))
+    layer, head = report.tracking_head()
+    best = report.heads[(report.heads["layer"] == layer) & (report.heads["head"] == head)].iloc[0]
+    return {"tracking_head": [layer, head], "verdict": report.verdict(),
+            **{key: (bool(best[key]) if key == "implements" else best[key] if key == "acts_as" else float(best[key]))
+               for key in ("decoded_accuracy", "heldout_residual", "spectral_agreement", "implements", "acts_as",
+                           "n_actions")},
+            "heads": report.heads.to_dict(orient="records")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", default="sweep/family.toml")
+    parser.add_argument("--results", default="reports/family/sweep")
+    parser.add_argument("--runs", default="runs/family")
+    parser.add_argument("--out", default="reports/family")
+    parser.add_argument("--traces", type=int, default=64)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    sweep, statuses, _ = read_sweep(load_sweep(args.sweep), args.results)
+    rows, missing = [], []
+    for status in progress([s for s in statuses if s.result is not None], desc="products", unit="run"):
+        cell = status.cell
+        path = Path(args.runs) / f"{cell.name}-{config_hash(job_config(cell, sweep))}" / LAST
+        if not path.is_dir():
+            missing.append(cell.name)
+            continue
+        accuracy = {row["x_train"]: row.get("reveal_accuracy") for row in status.result["eval"]["lengths"]}
+        rows.append({"cell": cell.name, "group": cell.group, "arch": cell.arch, "seed": cell.seed,
+                     "reveal_accuracy_1x": accuracy.get(1.0), **probe_run(path, args.traces)})
+    write_json_atomic(Path(args.out) / "products.json", {"sweep": args.sweep, "traces": args.traces,
+                                                         "runs": rows, "missing_checkpoints": missing})
+    print(f"{len(rows)} runs probed -> {Path(args.out) / 'products.json'}" + (f"; no checkpoint for {missing}"
+                                                                                if missing else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""probes/products.py on heads whose answer is known by construction.
+
+A head "that implements the permutation" is built from reflections: embed the n variables in d_k
+dims with a random orthonormal E, write the action's permutation as transpositions (i j), and give
+each one factor k = E (e_i - e_j) / sqrt 2 with beta = 2 (unused factors: beta = 0). Its per-token
+product is then E Pi E^T on the variables' subspace. Control heads: random keys and betas.
+"""
+import itertools
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from deltalens.interp.capture import Capture
+from deltalens.probes.products import cycle_type, product_report, spectral_cycle_type, standard_rep
+from deltalens.tasks.groups import lex_rank
+from deltalens.tasks.tokenizers import TokenKind
+
+
+def transpositions(perm):
+    """Transpositions whose product (first applied first) is perm (images of 0..n-1)."""
+    perm, swaps = list(perm), []
+    for i in range(len(perm)):
+        while perm[i] != i:
+            j = perm[i]
+            swaps.append((i, j))
+            perm[i], perm[j] = perm[j], perm[i]
+    return swaps[::-1]
+
+
+def fake_capture(n=4, factors=3, d=12, traces=40, actions=6, seed=0, perms=None):
+    """A Capture of a 1-layer, 2-head model: head 0 implements each action by reflections, head 1 is random."""
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    E = torch.linalg.qr(torch.randn(d, n, generator=gen, dtype=torch.float64))[0]
+    perms = perms or [p for p in itertools.permutations(range(n)) if len(transpositions(p)) <= factors]
+    rows = []
+    for t in range(traces):
+        for a in range(actions):
+            rows.append((t, a, rng.choice(perms)))
+    N = len(rows)
+    beta = torch.zeros(N, 2, factors)
+    k = torch.zeros(N, 2, factors, d)
+    for r, (_, _, p) in enumerate(rows):
+        for j, (a_, b_) in enumerate(transpositions(p)):
+            vec = (E[:, a_] - E[:, b_]) / np.sqrt(2)
+            k[r, 0, j] = vec.float()
+            beta[r, 0, j] = 2.0
+        unused = factors - len(transpositions(p))  # random keys with beta 0: identity factors
+        k[r, 0, factors - unused:] = torch.nn.functional.normalize(torch.randn(unused, d, generator=gen), dim=-1)
+    k[:, 1] = torch.nn.functional.normalize(torch.randn(N, factors, d, generator=gen), dim=-1)
+    beta[:, 1] = 2 * torch.rand(N, factors, generator=gen)
+    labels = {
+        "trace": torch.tensor([t for t, _, _ in rows]), "position": torch.tensor([a for _, a, _ in rows]),
+        "token": torch.zeros(N, dtype=torch.long), "kind": torch.full((N,), int(TokenKind.ACTION)),
+        "action_pos": torch.tensor([a for _, a, _ in rows]), "perm_id": torch.tensor([lex_rank(p) for _, _, p in rows]),
+    }
+    for key in ("answer", "reveal_var", "state_step"):
+        labels[key] = torch.full((N,), -1)
+    return Capture(arch="deltaproduct", acts={"blocks.0.attn.hook_beta": beta, "blocks.0.attn.hook_k": k},
+                   labels=labels, states=torch.ones(N, n, dtype=torch.long), n_traces=traces, n_layers=1, n_heads=2,
+                   lengths=torch.full((traces,), actions))
+
+
+def test_cycle_types_and_spectra():
+    assert cycle_type((1, 2, 0, 3)) == (3, 1)
+    assert cycle_type((1, 0, 3, 2)) == (2, 2)
+    three_cycle = np.array([np.exp(2j * np.pi / 3), np.exp(-2j * np.pi / 3), 1, 1, 1])
+    assert spectral_cycle_type(three_cycle, 4)[0] == (3, 1)
+    assert spectral_cycle_type(np.array([-1, 1, 1, 1.0]), 4)[0] == (2, 1, 1)
+    rho = standard_rep([(1, 2, 0, 3), (0, 1, 2, 3)])
+    assert np.allclose(rho[1], np.eye(3)) and np.isclose(np.trace(rho[0]), 1 - 1)  # fixed points - 1
+
+
+def test_a_head_built_from_reflections_implements_the_permutations():
+    report = product_report(fake_capture())
+    heads = report.heads.set_index("head")
+    assert heads.loc[0, "implements"] and heads.loc[0, "decoded_accuracy"] == 1.0
+    assert heads.loc[0, "heldout_residual"] < 1e-4 and heads.loc[0, "spectral_agreement"] == 1.0
+    assert not heads.loc[1, "implements"] and heads.loc[1, "decoded_accuracy"] < 0.5
+    assert report.tracking_head() == (0, 0)
+    assert "implements" in report.verdict()
+
+
+def test_one_reflection_cannot_apply_a_three_cycle():
+    """DeltaNet's single factor: the probe finds the transpositions but not the 3-cycles."""
+    perms = [p for p in itertools.permutations(range(4)) if len(transpositions(p)) <= 2]
+    cap = fake_capture(factors=2, perms=perms)
+    # keep only each token's first factor, as a DeltaNet head has
+    cap.acts = {"blocks.0.attn.hook_beta": cap.acts["blocks.0.attn.hook_beta"][..., 0],
+                "blocks.0.attn.hook_k": cap.acts["blocks.0.attn.hook_k"][:, :, 0]}
+    report = product_report(cap)
+    row = report.heads.set_index("head").loc[0]
+    assert not row["implements"]
+    actions = report.actions[report.actions["head"] == 0]
+    one_reflection = actions["cycle_type"].isin(["2+1+1", "1+1+1+1"])  # a transposition, or the identity
+    assert (~one_reflection).sum() > 20
+    assert (actions.loc[~one_reflection, "spectral_cycle_type"] != actions.loc[~one_reflection, "cycle_type"]).all()
+    assert (actions.loc[one_reflection, "spectral_cycle_type"] == actions.loc[one_reflection, "cycle_type"]).all()
+
+
+def test_a_model_without_action_labels_is_refused():
+    cap = fake_capture()
+    cap.labels["perm_id"] = torch.full_like(cap.labels["perm_id"], -1)
+    with pytest.raises(Exception, match="permutation"):
+        product_report(cap)
