@@ -9,6 +9,9 @@ The notebook API, TransformerLens style::
     batch = model.checkpoint.batch(64)                     # held-out traces with their labels
     report = dl.eigenvalue_report(dl.capture(model, batch, names=("beta", "k")))
     dl.sweep(model, batch, "beta-range")                   # the paper's head test
+    dl.product_report(dl.capture(model, batch, names=("beta", "k")))   # per-token products = permutations?
+    dl.build("deltaproduct", vocab_size=32, hidden_size=64, num_hidden_layers=2, num_heads=4, head_dim=16,
+             num_householder=3, allow_neg_eigval=True)    # any architecture of the family (dl.FAMILY)
 
 The names below load on first use: importing everything takes seconds (torch ~1.6 s,
 TransformerLens ~3 s, fla ~6 s on a 2-core CPU), and `import deltalens` should not.
@@ -28,8 +31,8 @@ _API = {
     **dict.fromkeys(("load", "list_checkpoints", "open_checkpoint", "Checkpoint"), "deltalens.training.opened"),
     **dict.fromkeys(("act_name", "ACT_NAMES"), "deltalens.models.hook_names"),
     **dict.fromkeys(("capture", "Capture"), "deltalens.interp.capture"),
-    **dict.fromkeys(("Intervention", "rescale_beta", "ablate_head", "patch_activation", "patch_state", "head_means",
-                     "reveal_accuracy", "accuracy_under"), "deltalens.interp.interventions"),
+    **dict.fromkeys(("Intervention", "rescale_beta", "clamp_gate", "ablate_head", "patch_activation", "patch_state",
+                     "head_means", "reveal_accuracy", "accuracy_under"), "deltalens.interp.interventions"),
     **dict.fromkeys(("sweep", "sweep_figure", "SweepResult"), "deltalens.interp.head_sweep"),
     **dict.fromkeys(("eigenvalue_report", "EigenvalueReport", "beta_heatmap", "eigenvalue_histogram",
                      "product_eigenvalue_figure"), "deltalens.probes.eigenvalues"),
@@ -37,6 +40,9 @@ _API = {
                     "deltalens.probes.subspace"),
     **dict.fromkeys(("linear_probes", "ProbeReport", "probe_accuracy_figure"), "deltalens.probes.linear_probes"),
     **dict.fromkeys(("probe_summary", "ProbeSummary"), "deltalens.probes.summary"),
+    **dict.fromkeys(("product_report", "ProductReport", "product_decoding_figure"), "deltalens.probes.products"),
+    **dict.fromkeys(("build",), "deltalens.models.build"),
+    **dict.fromkeys(("FAMILY", "ARCHITECTURES"), "deltalens.models.architecture"),
     **dict.fromkeys(("belief_kl", "BeliefKL", "kl_figure"), "deltalens.training.belief_kl"),
     **dict.fromkeys(("evaluate", "evaluate_checkpoint"), "deltalens.training.evaluate"),
     **dict.fromkeys(("make_batch",), "deltalens.tasks.dataset"),

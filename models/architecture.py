@@ -28,7 +28,7 @@ _DELTA_INTERVENTIONS = "beta range, head ablation, state patching"
 FAMILY: dict[str, tuple[str, str, str]] = {
     "deltanet": (_DELTA_HOOKS, _DELTA_PROBES, _DELTA_INTERVENTIONS),
     "gated_deltanet": (_DELTA_HOOKS + ", gate", _DELTA_PROBES, _DELTA_INTERVENTIONS + ", gate clamp"),
-    "deltaproduct": (_DELTA_HOOKS + " (k, v, beta per factor), gate if gated",
+    "deltaproduct": (_DELTA_HOOKS + "; k, v and beta per factor; gate when gated",
                      _DELTA_PROBES + ", per-token product (eigenvalues, the permutation it applies)",
                      _DELTA_INTERVENTIONS + " (per factor), gate clamp if gated"),
     "transformer": ("q, k, v, attn_scores, pattern, z", "linear probes", "head ablation"),

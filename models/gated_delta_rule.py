@@ -162,11 +162,14 @@ def _chunk_gated(q, k, v, beta, g, S, chunk_size: int, with_states: bool):
 
 
 def _fla_gated(q, k, v, beta, g, scale, initial_state, output_final_state):
-    """fla's CUDA kernels (q, k already normalised): chunk for half precision, fused recurrent for fp32."""
+    """fla's CUDA kernels (q, k already normalised), chosen as fla's own layer does: the chunk kernel for
+    half precision and whenever gradients are needed (fla's fused recurrent kernel has no backward),
+    the fused recurrent kernel for fp32 inference."""
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_recurrent
 
-    kernel = fla_recurrent if q.dtype == torch.float32 else fla_chunk
+    needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, beta, g))
+    kernel = fla_recurrent if q.dtype == torch.float32 and not needs_grad else fla_chunk
     return kernel(q, k, v, g=g.float(), beta=beta.to(q.dtype), scale=scale, initial_state=initial_state,
                   output_final_state=output_final_state)
 

@@ -6,29 +6,38 @@ One action token t of a delta-rule head moves the state by (decay and writes asi
 
 (n = n_h factors for DeltaProduct, 1 for DeltaNet; an action spread over several tokens, as with
 the `code` tokenizer, multiplies all of them: probes/eigenvalues.transition_products). A head
-"implements the permutation" pi_t of the action if, in one fixed basis for all tokens, P_t acts
-on the variables' subspace as pi_t's permutation matrix. Two tests, both read only P_t, i.e. the
-weights and the activations; the action identities enter only as the question asked:
+applies the actions' permutations if, in one fixed basis for all tokens, P_t acts on some subspace
+as rho(pi_t) for a representation rho of the group G the actions generate: an intertwiner F
+(d_k x dim rho) with P_t F = F rho(pi_t). The probe reads only P_t, i.e. the weights and the
+activations; the action identities enter only as the question asked.
 
-1. spectrum (no basis needed): a permutation with cycles of lengths l_1, l_2, ... has eigenvalues
-   exp(2 pi i j / l) (j = 1 .. l - 1) for each cycle, and 1 elsewhere. The cycle type read off P_t's
-   spectrum (the partition of n whose spectrum is closest, `spectral_cycle_type`) is compared with
-   the action's. A product of n_h reflections moves at most an n_h-dimensional subspace, and a
-   cycle type with c cycles needs n - c dimensions: a 3-cycle needs 2 reflections, a 4-cycle 3.
-2. intertwiner (the permutation itself): on half of the actions (`fit`), find the d_k x (n - 1) map F
-   minimising sum_t ||P_t F - F rho(pi_t)||^2 with ||F|| = 1, where rho is the standard
-   representation of S_n (permutation matrices restricted to the sum-zero subspace; it is
-   irreducible, so an exact F is injective: Schur). rho(pi) and rho(pi^-1) are both tried (the head
-   may move rows or columns). On the other half, each P_t is decoded as the permutation pi minimising
-   ||P_t F - F rho(pi)|| over all of S_n; `decoded_accuracy` is how often that is the action's.
+1. irreducible representations: every non-trivial irrep of G is tried (`irreps`: for S4 the
+   standard 3-dim one (pi's permutation matrix on the sum-zero vectors), standard x sign, the 2-dim
+   one through S4 -> S3, the sign; for A5 the 4-dim standard, two 3-dim (the icosahedron's
+   rotations) and the 5-dim), in both orientations (g or g^-1: the model's composition order is its
+   own). F is fitted on half of the actions (even-numbered traces, least squares with ||F|| = 1);
+   on the other half each P_t is decoded as the group element g minimising ||P_t F - F rho(g)||.
+   The irrep with the lowest held-out median residual is the head's; `fits` lists every irrep under
+   the residual threshold. A faithful irrep decodes the permutation itself; a non-faithful one
+   (the sign) only its image. How many reflections an irrep needs differs: a 4-cycle is 3
+   reflections in the standard representation of S4 but 2 in standard x sign; every rotation of
+   the icosahedron (A5's 3-dim irreps) is 2.
+2. context: `context_spread` is the mean distance of P_t from the mean P of the same action (per
+   sqrt(d_k)): 0 when the transition is a function of the action alone. Keys come out of a short
+   causal convolution, so they can depend on the preceding tokens too; a head whose reflection axes
+   move with the context has no fixed basis, and the intertwiner test fails even when each P_t
+   is a reflection.
+3. spectrum (no basis needed, standard representation): a permutation with cycles of lengths
+   l_1, l_2, ... has eigenvalues exp(2 pi i j / l) (j = 1 .. l - 1) for each cycle and 1 elsewhere;
+   the cycle type closest to P_t's spectrum (`spectral_cycle_type`) is compared with the action's.
 
-A head's verdict is "implements" when the held-out decoded accuracy is >= `accuracy_threshold`
-(0.9) and the median held-out relative residual ||P_t F - F rho(pi_t)|| / ||F|| is <= `residual_threshold`
-(0.25); the tracking head is the one with the highest decoded accuracy (then the lowest residual).
+A head *implements* the permutations when its best irrep is faithful, >= `accuracy_threshold` (0.9)
+of the held-out actions decode to the right element and the median held-out relative residual
+||P_t F - F rho(pi_t)|| / ||F|| is <= `residual_threshold` (0.25). The tracking head is the one with
+the highest decoded accuracy (then the lowest residual).
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,8 +53,8 @@ from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.groups import lex_unrank
 from deltalens.tasks.tokenizers import TokenKind
 
-__all__ = ["NAMES", "ProductReport", "product_report", "cycle_type", "spectral_cycle_type", "standard_rep",
-           "product_decoding_figure"]
+__all__ = ["NAMES", "Irrep", "ProductReport", "product_report", "cycle_type", "generated_group", "irreps",
+           "spectral_cycle_type", "standard_rep", "product_decoding_figure"]
 
 NAMES = ("beta", "k")
 
@@ -108,6 +117,79 @@ def standard_rep(perms: list[tuple[int, ...]]) -> np.ndarray:
     return basis.T @ mats @ basis
 
 
+def _mult(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(a[i] for i in b)
+
+
+def generated_group(perms) -> list[tuple[int, ...]]:
+    """The group the permutations generate (closure under composition), sorted."""
+    gens = sorted(set(map(tuple, perms)))
+    elements = {tuple(range(len(gens[0])))}
+    frontier = list(elements)
+    while frontier:
+        new = {_mult(g, s) for g in frontier for s in gens} - elements
+        elements |= new
+        frontier = list(new)
+    return sorted(elements)
+
+
+@dataclass
+class Irrep:
+    """A non-trivial irreducible real representation of a finite permutation group."""
+
+    name: str  # "standard", "standard x sign", "sign", or "dim d #k"
+    dim: int
+    faithful: bool  # only the identity acts as the identity matrix
+    matrices: np.ndarray  # (|G|, dim, dim), orthogonal, in the order of the group's elements
+
+
+def irreps(elements: list[tuple[int, ...]], seed: int = 0) -> list[Irrep]:
+    """The group's non-trivial irreducible representations, up to equivalence.
+
+    Eigenspaces of a random symmetric matrix commuting with the left-regular representation L are
+    irreducible invariant subspaces (generically; every irrep of S_n and A_n is real); restricting L
+    to one gives its irrep, named by its character where it is the standard one (fixed points - 1),
+    the sign, or their product.
+    """
+    order, n = len(elements), len(elements[0])
+    index = {g: i for i, g in enumerate(elements)}
+    L = np.zeros((order, order, order))
+    for a, g in enumerate(elements):
+        for h in elements:
+            L[a, index[_mult(g, h)], index[h]] = 1.0
+    X = np.random.default_rng(seed).standard_normal((order, order))
+    C = np.einsum("gij,jk,glk->il", L, X + X.T, L)
+    values, vectors = np.linalg.eigh(C)
+    scale = max(1.0, np.abs(values).max())
+    cuts = np.flatnonzero(np.diff(values) > 1e-6 * scale) + 1
+    sign = np.array([1.0 if _even(g) else -1.0 for g in elements])
+    standard = np.array([sum(g[i] == i for i in range(n)) - 1.0 for g in elements])
+    found: dict[tuple, Irrep] = {}
+    for block in np.split(np.arange(order), cuts):
+        B = vectors[:, block]
+        mats = np.einsum("ai,gab,bj->gij", B, L, B)
+        character = np.einsum("gii->g", mats)
+        key = tuple(np.round(character, 4))
+        if key in found or (len(block) == 1 and np.allclose(character, 1.0)):
+            continue  # an equivalent copy, or the trivial representation
+        identity = np.eye(len(block))
+        faithful = sum(np.abs(m - identity).max() < 1e-6 for m in mats) == 1
+        if np.allclose(character, standard):
+            name = "standard"
+        elif np.allclose(character, standard * sign):
+            name = "standard x sign"
+        elif len(block) == 1 and np.allclose(character, sign):
+            name = "sign"
+        else:
+            name = f"dim {len(block)} #{sum(r.dim == len(block) for r in found.values()) + 1}"
+        found[key] = Irrep(name, len(block), bool(faithful), mats)
+    return sorted(found.values(), key=lambda r: (not r.faithful, r.name != "standard", r.dim))
+
+
+def _even(p: tuple[int, ...]) -> bool:
+    return sum(length - 1 for length in cycle_type(p)) % 2 == 0
+
+
 def _fit_intertwiner(P: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, float]:
     """F (d, m) with ||F|| = 1 minimising sum ||P_t F - F R_t||^2; returns (F, rms relative residual)."""
     d, m = P.shape[-1], R.shape[-1]
@@ -126,16 +208,17 @@ def _fit_intertwiner(P: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, float]:
 class ProductReport(Summary):
     """Per head: does the per-token product of reflections apply the action's permutation?"""
 
-    heads: pd.DataFrame  # per (layer, head): spectral_agreement, fit_residual, decoded_accuracy, ..., verdict
+    heads: pd.DataFrame  # per (layer, head): the best-fitting irrep, residuals, decoded accuracy, verdict
     actions: pd.DataFrame  # per (layer, head, action): perm, cycle types, held-out decoding
     n_vars: int
     factors: int
+    group_order: int
     accuracy_threshold: float = 0.9
     residual_threshold: float = 0.25
 
     def title(self) -> str:
         return (f"ProductReport: does each head's per-token product of {self.factors} reflection(s) apply the "
-                f"action's permutation of {self.n_vars} variables?")
+                f"action's permutation (a group of order {self.group_order} on {self.n_vars} variables)?")
 
     def display_frame(self) -> pd.DataFrame:
         return self.heads
@@ -152,9 +235,11 @@ class ProductReport(Summary):
         layer, head = self.tracking_head()
         row = self.heads[(self.heads["layer"] == layer) & (self.heads["head"] == head)].iloc[0]
         says = "implements" if row["implements"] else "does not implement"
-        return (f"layer {layer} head {head} {says} the actions' permutations: held-out decoded accuracy "
-                f"{row['decoded_accuracy']:.3f}, median residual {row['heldout_residual']:.3f}, spectral cycle type "
-                f"agreement {row['spectral_agreement']:.3f} over {int(row['n_actions'])} actions")
+        return (f"layer {layer} head {head} {says} the actions' permutations: best fit the {row['rep']} "
+                f"representation ({'faithful' if row['faithful'] else 'not faithful'}, acting as {row['acts_as']}), "
+                f"held-out decoded accuracy {row['decoded_accuracy']:.3f}, median residual "
+                f"{row['heldout_residual']:.3f}; spectral cycle type agreement {row['spectral_agreement']:.3f} over "
+                f"{int(row['n_actions'])} actions")
 
 
 @torch.no_grad()
@@ -163,7 +248,8 @@ def product_report(source, batch=None, max_actions: int = 400, accuracy_threshol
     """The product probe on every head; `source` is a Capture (with beta and k) or a model with a batch.
 
     Up to `max_actions` action occurrences are used (a random subset, `seed`); even-numbered traces
-    fit the intertwiner, odd-numbered ones are decoded.
+    fit the intertwiners, odd-numbered ones are decoded. Every non-trivial irreducible
+    representation of the group the actions generate is tried (`irreps`), in both orientations.
     """
     cap = deltanet_capture(source, batch, NAMES)
     n = cap.n_vars
@@ -184,8 +270,10 @@ def product_report(source, batch=None, max_actions: int = 400, accuracy_threshol
     chosen = set(rng.permutation(ids)[:max_actions].tolist()) if len(ids) > max_actions else set(ids)
     group = torch.where(torch.isin(group, torch.tensor(sorted(chosen))), group, torch.full_like(group, -1))
 
-    all_perms = list(itertools.permutations(range(n)))
-    all_rho = standard_rep(all_perms)  # (n!, n-1, n-1)
+    observed = [lex_unrank(int(cap.labels["perm_id"][r]), n) for r in first.values()]
+    elements = generated_group(observed)
+    where = {g: i for i, g in enumerate(elements)}
+    reps = irreps(elements, seed=seed)
     frames, head_rows = [], []
     factors = cap.layer("beta", 0).shape[-1] if cap.layer("beta", 0).ndim == 3 else 1
     for layer in range(cap.n_layers):
@@ -194,33 +282,43 @@ def product_report(source, batch=None, max_actions: int = 400, accuracy_threshol
         perms = [lex_unrank(int(cap.labels["perm_id"][r]), n) for r in rows]
         true_types = [cycle_type(p) for p in perms]
         fit = np.array([int(trace[r]) % 2 == 0 for r in rows])
-        rho = standard_rep(perms)
-        perm_index = np.array([all_perms.index(tuple(p)) for p in perms])
+        held = ~fit
+        element_index = np.array([where[tuple(p)] for p in perms])
         for head in range(P_all.shape[1]):
             P = P_all[:, head].numpy()
-            spectra = np.linalg.eigvals(P)
-            spectral = [spectral_cycle_type(lam, n) for lam in spectra]
-            best = None
-            for inverse in (False, True):
-                R = np.transpose(rho, (0, 2, 1)) if inverse else rho
-                F, residual = _fit_intertwiner(P[fit], R[fit])
-                if best is None or residual < best[1]:
-                    best = (F, residual, inverse)
-            F, fit_residual, inverse = best
-            candidates = np.transpose(all_rho, (0, 2, 1)) if inverse else all_rho
-            FR = np.einsum("dm,cmk->cdk", F, candidates)  # (n!, d, n-1)
-            errors = np.linalg.norm(np.einsum("ade,em->adm", P, F)[:, None] - FR[None], axis=(2, 3))  # (A, n!)
-            decoded = errors.argmin(1)
-            residual_true = errors[np.arange(len(P)), perm_index]
-            held = ~fit
+            spectral = [spectral_cycle_type(lam, n) for lam in np.linalg.eigvals(P)]
+            fits, best = [], None
+            for rep in reps:
+                for inverse in (False, True):
+                    table = np.transpose(rep.matrices, (0, 2, 1)) if inverse else rep.matrices  # (|G|, m, m)
+                    F, fit_residual = _fit_intertwiner(P[fit], table[element_index[fit]])
+                    FR = np.einsum("dm,cmk->cdk", F, table)  # (|G|, d, m)
+                    errors = np.linalg.norm(np.einsum("ade,em->adm", P, F)[:, None] - FR[None], axis=(2, 3))
+                    residual = errors[np.arange(len(P)), element_index]
+                    held_residual = float(np.median(residual[held])) if held.any() else float("nan")
+                    if held_residual <= residual_threshold:
+                        fits.append(rep.name)
+                    if best is None or held_residual < best["heldout_residual"]:
+                        best = {"rep": rep, "inverse": inverse, "fit_residual": fit_residual,
+                                "heldout_residual": held_residual, "decoded": errors.argmin(1), "residual": residual}
+            # how much P_t varies between occurrences of the same action (0: a function of the action alone)
+            means = np.stack([P[element_index == g].mean(0) if (element_index == g).any() else np.eye(P.shape[-1])
+                              for g in range(len(elements))])
+            spread = float(np.mean(np.linalg.norm(P - means[element_index], axis=(1, 2))
+                                   / np.sqrt(P.shape[-1])))
+            decoded = best["decoded"]
+            accuracy = float((decoded[held] == element_index[held]).mean()) if held.any() else float("nan")
+            rep = best["rep"]
             agree = np.array([s[0] == t for s, t in zip(spectral, true_types)])
-            accuracy = float((decoded[held] == perm_index[held]).mean()) if held.any() else float("nan")
-            held_residual = float(np.median(residual_true[held])) if held.any() else float("nan")
             head_rows.append({
                 "layer": layer, "head": head, "n_actions": len(P), "spectral_agreement": float(agree.mean()),
-                "fit_residual": fit_residual, "heldout_residual": held_residual, "decoded_accuracy": accuracy,
-                "acts_as": "pi^-1" if inverse else "pi",
-                "implements": bool(accuracy >= accuracy_threshold and held_residual <= residual_threshold),
+                "context_spread": spread,
+                "rep": rep.name, "rep_dim": rep.dim, "faithful": rep.faithful,
+                "acts_as": "g^-1" if best["inverse"] else "g", "fit_residual": best["fit_residual"],
+                "heldout_residual": best["heldout_residual"], "decoded_accuracy": accuracy,
+                "fits": ", ".join(dict.fromkeys(fits)),
+                "implements": bool(rep.faithful and accuracy >= accuracy_threshold
+                                   and best["heldout_residual"] <= residual_threshold),
             })
             frames.append(pd.DataFrame({
                 "layer": layer, "head": head, "trace": trace[rows].numpy(), "action_pos": action_pos[rows].numpy(),
@@ -228,11 +326,11 @@ def product_report(source, batch=None, max_actions: int = 400, accuracy_threshol
                 "cycle_type": ["+".join(map(str, t)) for t in true_types],
                 "spectral_cycle_type": ["+".join(map(str, s[0])) for s in spectral],
                 "spectral_distance": [s[1] for s in spectral], "fit": fit,
-                "decoded_perm": ["".join(map(str, all_perms[i])) for i in decoded],
-                "residual": residual_true,
+                "decoded_perm": ["".join(map(str, elements[i])) for i in decoded],
+                "residual": best["residual"],
             }))
     return ProductReport(heads=pd.DataFrame(head_rows), actions=pd.concat(frames, ignore_index=True), n_vars=n,
-                         factors=factors, accuracy_threshold=accuracy_threshold,
+                         factors=factors, group_order=len(elements), accuracy_threshold=accuracy_threshold,
                          residual_threshold=residual_threshold)
 
 

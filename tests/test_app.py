@@ -141,3 +141,24 @@ def test_heads_page_opens_a_probabilistic_deltanet():
     app = page("views/heads.py")
     app.selectbox(key="heads-ckpt").select("s3-deltanet-neg-statement-prob").run()
     assert not app.exception and not app.error and app.info
+
+
+def test_heads_and_interventions_pages_open_a_deltaproduct():
+    """The family without special cases: beta per factor, the product probe's verdict, the sweep."""
+    app = page("views/heads.py")
+    app.selectbox(key="heads-ckpt").select("s4-deltaproduct-n3-full").run()
+    assert not app.exception and not app.error, [e.value for e in app.exception]
+    assert any("Per-token products of reflections" in m.value for m in app.markdown)
+    beta_chart = next(c for c in app.get("plotly_chart") if "beta at each token" in c.proto.spec)
+    assert beta_chart.proto.spec.count('"name":"factor ') == 3  # one line per Householder factor
+    app = page("views/interventions.py")
+    app.selectbox(key="iv-ckpt").select("s4-deltaproduct-n3-full").run()
+    assert not app.exception and not app.error
+    assert float(app.metric[0].value) > 0.99
+
+
+def test_checkpoints_page_lists_the_family():
+    app = page("views/checkpoints.py")
+    family = next(df.value for df in app.dataframe if "per-head hooks" in df.value.columns)
+    assert {"DeltaNet", "Gated DeltaNet", "DeltaProduct"} <= set(family["architecture"])
+    assert "gate" in family.set_index("arch").loc["gated_deltanet", "per-head hooks"]

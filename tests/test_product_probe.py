@@ -78,6 +78,8 @@ def test_a_head_built_from_reflections_implements_the_permutations():
     heads = report.heads.set_index("head")
     assert heads.loc[0, "implements"] and heads.loc[0, "decoded_accuracy"] == 1.0
     assert heads.loc[0, "heldout_residual"] < 1e-4 and heads.loc[0, "spectral_agreement"] == 1.0
+    assert heads.loc[0, "rep"] == "standard" and heads.loc[0, "faithful"] and heads.loc[0, "context_spread"] < 1e-6
+    assert heads.loc[1, "context_spread"] > 0.1
     assert not heads.loc[1, "implements"] and heads.loc[1, "decoded_accuracy"] < 0.5
     assert report.tracking_head() == (0, 0)
     assert "implements" in report.verdict()
@@ -105,3 +107,24 @@ def test_a_model_without_action_labels_is_refused():
     cap.labels["perm_id"] = torch.full_like(cap.labels["perm_id"], -1)
     with pytest.raises(Exception, match="permutation"):
         product_report(cap)
+
+
+def test_irreps_of_small_groups():
+    """Characters: S3 has the sign and the 2-dim standard irrep; S4 adds standard x sign and a
+    2-dim one that is not faithful; A5 has 3, 3, 4, 5 (all faithful: A5 is simple)."""
+    from deltalens.probes.products import generated_group, irreps
+    from deltalens.tasks.groups import get_group
+
+    s3 = irreps(list(itertools.permutations(range(3))))
+    assert sorted((r.name, r.dim, r.faithful) for r in s3) == [("sign", 1, False), ("standard", 2, True)]
+    s4 = irreps(list(itertools.permutations(range(4))))
+    assert sorted(r.dim for r in s4) == [1, 2, 3, 3] and {r.name for r in s4} >= {"standard", "standard x sign"}
+    a5 = sorted(get_group("A5").elements())
+    assert sorted(r.dim for r in irreps(a5)) == [3, 3, 4, 5] and all(r.faithful for r in irreps(a5))
+    assert len(generated_group([(1, 2, 0, 3, 4), (0, 1, 3, 4, 2)])) == 60  # two 3-cycles generate A5
+    for rep in s4:  # each is a homomorphism: rho(g) rho(h) = rho(g o h)
+        elements = sorted(itertools.permutations(range(4)))
+        index = {g: i for i, g in enumerate(elements)}
+        g, h = elements[5], elements[17]
+        gh = tuple(g[i] for i in h)
+        assert np.allclose(rep.matrices[index[g]] @ rep.matrices[index[h]], rep.matrices[index[gh]])

@@ -14,7 +14,9 @@ CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 SHIPPED = sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "model.safetensors").is_file())
 # deterministic DeltaNet [0, 2] checkpoints, plain or renormalised: they must really track state
 TRACKERS = [name for name in SHIPPED if ("deltanet-neg" in name or "deltanet-renorm" in name)
-            and not name.endswith("-prob")]
+            and not name.endswith(("-prob", "-full"))]
+# the one-step-permutation experiment's checkpoints (`full` action set, dense reveals) that track
+FULL_TRACKERS = [name for name in SHIPPED if name.endswith("-full") and "deltaproduct" in name]
 PROBABILISTIC = [name for name in SHIPPED if name.endswith("-prob")]
 
 
@@ -28,13 +30,21 @@ def test_checkpoint_is_small_and_records_how_it_was_made(name):
     path = CHECKPOINTS / name
     assert (path / "model.safetensors").stat().st_size < 5 * 2**20
     meta = models.read_checkpoint_meta(path)
-    assert meta["training"]["step"] == meta["training"]["config"]["run"]["steps"]
+    run = meta["training"]["config"]["run"]
+    if meta["training"]["step"] != run["steps"]:  # stopped early: only once validation reached the bar
+        assert 0 < run.get("early_stop_accuracy", 0) <= meta["metrics"]["reveal_accuracy"]
     assert (path / "train.toml").is_file() and (path / "CARD.md").is_file()
 
 
 @pytest.mark.parametrize("name", TRACKERS)
 def test_deltanet_neg_tracks_state_at_twice_the_training_length(name):
     report = evaluate_checkpoint(CHECKPOINTS / name, lengths=[32], spacing=5, n_traces=64, seed=12345)
+    assert report["reveal_accuracy"] >= 0.99, report
+
+
+@pytest.mark.parametrize("name", FULL_TRACKERS)
+def test_deltaproduct_tracks_one_token_permutations_at_twice_the_training_length(name):
+    report = evaluate_checkpoint(CHECKPOINTS / name, lengths=[32], spacing=1, n_traces=64, seed=12345)
     assert report["reveal_accuracy"] >= 0.99, report
 
 

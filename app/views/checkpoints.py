@@ -1,10 +1,12 @@
-"""Checkpoints: every checkpoint in the folder, its card, saved accuracies side by side, and the
-reproduce report's claims with their verdicts (all from saved files: nothing is re-evaluated)."""
+"""Checkpoints: every checkpoint in the folder, its card, saved accuracies side by side, the family
+table (which hooks and probes apply to which architecture), and the reproduce report's claims with
+their verdicts (all from saved files: nothing is re-evaluated)."""
 import pandas as pd
 import streamlit as st
 
 from deltalens import models
 from deltalens.app.common import attempt, checkpoint_dir, checkpoint_table
+from deltalens.models.architecture import DISPLAY, FAMILY
 from deltalens.reports.claims import evaluate_claims
 from deltalens.reports.figures import checkpoint_length_figure, length_figure, spacing_figure
 from deltalens.reports.reproduce import expected_cells
@@ -35,13 +37,19 @@ if table is not None:
             evals[choice] = ((meta or {}).get("metrics") or {}).get("eval") or {}
         st.plotly_chart(checkpoint_length_figure(evals), width="stretch")
 
+with st.expander("Architectures: which hooks, probes and interventions apply"):
+    st.dataframe(pd.DataFrame([{"architecture": DISPLAY[arch], "arch": arch, "per-head hooks": hooks, "probes": probes,
+                                "interventions": interventions}
+                               for arch, (hooks, probes, interventions) in FAMILY.items()]),
+                 hide_index=True, width="stretch")
+
 st.header("The paper's claims, from the sweep")
 sweep = attempt(load_sweep, REPO / "sweep" / "paper.toml")
 if sweep is not None:
     sweep, statuses, _ = read_sweep(sweep, REPO / "reports" / "sweep")
     results = [s.result for s in statuses if s.result is not None]
     claims = evaluate_claims(results, sweep.thresholds, settings=[c.setting for c in sweep.cells],
-                             seeds=len(sweep.seeds), expected=expected_cells(sweep))
+                             seeds=len(sweep.seeds), expected=expected_cells(sweep), archs=set(sweep.models))
     st.caption(f"{len(results)} of {len(sweep.cells)} sweep runs measured ({len(sweep.seeds)} seeds per cell; "
                "reports/sweep/*.json); `deltalens reproduce` writes the same table to reports/reproduce.md.")
     st.dataframe(pd.DataFrame([{"claim": c.statement, "setting": c.setting, "verdict": c.verdict,
