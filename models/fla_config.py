@@ -95,10 +95,6 @@ SETTINGS: dict[str, type[FlaSettings]] = {
 ARCH_OF_MODEL_TYPE = {cls.model_type: arch for arch, cls in SETTINGS.items()}
 
 
-def settings_for(model_type: str) -> type[FlaSettings]:
-    return SETTINGS[ARCH_OF_MODEL_TYPE[model_type]]
-
-
 def fla_class(name: str):
     """A class of fla.models by name (imports fla, with its import warnings silenced)."""
     with warnings.catch_warnings():

@@ -139,14 +139,20 @@ def swap_model(n: int = 3, n_layers: int = 2, n_heads: int = 2, track: tuple[int
     for value in range(n):
         model.lm_head.weight[tokenizer.tokens.index(f" {value + 1}"), vocab + value] = 1.0
     model.eval()
-    spec = TraceSpec(group=group, action_set="swaps", actions=actions, spacing=spacing, reveal="one")
+    spec, task = _task(group, "swaps", actions, spacing)
+    return Handset(model=model, tokenizer=tokenizer, spec=spec, track=tuple(track), n=n, task=task)
+
+
+def _task(group: str, action_set: str, actions: int, spacing: int) -> tuple[TraceSpec, dict]:
+    """The trace spec and the checkpoint "task" section of a hand-set model."""
+    spec = TraceSpec(group=group, action_set=action_set, actions=actions, spacing=spacing, reveal="one")
     task = {
-        "config": {"group": group, "action_set": "swaps", "tokenizer": "statement", "actions": [actions, actions],
+        "config": {"group": group, "action_set": action_set, "tokenizer": "statement", "actions": [actions, actions],
                    "spacing": [spacing, spacing], "spacing_schedule": [], "reveal": "one", "supervision": "reveal",
                    "eval_spacing": spacing, "curriculum_steps": 0, "curriculum_start": 4},
         "eval_spec": spec.to_dict(),
     }
-    return Handset(model=model, tokenizer=tokenizer, spec=spec, track=tuple(track), n=n, task=task)
+    return spec, task
 
 
 def _silu_pair() -> tuple[float, float]:
@@ -233,11 +239,5 @@ def product_model(n: int = 3, factors: int = 2, n_heads: int = 2, track: int = 1
         attn.o_proj.weight[vocab + value, track * d_head + value] = READ_SCALE
         model.lm_head.weight[tokenizer.tokens.index(f" {value + 1}"), vocab + value] = 1.0
     model.eval()
-    spec = TraceSpec(group=group, action_set="full", actions=actions, spacing=spacing, reveal="one")
-    task = {
-        "config": {"group": group, "action_set": "full", "tokenizer": "statement", "actions": [actions, actions],
-                   "spacing": [spacing, spacing], "spacing_schedule": [], "reveal": "one", "supervision": "reveal",
-                   "eval_spacing": spacing, "curriculum_steps": 0, "curriculum_start": 4},
-        "eval_spec": spec.to_dict(),
-    }
+    spec, task = _task(group, "full", actions, spacing)
     return Handset(model=model, tokenizer=tokenizer, spec=spec, track=(0, track), n=n, task=task)

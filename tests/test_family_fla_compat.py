@@ -3,8 +3,7 @@ GatedDeltaProductForCausalLM: state dicts, HF save/load both ways, logits and gr
 
 As in tests/test_fla_compat.py, fla's own model code runs on CPU with its Triton kernels swapped for
 fla's torch references (`naive_recurrent_gated_delta_rule`, `naive_recurrent_gated_delta_product`,
-`naive_gdn_gate`, the two `rms_norm_ref`s) and two-line torch equivalents of the causal conv and
-SwiGLU. None of our code runs on the fla side.
+`naive_gdn_gate`; norms, conv and SwiGLU: tests/fla_on_cpu.py). None of our code runs on the fla side.
 """
 import contextlib
 import json
@@ -12,7 +11,6 @@ from unittest import mock
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from fla.models import (
     GatedDeltaNetConfig,
@@ -20,6 +18,7 @@ from fla.models import (
     GatedDeltaProductConfig,
     GatedDeltaProductForCausalLM,
 )
+from fla_on_cpu import fla_modules_on_cpu, l2, randomise
 
 from deltalens import models
 from deltalens.models.deltaproduct import HookedDeltaProduct
@@ -46,23 +45,10 @@ def fla_model(name, seed=0):
     arch, overrides = CONFIGS[name]
     config_cls, model_cls, _ = FLA[arch]
     torch.manual_seed(seed)
-    model = model_cls(config_cls(**BASE, **overrides)).eval()
-    with torch.no_grad():  # weights large enough that every part of the layer moves the output
-        for name_, p in model.named_parameters():
-            if name_.endswith(("A_log", "dt_bias")):
-                p.copy_(torch.randn_like(p) * 0.5 - 1.0)
-            elif p.ndim == 1:
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, 0.25)
-    return model
+    return randomise(model_cls(config_cls(**BASE, **overrides)), seed)
 
 
 # ---- fla's model on CPU, kernels swapped for torch references ------------------------------------
-
-
-def _l2(x):
-    return x / torch.sqrt(x.float().square().sum(-1, keepdim=True) + 1e-6)
 
 
 def _gdn_kernel(q, k, v, g, beta, initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False,
@@ -72,7 +58,7 @@ def _gdn_kernel(q, k, v, g, beta, initial_state=None, output_final_state=False, 
     from fla.ops.gated_delta_rule.gate import naive_gdn_gate
 
     if use_qk_l2norm_in_kernel:
-        q, k = _l2(q), _l2(k)
+        q, k = l2(q), l2(k)
     if use_beta_sigmoid_in_kernel:
         beta = beta.float().sigmoid() * (2.0 if allow_neg_eigval else 1.0)
     if use_gate_in_kernel:
@@ -91,7 +77,7 @@ def _gdp_kernel(q, k, v, g, beta, num_householder=1, initial_state=None, output_
     from fla.ops.gated_delta_product.naive import naive_recurrent_gated_delta_product
 
     if use_qk_l2norm_in_kernel:
-        q, k = _l2(q), _l2(k)
+        q, k = l2(q), l2(k)
     o, S = naive_recurrent_gated_delta_product(q, k, v, g, beta, q.shape[-1] ** -0.5, initial_state=initial_state,
                                                output_final_state=output_final_state, num_householder=num_householder)
     return o, S
@@ -101,23 +87,8 @@ def _gdp_kernel(q, k, v, g, beta, num_householder=1, initial_state=None, output_
 def fla_runs_on_cpu():
     import fla.layers.gated_deltanet as gdn_layer
     import fla.layers.gated_deltaproduct as gdp_layer
-    import fla.modules.mlp as fla_mlp
-    from fla.modules import FusedRMSNormGated, RMSNorm, ShortConvolution
-    from fla.modules.norm.layernorm import rms_norm_ref
 
-    def rms_forward(self, x, residual=None, prenorm=False, residual_in_fp32=False):
-        return rms_norm_ref(x, self.weight, self.bias, residual=residual, eps=self.eps, prenorm=prenorm, upcast=True)
-
-    def gated_forward(self, x, g, residual=None, prenorm=False, residual_in_fp32=False):
-        y = rms_norm_ref(x, self.weight, self.bias, eps=self.eps, upcast=True).float()
-        gate = torch.sigmoid(g.float()) if self.activation == "sigmoid" else F.silu(g.float())
-        return (y * gate).to(x.dtype)
-
-    def conv_forward(self, x, residual=None, mask=None, cache=None, output_final_state=False, **unused):
-        y = nn.Conv1d.forward(self, x.transpose(1, 2))[..., : x.shape[1]].transpose(1, 2)
-        return (F.silu(y) if self.activation else y), None
-
-    def fused_conv(x, weight, bias=None, activation=None, **unused):
+    def fused_conv(x, weight, bias=None, activation=None, **unused):  # GDN's one conv over q, k and v
         W = weight.shape[-1]
         y = F.conv1d(x.transpose(1, 2), weight[:, None], bias, padding=W - 1, groups=weight.shape[0])
         y = y[..., : x.shape[1]].transpose(1, 2)
@@ -128,24 +99,19 @@ def fla_runs_on_cpu():
         from fla.ops.gated_delta_rule import naive_recurrent_gated_delta_rule
 
         if use_qk_l2norm_in_kernel:
-            q, k = _l2(q), _l2(k)
+            q, k = l2(q), l2(k)
         g = beta.new_zeros(beta.shape) if g is None else g
         o, S = naive_recurrent_gated_delta_rule(q, k, v, beta, g, initial_state=initial_state,
                                                 output_final_state=output_final_state)
         return o.to(v.dtype), S
 
     with contextlib.ExitStack() as stack:
+        stack.enter_context(fla_modules_on_cpu())
         for name in ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"):
             stack.enter_context(mock.patch.object(gdn_layer, name, _gdn_kernel))
         stack.enter_context(mock.patch.object(gdn_layer, "causal_conv1d", fused_conv))
         stack.enter_context(mock.patch.object(gdp_layer, "chunk_gated_delta_product", _gdp_kernel))
         stack.enter_context(mock.patch.object(gdp_layer, "fused_recurrent_gated_delta_rule", gdp_recurrent))
-        stack.enter_context(mock.patch.object(RMSNorm, "forward", rms_forward))
-        stack.enter_context(mock.patch.object(FusedRMSNormGated, "forward", gated_forward))
-        stack.enter_context(mock.patch.object(ShortConvolution, "forward", conv_forward))
-        stack.enter_context(
-            mock.patch.object(fla_mlp, "swiglu_linear", lambda x, y, w, b: F.linear(F.silu(x) * y, w, b)))
-        stack.enter_context(mock.patch.object(fla_mlp, "swiglu", lambda x, y: F.silu(x) * y))
         yield
 
 

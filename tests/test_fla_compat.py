@@ -15,9 +15,9 @@ from unittest import mock
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from fla.models import DeltaNetConfig, DeltaNetForCausalLM
+from fla_on_cpu import fla_modules_on_cpu, l2, randomise
 
 from deltalens.models.deltanet import HookedDeltaNet
 from deltalens.models.rms_norm import RMSNorm, RMSNormGated, rms_norm_ref
@@ -42,21 +42,10 @@ def config(**overrides):
 def fla_model(cfg, seed=0):
     """fla's model with weights large enough that every part of the layer moves the output."""
     torch.manual_seed(seed)
-    model = DeltaNetForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for _name, p in model.named_parameters():
-            if p.ndim == 1:  # norm weights
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, 0.25)
-    return model
+    return randomise(DeltaNetForCausalLM(cfg), seed)
 
 
 # ---- fla's model on CPU, kernels swapped for torch references ------------------------------------
-
-
-def _l2(x):
-    return x / torch.sqrt(x.float().square().sum(-1, keepdim=True) + 1e-6)
 
 
 def _naive_delta_rule(q, k, v, beta, initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=False,
@@ -64,7 +53,7 @@ def _naive_delta_rule(q, k, v, beta, initial_state=None, output_final_state=Fals
     from fla.ops.delta_rule.naive import delta_rule_recurrence
 
     if use_qk_l2norm_in_kernel:
-        q, k = _l2(q), _l2(k)
+        q, k = l2(q), l2(k)
     o, S = delta_rule_recurrence(*(x.transpose(1, 2) for x in (q, k, v, beta)), initial_state=initial_state,
                                  output_final_state=output_final_state)
     return o.transpose(1, 2), S
@@ -73,31 +62,11 @@ def _naive_delta_rule(q, k, v, beta, initial_state=None, output_final_state=Fals
 @contextlib.contextmanager
 def fla_runs_on_cpu():
     import fla.layers.delta_net as fla_layer
-    import fla.modules.mlp as fla_mlp
-    from fla.modules import FusedRMSNormGated, RMSNorm, ShortConvolution
-    from fla.modules.norm.layernorm import rms_norm_ref
-    from fla.modules.norm.layernorm_gated import rms_norm_ref as gated_rms_norm_ref
-
-    def rms_forward(self, x, residual=None, prenorm=False, residual_in_fp32=False):
-        return rms_norm_ref(x, self.weight, self.bias, residual=residual, eps=self.eps, prenorm=prenorm, upcast=True)
-
-    def gated_forward(self, x, g, residual=None, prenorm=False, residual_in_fp32=False):
-        return gated_rms_norm_ref(x, self.weight, self.bias, z=g, eps=self.eps, norm_before_gate=True)
-
-    def conv_forward(self, x, residual=None, mask=None, cache=None, output_final_state=False, **unused):
-        y = nn.Conv1d.forward(self, x.transpose(1, 2))[..., : x.shape[1]].transpose(1, 2)
-        return (F.silu(y) if self.activation else y), None
 
     with contextlib.ExitStack() as stack:
+        stack.enter_context(fla_modules_on_cpu())
         stack.enter_context(mock.patch.object(fla_layer, "chunk_delta_rule", _naive_delta_rule))
         stack.enter_context(mock.patch.object(fla_layer, "fused_recurrent_delta_rule", _naive_delta_rule))
-        stack.enter_context(mock.patch.object(RMSNorm, "forward", rms_forward))
-        stack.enter_context(mock.patch.object(FusedRMSNormGated, "forward", gated_forward))
-        stack.enter_context(mock.patch.object(ShortConvolution, "forward", conv_forward))
-        stack.enter_context(
-            mock.patch.object(fla_mlp, "swiglu_linear", lambda x, y, w, b: F.linear(F.silu(x) * y, w, b))
-        )
-        stack.enter_context(mock.patch.object(fla_mlp, "swiglu", lambda x, y: F.silu(x) * y))
         yield
 
 
