@@ -138,9 +138,11 @@ def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None
         per_seed = [_judge({(c["arch"], c["spacing"]): c["runs"][i] for c in cells if len(c["runs"]) > i}, t)
                     for i in range(n_seeds)]
         needed = math.ceil(2 * n_seeds / 3)
+        in_setting = {arch for arch, _ in expected.get(setting, ())} if expected is not None else None
         for key, (verdict, evidence) in on_mean.items():
-            if archs is not None and CLAIM_ARCH[key] not in archs:
-                continue
+            if (archs is not None and CLAIM_ARCH[key] not in archs) or (
+                    in_setting is not None and setting in expected and CLAIM_ARCH[key] not in in_setting):
+                continue  # a claim about an architecture this sweep (or this setting of it) does not train
             if verdict != NOT_MEASURED and n_seeds > 1:
                 holding = sum(judged[key][0] == HOLDS for judged in per_seed)
                 if verdict == HOLDS and holding < needed:

@@ -494,3 +494,13 @@ allow_neg_eigval = true
     assert "| S3 | dp2 | 0 of 1 | 0.750 [0.750–0.750] | 0.250 | 0.500 | 0.500 |" in md
     results = json.loads((tmp_path / "results" / "s3-dp2-statement-k1-s0.json").read_text())
     assert results["config"]["model"]["arch"] == "deltaproduct" and results["steps"] == 2
+
+
+def test_claims_of_a_setting_are_only_about_its_architectures():
+    expected = {"S3 code": {("deltanet-neg", 4), ("transformer", 4)},
+                "S3 statement": {("deltanet-pos", 4), ("deltanet-neg", 4)}}
+    claims = evaluate_claims([result("deltanet-neg", 4, [1.0], tokenizer="code")], settings=list(expected),
+                             expected=expected)
+    keys = {(c.setting, c.key) for c in claims}
+    assert ("S3 code", "pos-fails") not in keys and ("S3 code", "transformer-dense") in keys
+    assert ("S3 statement", "pos-fails") in keys and ("S3 statement", "transformer-dense") not in keys
