@@ -136,8 +136,6 @@ def _check_supported(config) -> None:
         )
 
 
-
-
 class HookedDeltaLM(LensModel, HookedRootModule):
     """A delta-rule language model with TransformerLens hooks; weights interchangeable with fla's.
 
