@@ -5,7 +5,7 @@ beta / eigenvalue statistics on action tokens (eigenvalues.py), whether the per-
 reflections applies the action's permutation (products.py), the state's effective rank, PCA
 dimension and action-key span (subspace.py) and the linear-probe accuracy of its state
 (linear_probes.py), plus the residual-stream probes per layer and the tracking head (highest
-reflection fraction; for DeltaProduct the head whose products decode the actions best). For a
+reflection fraction; for DeltaProduct the head whose products are the permutations, when one is). For a
 Transformer or LSTM the beta and state parts are skipped with a note saying why, and the
 residual-stream probes are still reported.
 
@@ -95,8 +95,8 @@ def probe_summary(model, batch, probes: bool = True, probe_at: str = "readout", 
             columns = products.heads[["layer", "head", "spectral_agreement", "decoded_accuracy", "heldout_residual",
                                       "implements"]].rename(columns={"decoded_accuracy": "perm_decoded"})
             heads = heads.merge(columns, on=["layer", "head"], how="left")
-            if getattr(model, "n_factors", 1) > 1:
-                tracking = products.tracking_head()
+            if getattr(model, "n_factors", 1) > 1 and bool(products.heads["implements"].any()):
+                tracking = products.tracking_head()  # a head whose products are the permutations
     else:
         cap = capture(model, batch, names=("resid",))
         skipped.append(f"eigenvalues and state subspaces: {ARTICLE.get(arch, arch)} has no beta and no matrix "
