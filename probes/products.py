@@ -342,6 +342,8 @@ def product_decoding_figure(report: ProductReport, layer: int | None = None, hea
     table = pd.crosstab(rows["cycle_type"], rows["spectral_cycle_type"])
     fig = go.Figure(go.Heatmap(z=table.values, x=list(table.columns), y=list(table.index), colorscale="Blues",
                                text=table.values, texttemplate="%{text}", colorbar={"title": "actions"}))
+    # cycle types such as "4" or "2+1+1" are labels, not numbers
     fig.update_layout(title=f"layer {layer} head {head}: action's cycle type vs the spectrum of its product",
-                      xaxis_title="cycle type read off the eigenvalues", yaxis_title="action's cycle type")
+                      xaxis={"title": "cycle type read off the eigenvalues", "type": "category"},
+                      yaxis={"title": "action's cycle type", "type": "category"})
     return fig

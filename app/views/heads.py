@@ -68,7 +68,7 @@ elif checkpoint is not None:
             st.markdown(f"**Per-token products of reflections.** {products.verdict()}. The head picked above:")
             left, right = st.columns(2)
             left.plotly_chart(product_decoding_figure(products, layer, head), width="stretch")
-            right.dataframe(products.heads, hide_index=True, width="stretch")
+            right.dataframe(products.heads.round(3), hide_index=True, width="stretch")
 
         left, right = st.columns(2)
         left.plotly_chart(singular_value_figure(sub), width="stretch")
