@@ -87,6 +87,8 @@ def test_readme_python_example_runs(monkeypatch, tmp_path):
     assert heads.loc[heads["reflection_fraction"].idxmax(), ["layer", "head"]].tolist() == [0, 3]
     assert (scope["layer"], scope["head"]) == (0, 3)
     assert scope["cache"]["blocks.0.attn.hook_state"].shape[2:] == (4, 16, 16)
+    assert scope["dp_cache"]["blocks.0.attn.hook_beta"].shape[2:] == (4, 3)
+    assert scope["products"].verdict().startswith("layer 0 head 2 implements")
 
 
 @pytest.mark.parametrize("name", PROBABILISTIC)
