@@ -123,14 +123,14 @@ def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None
     by_setting: dict[str, list[dict[str, Any]]] = {name: [] for name in settings}
     for summary in summaries:
         by_setting.setdefault(f"{summary['group']} {summary['tokenizer']}", []).append(summary)
-    waiting: dict[str, list[str]] = {}
+    waiting: dict[str, list[tuple[str, int]]] = {}
     if expected is not None:
         for setting, cells in by_setting.items():
             have = {(c["arch"], c["spacing"]) for c in cells}
             missing = sorted(expected.get(setting, set()) - have)
             incomplete_archs = {arch for arch, _ in missing}
             by_setting[setting] = [c for c in cells if c["arch"] not in incomplete_archs]
-            waiting[setting] = [f"{arch} k={k}" for arch, k in missing]
+            waiting[setting] = missing
     claims = []
     for setting, cells in by_setting.items():
         on_mean = _judge({(c["arch"], c["spacing"]): c for c in cells}, t)
@@ -149,7 +149,9 @@ def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None
                     verdict = DOES_NOT_HOLD
                 evidence = f"seed mean {evidence}; holds for {holding} of {n_seeds} seeds"
             elif verdict == NOT_MEASURED and waiting.get(setting):
-                evidence = f"{evidence} (cells not complete yet: {', '.join(waiting[setting])})"
+                pending = [f"{arch} k={k}" for arch, k in waiting[setting] if arch == CLAIM_ARCH[key]]
+                if pending:
+                    evidence = f"{evidence} (cells not complete yet: {', '.join(pending)})"
             claims.append(Claim(key, CLAIMS[key], setting, verdict, evidence))
     return claims
 
