@@ -46,6 +46,7 @@ from deltalens.models.gated_delta_rule import (
 )
 from deltalens.models.rms_norm import RMSNorm, RMSNormGated
 from deltalens.models.short_conv import ShortConvolution
+from deltalens.tasks.errors import DeltalensError
 
 __all__ = ["GatedDeltaNetMixer", "DeltaProductMixer"]
 
@@ -63,21 +64,21 @@ class _GatedDeltaMixer(nn.Module):
         super().__init__()
         d_model = config.hidden_size
         self.layer_idx = layer_idx
-        self.n_factors = n = int(n_factors)
+        self.n_factors = n = n_factors
         self.use_decay, self.use_output_gate = bool(use_decay), bool(use_output_gate)
         self.allow_neg_eigval = config.allow_neg_eigval
         self.use_short_conv = config.use_short_conv
-        if n < 1:
-            raise ValueError(f"num_householder must be >= 1, got {n}.")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise DeltalensError(f"num_householder must be a whole number >= 1 (reflections per token), got {n}.")
         H = config.num_heads
         HV = num_v_heads if num_v_heads is not None else H
         if HV % H:
-            raise ValueError(f"num_v_heads={HV} must be a multiple of num_heads={H}.")
+            raise DeltalensError(f"num_v_heads={HV} must be a multiple of num_heads={H} (grouped value heads).")
         self.num_qk_heads, self.num_heads = H, HV  # num_heads: heads of the recurrence
         self.head_k_dim = config.head_dim
         head_v = config.head_dim * config.expand_v
         if not math.isclose(head_v, round(head_v)):
-            raise ValueError(f"head_dim * expand_v must be an integer, got {head_v}.")
+            raise DeltalensError(f"head_dim * expand_v must be a whole number (the value size per head), got {head_v}.")
         self.head_v_dim = round(head_v)
         self.key_dim, self.value_dim = H * self.head_k_dim, HV * self.head_v_dim
 
@@ -162,9 +163,9 @@ class _GatedDeltaMixer(nn.Module):
     def set_gate_range(self, lo: float, hi: float, head: Index = None) -> None:
         """Clamp the decay alpha_t into [lo, hi] (0 <= lo <= hi <= 1) for `head` (None = all)."""
         if not self.use_decay:
-            raise ValueError("this layer has no decay gate (DeltaProduct with use_forget_gate=False).")
+            raise DeltalensError("this layer has no decay gate (a DeltaProduct built with use_forget_gate=False).")
         if not 0.0 <= lo <= hi <= 1.0:
-            raise ValueError(f"the gate range needs 0 <= lo <= hi <= 1, got [{lo}, {hi}].")
+            raise DeltalensError(f"the gate range needs 0 <= lo <= hi <= 1, got [{lo}, {hi}].")
         heads = self._heads(head)
         self.gate_lo[heads] = float(lo)
         self.gate_hi[heads] = float(hi)

@@ -226,3 +226,8 @@ def test_unknown_config_keys_are_refused():
         models.build("deltaproduct", **BASE, num_householders=2)
     with pytest.raises(DeltalensError, match="num_householder"):
         models.build("gated_deltanet", **BASE, num_householder=2)  # a DeltaProduct field
+    for bad in (0, 2.5, True):
+        with pytest.raises(DeltalensError, match="whole number >= 1"):
+            models.build("deltaproduct", **BASE, num_householder=bad)
+    with pytest.raises(DeltalensError, match="multiple of num_heads"):
+        models.build("gated_deltanet", **BASE, num_v_heads=3)
