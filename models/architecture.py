@@ -30,7 +30,7 @@ FAMILY: dict[str, tuple[str, str, str]] = {
     "gated_deltanet": (_DELTA_HOOKS + ", gate", _DELTA_PROBES, _DELTA_INTERVENTIONS + ", gate clamp"),
     "deltaproduct": (_DELTA_HOOKS + "; k, v and beta per factor; gate when gated",
                      _DELTA_PROBES + ", per-token product (eigenvalues, the permutation it applies)",
-                     _DELTA_INTERVENTIONS + " (per factor), gate clamp if gated"),
+                     "beta range (per factor), head ablation, state patching, gate clamp when gated"),
     "transformer": ("q, k, v, attn_scores, pattern, z", "linear probes", "head ablation"),
     "lstm": ("hidden, cell", "linear probes", "unit ablation"),
 }

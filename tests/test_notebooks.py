@@ -11,8 +11,8 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
-def test_the_three_tutorials_ship():
-    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03"]
+def test_the_four_tutorials_ship():
+    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
