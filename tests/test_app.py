@@ -152,9 +152,14 @@ def test_heads_and_interventions_pages_open_a_deltaproduct():
     beta_chart = next(c for c in app.get("plotly_chart") if "beta at each token" in c.proto.spec)
     assert beta_chart.proto.spec.count('"name":"factor ') == 3  # one line per Householder factor
     app = page("views/interventions.py")
-    app.selectbox(key="iv-ckpt").select("s4-deltaproduct-n3-full").run()
+    app.selectbox(key="iv-ckpt").select("s4-deltaproduct-n3-noconv-full").run()
     assert not app.exception and not app.error
     assert float(app.metric[0].value) > 0.99
+    assert app.multiselect(key="iv-heads").value == [(0, 2)]  # the sweep's worst head: the tracking head
+    every = float(app.metric[1].value)
+    app.selectbox(key="iv-factor").select(1).run()  # one factor of the three
+    one = float(app.metric[1].value)
+    assert every < one < 0.9 and "F1" in app.metric[1].label
 
 
 def test_checkpoints_page_lists_the_family():

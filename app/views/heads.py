@@ -36,6 +36,9 @@ elif checkpoint is not None:
                 f"actions {row['mean_beta_action']:.3f}, {100 * row['reflection_fraction']:.1f}% of its action "
                 "transitions are reflections (eigenvalue < -0.9).")
         heads = [(layer, head) for layer, head in zip(eig.heads["layer"], eig.heads["head"])]
+        if st.session_state.get("heads-head-of") != str(checkpoint.path):  # another checkpoint: its tracking head
+            st.session_state["heads-head-of"] = str(checkpoint.path)
+            st.session_state.pop("heads-head", None)
         layer, head = cols[2].selectbox("head", heads, index=heads.index(tracking), key="heads-head",
                                         format_func=lambda lh: f"layer {lh[0]}, head {lh[1]}")
         left, right = st.columns(2)

@@ -1,11 +1,12 @@
-"""Interventions: rescale, ablate or patch chosen heads; reveal accuracy before and after, the trace
-under the intervention, and the paper's beta-range sweep over every head (cached on disk)."""
+"""Interventions: rescale (per factor, for DeltaProduct), ablate or patch chosen heads, or clamp a gated
+model's decay; reveal accuracy before and after, the trace under the intervention, and the paper's
+beta-range sweep over every head (cached on disk)."""
 import streamlit as st
 import torch
 
 from deltalens.app.common import SWEEP_CACHE, attempt, cached_sweep, describe, locked, pick_checkpoint, trace_html
 from deltalens.interp.head_sweep import sweep_figure
-from deltalens.interp.interventions import ablate_head, patch_state, rescale_beta, reveal_accuracy
+from deltalens.interp.interventions import ablate_head, clamp_gate, patch_state, rescale_beta, reveal_accuracy
 from deltalens.models.architecture import is_delta_rule, n_heads_of, n_layers_of
 from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.traces import generate_trace
@@ -21,9 +22,11 @@ def build(model, heads, kind, options, source_cache):
     parts = []
     for layer, head in heads:
         if kind == "beta range map":
-            parts.append(rescale_beta(model, layer, head, to=(options["lo"], options["hi"])))
+            parts.append(rescale_beta(model, layer, head, to=(options["lo"], options["hi"]), factor=options["factor"]))
         elif kind == "beta scale":
-            parts.append(rescale_beta(model, layer, head, scale=options["scale"]))
+            parts.append(rescale_beta(model, layer, head, scale=options["scale"], factor=options["factor"]))
+        elif kind == "gate clamp":
+            parts.append(clamp_gate(model, layer, head, options["gate_lo"], options["gate_hi"]))
         elif kind == "state patching":
             parts.append(patch_state(layer, head, source_cache, positions=None))
         else:
@@ -48,23 +51,36 @@ if checkpoint is not None:
     model = checkpoint.model
     st.caption(describe(checkpoint))
     deltanet = is_delta_rule(checkpoint.arch)
-    kinds = KINDS if deltanet else ["zero ablation", "mean ablation"]
+    kinds = (KINDS + (["gate clamp"] if getattr(model, "gated", False) else [])) if deltanet else \
+        ["zero ablation", "mean ablation"]
+    factors = getattr(model, "n_factors", 1)
     heads_all = [(layer, head) for layer in range(n_layers_of(model)) for head in range(n_heads_of(model))]
     ranked = attempt(cached_sweep, checkpoint, 128) if deltanet else None
     first = heads_all[-1] if ranked is None else (int(ranked.frame["layer"][0]), int(ranked.frame["head"][0]))
+    if st.session_state.get("iv-heads-of") != str(checkpoint.path):  # another checkpoint: its own default head
+        st.session_state["iv-heads-of"] = str(checkpoint.path)
+        st.session_state.pop("iv-heads", None)
     cols = st.columns([2, 2, 1, 1])
     kind = cols[0].selectbox("intervention", kinds, key="iv-kind")
     heads = cols[1].multiselect("heads", heads_all, default=[first], key="iv-heads",
                                 format_func=lambda lh: f"L{lh[0]} H{lh[1]}")
     n_traces = cols[2].select_slider("held-out traces", [16, 32, 64, 128], value=64, key="iv-n")
     seed = cols[3].number_input("seed", 0, 10**6, 0, key="iv-seed")
-    options = {"site": "z", "reference": None}
+    options = {"site": "z", "reference": None, "factor": None}
+    if kind.startswith("beta") and factors > 1:  # DeltaProduct: one Householder factor, or all of them
+        choice = st.selectbox("factor", ["all", *range(factors)], key="iv-factor",
+                              format_func=lambda f: "every factor" if f == "all" else f"factor {f}")
+        options["factor"] = None if choice == "all" else int(choice)
     if kind == "beta range map":
         a, b = st.columns(2)
         options["lo"] = a.number_input("new lo", -1.0, 4.0, 0.0, 0.1, key="iv-lo")
         options["hi"] = b.number_input("new hi", -1.0, 4.0, 1.0, 0.1, key="iv-hi")
     elif kind == "beta scale":
         options["scale"] = st.number_input("multiply beta by", -4.0, 4.0, 0.5, 0.1, key="iv-scale")
+    elif kind == "gate clamp":  # alpha_t in [lo, hi]; 1, 1 switches forgetting off
+        a, b = st.columns(2)
+        options["gate_lo"] = a.number_input("decay at least", 0.0, 1.0, 1.0, 0.05, key="iv-gate-lo")
+        options["gate_hi"] = b.number_input("decay at most", 0.0, 1.0, 1.0, 0.05, key="iv-gate-hi")
     elif kind.endswith("ablation"):
         options["site"] = st.radio("replace", ["z", "state"] if deltanet else ["z"], horizontal=True, key="iv-site")
     source_seed = int(seed) + 1
