@@ -1,0 +1,76 @@
+"""CPU speed of the delta-rule family's kernels: forward + backward of one layer's recurrence.
+
+Prints ONE JSON object: for n_h in {1, 2, 3} factors per token, gated or not, and T in {64, 256, 1024}
+tokens (B = 8, H = 4, d_k = d_v = 16, as the family sweep's models), seconds per forward + backward of
+
+  fast        what a model runs on a CPU: chunk_gated_delta_rule on the n_h sub-tokens per token (ungated:
+              the plain delta rule's C kernel; gated: the chunked WY kernel with the decay folded in)
+  recurrence  gated_delta_rule_recurrence, the token-by-token reference
+
+and recurrence / fast (> 1: the fast path is faster). The ratios are measured side by side in one run.
+
+    python3 benchmarks/family.py [--threads 1] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+
+from deltalens.models.gated_delta_rule import chunk_gated_delta_rule, gated_delta_rule_recurrence, interleave
+
+B, H, K = 8, 4, 16
+
+
+def _seconds(fn, budget_s: float = 1.0) -> float:
+    """Best of repeated calls within about budget_s (at least 2 after one warm-up)."""
+    fn()
+    best, spent, calls = float("inf"), 0.0, 0
+    while calls < 2 or (spent < budget_s and calls < 10):
+        started = time.perf_counter()
+        fn()
+        elapsed = time.perf_counter() - started
+        best, spent, calls = min(best, elapsed), spent + elapsed, calls + 1
+    return best
+
+
+def cell(n: int, gated: bool, T: int) -> dict:
+    g = torch.Generator().manual_seed(0)
+    q = F.normalize(torch.randn(B, T, H, K, generator=g), dim=-1)
+    k = F.normalize(torch.randn(B, T, H, n, K, generator=g), dim=-1)
+    v = torch.randn(B, T, H, n, K, generator=g)
+    beta = torch.rand(B, T, H, n, generator=g) * 2
+    decay = -torch.rand(B, T, H, generator=g) if gated else None
+    leaves = [x.requires_grad_() for x in (q, k, v, beta)] + ([decay.requires_grad_()] if gated else [])
+
+    def run(kernel):
+        def step():
+            for x in leaves:
+                x.grad = None
+            o = kernel(*interleave(q, k, v, beta, decay))[0]
+            o.sum().backward()
+        return step
+
+    fast = _seconds(run(chunk_gated_delta_rule))
+    recurrence = _seconds(run(gated_delta_rule_recurrence), budget_s=0.5)
+    return {"n_h": n, "gated": gated, "T": T, "fast_s": fast, "recurrence_s": recurrence,
+            "recurrence_over_fast": round(recurrence / fast, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="T = 64 only")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    lengths = [64] if args.quick else [64, 256, 1024]
+    cells = [cell(n, gated, T) for n in (1, 2, 3) for gated in (False, True) for T in lengths]
+    print(json.dumps({"benchmark": "family", "B": B, "H": H, "d_k": K, "threads": args.threads, "cells": cells,
+                      "never_slower_than_recurrence": all(c["recurrence_over_fast"] >= 1 for c in cells)}))
+
+
+if __name__ == "__main__":
+    main()
