@@ -23,10 +23,12 @@ ARCH_LABELS = {
     "deltaproduct-n4": "DeltaProduct n_h=4 β∈[0,2]",
     "gated-deltaproduct-n3": "Gated DeltaProduct n_h=3 β∈[0,2]",
     "deltaproduct-n3-noconv": "DeltaProduct n_h=3 β∈[0,2], no short conv",
+    "deltaproduct-n2-noconv": "DeltaProduct n_h=2 β∈[0,2], no short conv",
 }
 ARCH_COLORS = {"deltanet-neg": "#1f77b4", "deltanet-pos": "#ff7f0e", "transformer": "#2ca02c", "lstm": "#9467bd",
                "deltaproduct-n2": "#17becf", "deltaproduct-n3": "#d62728", "deltaproduct-n4": "#8c564b",
-               "gated-deltaproduct-n3": "#e377c2", "deltaproduct-n3-noconv": "#bcbd22"}
+               "gated-deltaproduct-n3": "#e377c2", "deltaproduct-n3-noconv": "#bcbd22",
+               "deltaproduct-n2-noconv": "#7f7f7f"}
 
 
 
