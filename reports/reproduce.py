@@ -44,7 +44,8 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
     section = pfsa_section(pfsa_checkpoints) if pfsa_checkpoints is not None else None
     results = [s.result for s in statuses if s.result is not None]
     claims = evaluate_claims(results, sweep.thresholds, settings=[s.cell.setting for s in statuses],
-                             seeds=len(sweep.seeds), expected=expected_cells(sweep), archs=set(sweep.models))
+                             seeds=len(sweep.seeds), expected=expected_cells(sweep),
+                             archs=set(sweep.models)) if sweep.judge_claims else []
     searched = [s.result for s in searches if s.result is not None]
     figures_dir = out / "figures"
     figures_dir.mkdir(parents=True, exist_ok=True)
@@ -109,6 +110,32 @@ def _fmt_row(row: dict | None) -> str:
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _claim_lines(sweep, claims, multiples) -> list[str]:
+    """The paper's claims, judged (a sweep with `claims = false` in [sweep] has no such section)."""
+    t = sweep.thresholds
+    lines = [
+        "## The paper's claims",
+        "",
+        f"Thresholds: a model has **learned** when its reveal accuracy at 1x is ≥ {t.learned:g}; it "
+        f"**extrapolates** when it stays ≥ {t.extrapolates:g} at the longest length evaluated "
+        f"({multiples[-1]}x). Sparse reveals: k > 1. Each claim is judged per setting from the table below, on "
+        "the seed means and on each seed; \"not measured\" means the cells it needs have no result for every seed.",
+        "",
+        "| paper's claim | setting | verdict | measured (reveal accuracy) | rule |",
+        "|---|---|---|---|---|",
+    ]
+    rules = claim_rules(t)
+    verdict_mark = {"holds": "**holds**", "does not hold": "**does not hold**", "not measured": "not measured"}
+    for claim in claims:
+        lines.append(f"| {claim.statement} | {claim.setting} | {verdict_mark[claim.verdict]} | {claim.evidence} "
+                     f"| {rules[claim.key]} |")
+    if not claims:
+        lines.append("| all | – | not measured | no cell has a result yet | – |")
+    if "lstm" in sweep.models:
+        lines += ["", "The LSTM (a non-linear RNN) is shown for reference; the paper makes no claim about it here."]
+    return [*lines, ""]
 
 
 def _architecture_lines(sweep) -> list[str]:
@@ -190,7 +217,6 @@ def _wall_time_lines(sweep, statuses, searches) -> list[str]:
 
 
 def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str] = (), searches=()) -> str:
-    t = sweep.thresholds
     results = [s.result for s in statuses if s.result is not None]
     # budget, optimiser (but its lr) and task are shared by every cell
     config = cell_config(statuses[0].cell, sweep, lr=sweep.optim.get("lr", 3e-3)).to_dict()
@@ -240,26 +266,9 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
         "the seed mean and for at least 2 of 3 seeds; a cell counts once all its seeds have results.",
         "",
         *_architecture_lines(sweep),
-        "## The paper's claims",
-        "",
-        f"Thresholds: a model has **learned** when its reveal accuracy at 1x is ≥ {t.learned:g}; it "
-        f"**extrapolates** when it stays ≥ {t.extrapolates:g} at the longest length evaluated "
-        f"({multiples[-1]}x). Sparse reveals: k > 1. Each claim is judged per setting from the table below, on "
-        "the seed means and on each seed; \"not measured\" means the cells it needs have no result for every seed.",
-        "",
-        "| paper's claim | setting | verdict | measured (reveal accuracy) | rule |",
-        "|---|---|---|---|---|",
     ]
-    rules = claim_rules(t)
-    verdict_mark = {"holds": "**holds**", "does not hold": "**does not hold**", "not measured": "not measured"}
-    for claim in claims:
-        lines.append(f"| {claim.statement} | {claim.setting} | {verdict_mark[claim.verdict]} | {claim.evidence} "
-                     f"| {rules[claim.key]} |")
-    if not claims:
-        lines.append("| all | – | not measured | no cell has a result yet | – |")
-    if "lstm" in sweep.models:
-        lines += ["", "The LSTM (a non-linear RNN) is shown for reference; the paper makes no claim about it here."]
-    lines.append("")
+    if sweep.judge_claims:
+        lines += _claim_lines(sweep, claims, multiples)
 
     lines += _search_lines(sweep, list(searches))
     lines += ["## Results", ""]

@@ -140,6 +140,7 @@ class Sweep:
     search: Search | None = None  # the learning-rate search; None = every cell uses [optim] lr
     chosen_lr: dict[tuple[str, str], float] = field(default_factory=dict)  # (group, arch) -> the search's lr
     title: str = PAPER_TITLE  # the report's heading ([sweep] title)
+    judge_claims: bool = True  # whether the report judges the paper's claims ([sweep] claims)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,8 +161,8 @@ def load_sweep(path: str | Path) -> Sweep:
     _check_keys(data, {"sweep", "grid", "curriculum", "thresholds", "task", "optim", "run", "models", "search"},
                 where)
     head = _table(data, "sweep", where)
-    _check_keys(head, {"title", "steps", "steps_by_arch", "eval_multiples", "eval_traces", "eval_seed", "seeds",
-                       "validation_seed", "early_stop_accuracy"}, f"{where} [sweep]")
+    _check_keys(head, {"title", "claims", "steps", "steps_by_arch", "eval_multiples", "eval_traces", "eval_seed",
+                       "seeds", "validation_seed", "early_stop_accuracy"}, f"{where} [sweep]")
     stages = _table(data, "curriculum", where)
     _check_keys(stages, {"mixed_from", "sparse_from"}, f"{where} [curriculum]")
     thresholds = _table(data, "thresholds", where)
@@ -184,7 +185,9 @@ def load_sweep(path: str | Path) -> Sweep:
     cells = _grid_cells(data.get("grid"), model_tables, where, seeds)
     multiples = _list(head.get("eval_multiples", [1, 2, 4]), "[sweep] eval_multiples", where)
     sweep = Sweep(
-        path=path, title=str(head.get("title", PAPER_TITLE)), cells=cells, models=model_tables, task=task,
+        path=path, title=str(head.get("title", PAPER_TITLE)), judge_claims=_flag(head.get("claims", True),
+                                                                                 "[sweep] claims", where),
+        cells=cells, models=model_tables, task=task,
         optim=_table(data, "optim", where), run=run,
         steps=_number(head.get("steps", 1600), int, "[sweep] steps", where, lo=1),
         steps_by_arch=_steps_by_arch(head.get("steps_by_arch", {}), model_tables, where),
@@ -387,6 +390,12 @@ def _table(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     value = data.get(key, {})
     if not isinstance(value, dict):
         raise DeltalensError(f"{where}: `{key}` must be a table ([{key}])")
+    return value
+
+
+def _flag(value: Any, name: str, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise DeltalensError(f"{where}: {name} must be true or false, got {value!r}")
     return value
 
 
