@@ -27,6 +27,7 @@ activations; the action identities enter only as the question asked.
    causal convolution, so they can depend on the preceding tokens too; a head whose reflection axes
    move with the context has no fixed basis, and the intertwiner test fails even when each P_t
    is a reflection.
+   Groups larger than S5 get the standard representation only, decoded among the elements that occur.
 3. spectrum (no basis needed, standard representation): a permutation with cycles of lengths
    l_1, l_2, ... has eigenvalues exp(2 pi i j / l) (j = 1 .. l - 1) for each cycle and 1 elsewhere;
    the cycle type closest to P_t's spectrum (`spectral_cycle_type`) is compared with the action's.
@@ -57,6 +58,7 @@ __all__ = ["NAMES", "Irrep", "ProductReport", "product_report", "cycle_type", "g
            "spectral_cycle_type", "standard_rep", "product_decoding_figure"]
 
 NAMES = ("beta", "k")
+MAX_IRREP_ORDER = 120  # every irrep up to |G| = 120 (S5: the regular representation is 120 x 120)
 
 
 def cycle_type(perm: tuple[int, ...]) -> tuple[int, ...]:
@@ -121,14 +123,17 @@ def _mult(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(a[i] for i in b)
 
 
-def generated_group(perms) -> list[tuple[int, ...]]:
-    """The group the permutations generate (closure under composition), sorted."""
+def generated_group(perms, limit: int | None = None) -> list[tuple[int, ...]] | None:
+    """The group the permutations generate (closure under composition), sorted; None once it has more
+    than `limit` elements (S_10 has 3.6 million)."""
     gens = sorted(set(map(tuple, perms)))
     elements = {tuple(range(len(gens[0])))}
     frontier = list(elements)
     while frontier:
         new = {_mult(g, s) for g in frontier for s in gens} - elements
         elements |= new
+        if limit is not None and len(elements) > limit:
+            return None
         frontier = list(new)
     return sorted(elements)
 
@@ -271,9 +276,13 @@ def product_report(source, batch=None, max_actions: int = 400, accuracy_threshol
     group = torch.where(torch.isin(group, torch.tensor(sorted(chosen))), group, torch.full_like(group, -1))
 
     observed = [lex_unrank(int(cap.labels["perm_id"][r]), n) for r in first.values()]
-    elements = generated_group(observed)
+    elements = generated_group(observed, limit=MAX_IRREP_ORDER)
+    if elements is not None:
+        reps = irreps(elements, seed=seed)
+    else:  # a big group (S6 and up): its standard representation only, decoded among the actions seen
+        elements = sorted(set(observed))
+        reps = [Irrep("standard", n - 1, True, standard_rep(elements))]
     where = {g: i for i, g in enumerate(elements)}
-    reps = irreps(elements, seed=seed)
     frames, head_rows = [], []
     factors = cap.layer("beta", 0).shape[-1] if cap.layer("beta", 0).ndim == 3 else 1
     for layer in range(cap.n_layers):

@@ -128,3 +128,14 @@ def test_irreps_of_small_groups():
         g, h = elements[5], elements[17]
         gh = tuple(g[i] for i in h)
         assert np.allclose(rep.matrices[index[g]] @ rep.matrices[index[h]], rep.matrices[index[gh]])
+
+
+def test_a_big_group_falls_back_to_the_standard_representation():
+    """S6 actions (720 elements): no regular representation is built; the standard one still decodes."""
+    from deltalens.probes.products import generated_group
+
+    assert generated_group([(1, 2, 3, 4, 5, 0), (1, 0, 2, 3, 4, 5)], limit=120) is None
+    perms = random.Random(0).sample([p for p in itertools.permutations(range(6)) if len(transpositions(p)) <= 3], 40)
+    report = product_report(fake_capture(n=6, factors=3, d=12, traces=30, perms=perms))
+    head = report.heads.set_index("head").loc[0]
+    assert head["rep"] == "standard" and head["implements"] and head["decoded_accuracy"] == 1.0
