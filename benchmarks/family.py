@@ -3,11 +3,13 @@
 Prints ONE JSON object: for n_h in {1, 2, 3} factors per token, gated or not, and T in {64, 256, 1024}
 tokens (B = 8, H = 4, d_k = d_v = 16, as the family sweep's models), seconds per forward + backward of
 
-  fast        what a model runs on a CPU: chunk_gated_delta_rule on the n_h sub-tokens per token (ungated:
-              the plain delta rule's C kernel; gated: the chunked WY kernel with the decay folded in)
-  recurrence  gated_delta_rule_recurrence, the token-by-token reference
+  fast           what a model runs on a CPU: chunk_gated_delta_rule on the n_h sub-tokens per token, i.e.
+                 the C kernel (models/csrc/delta_rule.c, with the decay when gated)
+  torch_chunked  the chunked torch kernels (the fallback without a C compiler: the plain delta rule's,
+                 or the WY kernel with the decay folded in)
+  recurrence     gated_delta_rule_recurrence, the token-by-token reference
 
-and recurrence / fast (> 1: the fast path is faster). The ratios are measured side by side in one run.
+and recurrence / fast, torch_chunked / fast (> 1: the C kernel is faster), measured side by side in one run.
 
     python3 benchmarks/family.py [--threads 1] [--quick]
 """
@@ -21,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from deltalens.models.gated_delta_rule import chunk_gated_delta_rule, gated_delta_rule_recurrence, interleave
+from deltalens.models.native import native_kernels
 
 B, H, K = 8, 4, 16
 
@@ -54,10 +57,13 @@ def cell(n: int, gated: bool, T: int) -> dict:
             o.sum().backward()
         return step
 
-    fast = _seconds(run(chunk_gated_delta_rule))
+    with native_kernels(True):
+        fast = _seconds(run(chunk_gated_delta_rule))
+    with native_kernels(False):
+        chunked = _seconds(run(chunk_gated_delta_rule))
     recurrence = _seconds(run(gated_delta_rule_recurrence), budget_s=0.5)
-    return {"n_h": n, "gated": gated, "T": T, "fast_s": fast, "recurrence_s": recurrence,
-            "recurrence_over_fast": round(recurrence / fast, 1)}
+    return {"n_h": n, "gated": gated, "T": T, "fast_s": fast, "torch_chunked_s": chunked, "recurrence_s": recurrence,
+            "recurrence_over_fast": round(recurrence / fast, 1), "torch_chunked_over_fast": round(chunked / fast, 1)}
 
 
 def main() -> None:

@@ -494,7 +494,7 @@ def chunk_delta_rule(
 
     out_dtype = q.dtype
     qp, kp, vp, bp = _prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel)
-    if _use_native(native, qp, renorm_every, initial_state) and kp.device == vp.device == bp.device == qp.device:
+    if use_native_kernel(native, qp, renorm_every, initial_state) and kp.device == vp.device == bp.device == qp.device:
         o, S = native_delta_rule(qp, kp, vp, bp, None if initial_state is None else initial_state.float())
     else:
         o, S, _ = _chunk_forward(qp, kp, vp, bp, initial_state, chunk_size, with_states=False,
@@ -502,7 +502,7 @@ def chunk_delta_rule(
     return o.to(out_dtype), (S if output_final_state else None)
 
 
-def _use_native(native: Optional[bool], q: torch.Tensor, renorm_every: int,
+def use_native_kernel(native: Optional[bool], q: torch.Tensor, renorm_every: int,
                 initial_state: Optional[torch.Tensor] = None) -> bool:
     on_cpu = q.device.type == "cpu" and (initial_state is None or initial_state.device.type == "cpu")
     possible = on_cpu and not renorm_every and q.shape[1] > 0

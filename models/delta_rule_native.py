@@ -24,8 +24,8 @@ def _kernels() -> Optional[ctypes.CDLL]:
     lib = library(NAME)
     if lib is not None and lib.delta_rule_forward.argtypes is None:
         sizes = [ctypes.c_int64] * 5
-        lib.delta_rule_forward.argtypes = [ctypes.c_void_p] * 7 + sizes
-        lib.delta_rule_backward.argtypes = [ctypes.c_void_p] * 12 + sizes
+        lib.delta_rule_forward.argtypes = [ctypes.c_void_p] * 8 + sizes
+        lib.delta_rule_backward.argtypes = [ctypes.c_void_p] * 14 + sizes
         lib.delta_rule_forward.restype = lib.delta_rule_backward.restype = None
         lib.delta_rule_block.restype = ctypes.c_int64
     return lib
@@ -43,50 +43,56 @@ def native_kernel_error() -> Optional[str]:
 
 class _NativeDeltaRule(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, beta, S0):
+    def forward(ctx, q, k, v, beta, S0, alpha):
         B, T, H, K = q.shape
         V = v.shape[-1]
         q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
+        alpha = None if alpha is None else alpha.contiguous()
         S = S0.clone(memory_format=torch.contiguous_format)
         o = q.new_empty(B, T, H, V)
         block = _kernels().delta_rule_block()
         # every block-th state, for the backward pass (which recomputes the states in between)
         ckpt = q.new_empty(B, -(-T // block), H, K, V) if any(ctx.needs_input_grad) else None
-        _kernels().delta_rule_forward(*map(pointer, (q, k, v, beta, S, o, ckpt)), B, T, H, K, V)
+        _kernels().delta_rule_forward(*map(pointer, (q, k, v, beta, alpha, S, o, ckpt)), B, T, H, K, V)
         if ckpt is not None:
-            ctx.save_for_backward(q, k, v, beta, ckpt)
+            ctx.save_for_backward(q, k, v, beta, ckpt, alpha)
         return o, S
 
     @staticmethod
     @once_differentiable  # the C backward builds no graph: a second derivative must fail loudly
     def backward(ctx, dO, dS_final):
-        q, k, v, beta, ckpt = ctx.saved_tensors
+        q, k, v, beta, ckpt, alpha = ctx.saved_tensors
         B, T, H, K = q.shape
         V = v.shape[-1]
         dO = q.new_zeros(B, T, H, V) if dO is None else dO.float().contiguous()
         dS = q.new_zeros(B, H, K, V) if dS_final is None else dS_final.float().clone(
             memory_format=torch.contiguous_format)  # in: dL/dS_T; out: dL/dS_0
         dq, dk, dv, dbeta = (torch.empty_like(x) for x in (q, k, v, beta))
+        dalpha = None if alpha is None else torch.empty_like(alpha)
         scratch = q.new_empty(_kernels().delta_rule_block(), H, K, V)
-        _kernels().delta_rule_backward(*map(pointer, (q, k, v, beta, ckpt, dO, dS, dq, dk, dv, dbeta, scratch)),
-                                       B, T, H, K, V)
-        return dq, dk, dv, dbeta, dS
+        _kernels().delta_rule_backward(
+            *map(pointer, (q, k, v, beta, alpha, ckpt, dO, dS, dq, dk, dv, dbeta, dalpha, scratch)), B, T, H, K, V)
+        return dq, dk, dv, dbeta, dS, dalpha
 
 
-def native_delta_rule(q, k, v, beta, initial_state: Optional[torch.Tensor]):
+def native_delta_rule(q, k, v, beta, initial_state: Optional[torch.Tensor], alpha: Optional[torch.Tensor] = None):
     """(o [B, T, H, V], S_T [B, H, K, V]) for prepared fp32 CPU inputs (q already scaled).
 
-    Differentiable in every input; for the backward it keeps every 16th state (B*T*H*K*V/16 floats).
+    alpha [B, T, H]: a decay applied to the state before each token's update (the gated delta rule;
+    None: none). Differentiable in every input; for the backward it keeps every 16th state
+    (B*T*H*K*V/16 floats).
     """
     if not native_kernel_available():
         raise RuntimeError(f"the C delta-rule kernel is not available: {native_kernel_error()}")
     B, T, H, K = q.shape
     V = v.shape[-1]
     S0 = q.new_zeros(B, H, K, V) if initial_state is None else initial_state
-    tensors = {"q": q, "k": k, "v": v, "beta": beta, "initial_state": S0}
+    tensors = {"q": q, "k": k, "v": v, "beta": beta, "initial_state": S0, **({} if alpha is None else {"alpha": alpha})}
     wrong = [n for n, x in tensors.items() if x.device.type != "cpu" or x.dtype != torch.float32]
     if wrong:  # C reads raw float32 memory: anything else must never reach it
         raise ValueError(f"the C delta-rule kernel takes float32 CPU tensors; {', '.join(wrong)} are not.")
-    if k.shape != q.shape or v.shape[:3] != (B, T, H) or beta.shape != (B, T, H) or S0.shape != (B, H, K, V):
-        raise ValueError("shapes must be q, k [B, T, H, K], v [B, T, H, V], beta [B, T, H], state [B, H, K, V].")
-    return _NativeDeltaRule.apply(q, k, v, beta, S0)
+    if (k.shape != q.shape or v.shape[:3] != (B, T, H) or beta.shape != (B, T, H) or S0.shape != (B, H, K, V)
+            or (alpha is not None and alpha.shape != (B, T, H))):
+        raise ValueError("shapes must be q, k [B, T, H, K], v [B, T, H, V], beta and alpha [B, T, H], "
+                         "state [B, H, K, V].")
+    return _NativeDeltaRule.apply(q, k, v, beta, S0, alpha)

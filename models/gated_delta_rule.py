@@ -26,9 +26,9 @@ on sub-token (t, n_h - 1) (zero elsewhere); outputs are read at the last sub-tok
 GatedDeltaProduct does exactly this, so DeltaNet, Gated DeltaNet and DeltaProduct share one kernel:
 
 * `gated_delta_rule_recurrence`: the reference, token by token, every S_t, an optional `edit`.
-* `chunk_gated_delta_rule`: the fast path. Without decay it is the plain delta rule
-  (models/delta_rule.py: its C kernel on CPU); with decay the chunked WY/UT form below; on CUDA
-  fla's Triton `chunk_gated_delta_rule` (half precision) or `fused_recurrent_gated_delta_rule` (fp32).
+* `chunk_gated_delta_rule`: the fast path. On a CPU the C kernel (models/csrc/delta_rule.c, which
+  takes the decay), else the chunked WY/UT torch form below (without decay: the plain delta rule's);
+  on CUDA fla's Triton `chunk_gated_delta_rule` / `fused_recurrent_gated_delta_rule`.
   `with_states=True` also returns every S_t (pure torch).
 
 Chunked form with decay, one chunk from S_0, G_t = g_1 + ... + g_t (within the chunk), D_ts = exp(G_t - G_s)
@@ -47,7 +47,13 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from deltalens.models.delta_rule import chunk_delta_rule, chunk_delta_rule_with_states, fla_kernels_available
+from deltalens.models.delta_rule import (
+    chunk_delta_rule,
+    chunk_delta_rule_with_states,
+    fla_kernels_available,
+    use_native_kernel,
+)
+from deltalens.models.delta_rule_native import native_delta_rule
 
 __all__ = [
     "gated_delta_rule_recurrence",
@@ -186,12 +192,15 @@ def chunk_gated_delta_rule(
     chunk_size: int = 64,
     use_fla: Optional[bool] = None,
     with_states: bool = False,
+    native: Optional[bool] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
     """The gated delta rule, chunked. Argument order as `gated_delta_rule_recurrence` (beta before g;
     fla's `chunk_gated_delta_rule` takes g before beta).
 
     use_fla: None = fla's Triton kernels for CUDA tensors when fla imports, else ours; with_states
-    (pure torch) also returns every S_t. Returns (o in q's dtype, S_T or None, states or None).
+    (pure torch) also returns every S_t. native: the CPU path's kernel, as `chunk_delta_rule`'s
+    (None = the C kernel, with the decay, when it builds here; False = the chunked torch kernel).
+    Returns (o in q's dtype, S_T or None, states or None).
     """
     _check(q, k, v, beta, g, initial_state)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -200,7 +209,7 @@ def chunk_gated_delta_rule(
             return chunk_delta_rule_with_states(q, k, v, beta, scale, initial_state, output_final_state,
                                                 chunk_size=chunk_size)
         o, S = chunk_delta_rule(q, k, v, beta, scale, initial_state, output_final_state, chunk_size=chunk_size,
-                                use_fla=use_fla)
+                                use_fla=use_fla, native=native)
         return o, S, None
     if use_fla is None:
         use_fla = q.is_cuda and fla_kernels_available() and not with_states
@@ -214,6 +223,9 @@ def chunk_gated_delta_rule(
     if T == 0:
         states = v.new_zeros(B, 0, H, K, v.shape[-1]) if with_states else None
         return v.new_zeros(B, 0, H, v.shape[-1]), (S if output_final_state else None), states
+    if not with_states and use_native_kernel(native, q, 0, initial_state):
+        o, S = native_delta_rule(q.float() * scale, k.float(), v.float(), beta.float(), S, alpha=g.float().exp())
+        return o.to(q.dtype), (S if output_final_state else None), None
     o, S, states = _chunk_gated(q.float() * scale, k.float(), v.float(), beta.float(), g.float(), S, chunk_size,
                                 with_states)
     return o.to(q.dtype), (S if output_final_state else None), states

@@ -1,5 +1,6 @@
 """The gated delta rule and the delta product (models/gated_delta_rule.py) against fla's torch references
-and against each other: outputs, final state, every S_t, and gradients of every input."""
+and against each other: outputs, final state, every S_t, and gradients of every input, on the C kernel
+and on the chunked torch kernel."""
 import pytest
 import torch
 from fla.ops.gated_delta_product.naive import naive_recurrent_gated_delta_product
@@ -13,6 +14,15 @@ from deltalens.models.gated_delta_rule import (
     interleave,
     token_transition,
 )
+from deltalens.models.native import native_kernels
+
+
+@pytest.fixture(autouse=True, params=["c-kernel", "torch-kernel"])
+def cpu_kernel(request):
+    """Every test runs twice: the CPU path on the C kernel (gated or not; the default with a C
+    compiler) and on the chunked torch kernels (the fallback)."""
+    with native_kernels(request.param == "c-kernel"):
+        yield request.param
 
 
 def inputs(B=2, T=37, H=3, K=8, V=16, n=None, seed=0, decay=2.0):

@@ -6,6 +6,9 @@
  *
  *     w_t = S_{t-1}^T k_t,  u_t = beta_t (v_t - w_t),  S_t = S_{t-1} + k_t u_t^T,  o_t = S_t^T q_t
  *
+ * With a decay alpha [B, T, H] (the gated delta rule, models/gated_delta_rule.py; NULL: none), the
+ * state is first multiplied by alpha_t and S_{t-1} above reads alpha_t S_{t-1}.
+ *
  * Layouts (row-major, contiguous): q, k [B, T, H, K]; v, o [B, T, H, V]; beta [B, T, H];
  * states S [B, H, K, V]. For the backward pass the forward keeps only every BLOCK-th state,
  * `ckpt` [B, ceil(T / BLOCK), H, K, V] (the state before tokens 0, BLOCK, 2 BLOCK, ...; NULL when
@@ -19,18 +22,22 @@
 
 #define BLOCK 16
 
-/* w = S^T k and u = beta (v - w) for one head and token */
+/* w = a S^T k and u = beta (v - w) for one head and token (a: the decay, 1 without one) */
 static inline void new_value(const float *restrict s, const float *restrict kt, const float *restrict vt, float bt,
-                             float *restrict w, float *restrict u, int64_t K, int64_t V) {
+                             float a, float *restrict w, float *restrict u, int64_t K, int64_t V) {
     for (int64_t j = 0; j < V; j++) w[j] = 0.0f;
     for (int64_t i = 0; i < K; i++)
         for (int64_t j = 0; j < V; j++) w[j] += s[i * V + j] * kt[i];
-    for (int64_t j = 0; j < V; j++) u[j] = bt * (vt[j] - w[j]);
+    for (int64_t j = 0; j < V; j++) {
+        w[j] *= a;
+        u[j] = bt * (vt[j] - w[j]);
+    }
 }
 
 static inline void forward_body(const float *restrict q, const float *restrict k, const float *restrict v,
-                                const float *restrict beta, float *restrict S, float *restrict o,
-                                float *restrict ckpt, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
+                                const float *restrict beta, const float *restrict alpha, float *restrict S,
+                                float *restrict o, float *restrict ckpt, int64_t B, int64_t T, int64_t H, int64_t K,
+                                int64_t V) {
     const int64_t NB = (T + BLOCK - 1) / BLOCK;
     float w[V], u[V];
     for (int64_t b = 0; b < B; b++)
@@ -41,7 +48,11 @@ static inline void forward_body(const float *restrict q, const float *restrict k
                 const float *restrict qt = q + tok * K, *restrict kt = k + tok * K;
                 if (ckpt && t % BLOCK == 0)
                     memcpy(ckpt + ((b * NB + t / BLOCK) * H + h) * K * V, s, sizeof(float) * K * V);
-                new_value(s, kt, v + tok * V, beta[tok], w, u, K, V);
+                if (alpha) {
+                    const float a = alpha[tok];
+                    for (int64_t i = 0; i < K * V; i++) s[i] *= a;
+                }
+                new_value(s, kt, v + tok * V, beta[tok], 1.0f, w, u, K, V);
                 float *restrict ot = o + tok * V;
                 for (int64_t j = 0; j < V; j++) ot[j] = 0.0f;
                 for (int64_t i = 0; i < K; i++)
@@ -52,13 +63,15 @@ static inline void forward_body(const float *restrict q, const float *restrict k
             }
 }
 
-/* Gradients of o (and of the final state: dS on entry) back to q, k, v, beta and the initial
- * state (dS on exit), block by block from the end, each block's states recomputed from `ckpt`. */
+/* Gradients of o (and of the final state: dS on entry) back to q, k, v, beta, the decay alpha and
+ * the initial state (dS on exit), block by block from the end, each block's states recomputed from
+ * `ckpt`. */
 static inline void backward_body(const float *restrict q, const float *restrict k, const float *restrict v,
-                                 const float *restrict beta, const float *restrict ckpt,
+                                 const float *restrict beta, const float *restrict alpha, const float *restrict ckpt,
                                  const float *restrict dO, float *restrict dS, float *restrict dq,
                                  float *restrict dk, float *restrict dv, float *restrict dbeta,
-                                 float *restrict scratch, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
+                                 float *restrict dalpha, float *restrict scratch, int64_t B, int64_t T, int64_t H,
+                                 int64_t K, int64_t V) {
     const int64_t NB = (T + BLOCK - 1) / BLOCK, KV = K * V;
     float w[V], u[V], du[V];
     for (int64_t b = 0; b < B; b++)
@@ -72,9 +85,10 @@ static inline void backward_body(const float *restrict q, const float *restrict 
                     const float *restrict sp = scratch + ((t - t0) * H + h) * KV;
                     float *restrict sn = scratch + ((t + 1 - t0) * H + h) * KV;
                     const float *restrict kt = k + tok * K;
-                    new_value(sp, kt, v + tok * V, beta[tok], w, u, K, V);
+                    const float a = alpha ? alpha[tok] : 1.0f;
+                    new_value(sp, kt, v + tok * V, beta[tok], a, w, u, K, V);
                     for (int64_t i = 0; i < K; i++)
-                        for (int64_t j = 0; j < V; j++) sn[i * V + j] = sp[i * V + j] + kt[i] * u[j];
+                        for (int64_t j = 0; j < V; j++) sn[i * V + j] = a * sp[i * V + j] + kt[i] * u[j];
                 }
             for (int64_t t = t1 - 1; t >= t0; t--)
                 for (int64_t h = 0; h < H; h++) {
@@ -83,16 +97,16 @@ static inline void backward_body(const float *restrict q, const float *restrict 
                     const float *restrict qt = q + tok * K, *restrict kt = k + tok * K, *restrict vt = v + tok * V;
                     const float *restrict dot = dO + tok * V;
                     const float *restrict sp = scratch + ((t - t0) * H + h) * KV;
-                    const float bt = beta[tok];
+                    const float bt = beta[tok], a = alpha ? alpha[tok] : 1.0f;
                     float *restrict dqt = dq + tok * K, *restrict dkt = dk + tok * K, *restrict dvt = dv + tok * V;
-                    new_value(sp, kt, vt, bt, w, u, K, V);
+                    new_value(sp, kt, vt, bt, a, w, u, K, V);
                     float u_do = 0.0f;
                     for (int64_t j = 0; j < V; j++) u_do += u[j] * dot[j];
-                    /* o_t = S_t^T q_t, S_t = S_{t-1} + k_t u_t^T: dq_t = S_{t-1} do_t + k_t (u_t . do_t) */
+                    /* o_t = S_t^T q_t, S_t = a S_{t-1} + k_t u_t^T: dq_t = a S_{t-1} do_t + k_t (u_t . do_t) */
                     for (int64_t i = 0; i < K; i++) {
                         float acc = 0.0f;
                         for (int64_t j = 0; j < V; j++) acc += sp[i * V + j] * dot[j];
-                        dqt[i] = acc + kt[i] * u_do;
+                        dqt[i] = a * acc + kt[i] * u_do;
                     }
                     /* dS_t += q_t do_t^T; then du_t = dS_t^T k_t and dk_t = dS_t u_t (from k_t u_t^T) */
                     for (int64_t j = 0; j < V; j++) du[j] = 0.0f;
@@ -113,14 +127,21 @@ static inline void backward_body(const float *restrict q, const float *restrict 
                         du[j] = -bt * du[j]; /* now dw_t */
                     }
                     dbeta[tok] = db;
-                    /* dk_t += S_{t-1} dw_t;  dS_{t-1} = dS_t + k_t dw_t^T */
+                    /* dk_t += a S_{t-1} dw_t;  dS' = dS_t + k_t dw_t^T (S' = a S_{t-1});
+                     * d alpha_t = <dS', S_{t-1}>,  dS_{t-1} = a dS' */
+                    float da = 0.0f;
                     for (int64_t i = 0; i < K; i++) {
                         float acc = 0.0f;
                         for (int64_t j = 0; j < V; j++) {
                             acc += sp[i * V + j] * du[j];
                             ds[i * V + j] += kt[i] * du[j];
+                            da += ds[i * V + j] * sp[i * V + j];
                         }
-                        dkt[i] += acc;
+                        dkt[i] += a * acc;
+                    }
+                    if (alpha) {
+                        dalpha[tok] = da;
+                        for (int64_t i = 0; i < K * V; i++) ds[i] *= a;
                     }
                 }
         }
@@ -137,13 +158,13 @@ static inline void backward_body(const float *restrict q, const float *restrict 
 
 int64_t delta_rule_block(void) { return BLOCK; }
 
-void delta_rule_forward(const float *q, const float *k, const float *v, const float *beta, float *S, float *o,
-                        float *ckpt, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
-    DISPATCH(forward_body, q, k, v, beta, S, o, ckpt)
+void delta_rule_forward(const float *q, const float *k, const float *v, const float *beta, const float *alpha,
+                        float *S, float *o, float *ckpt, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
+    DISPATCH(forward_body, q, k, v, beta, alpha, S, o, ckpt)
 }
 
-void delta_rule_backward(const float *q, const float *k, const float *v, const float *beta, const float *ckpt,
-                         const float *dO, float *dS, float *dq, float *dk, float *dv, float *dbeta, float *scratch,
-                         int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
-    DISPATCH(backward_body, q, k, v, beta, ckpt, dO, dS, dq, dk, dv, dbeta, scratch)
+void delta_rule_backward(const float *q, const float *k, const float *v, const float *beta, const float *alpha,
+                         const float *ckpt, const float *dO, float *dS, float *dq, float *dk, float *dv, float *dbeta,
+                         float *dalpha, float *scratch, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
+    DISPATCH(backward_body, q, k, v, beta, alpha, ckpt, dO, dS, dq, dk, dv, dbeta, dalpha, scratch)
 }
