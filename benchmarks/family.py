@@ -17,27 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
 import torch.nn.functional as F
+from timing import best_seconds
 
 from deltalens.models.gated_delta_rule import chunk_gated_delta_rule, gated_delta_rule_recurrence, interleave
 from deltalens.models.native import native_kernels
 
 B, H, K = 8, 4, 16
-
-
-def _seconds(fn, budget_s: float = 1.0) -> float:
-    """Best of repeated calls within about budget_s (at least 2 after one warm-up)."""
-    fn()
-    best, spent, calls = float("inf"), 0.0, 0
-    while calls < 2 or (spent < budget_s and calls < 10):
-        started = time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - started
-        best, spent, calls = min(best, elapsed), spent + elapsed, calls + 1
-    return best
 
 
 def cell(n: int, gated: bool, T: int) -> dict:
@@ -58,10 +46,10 @@ def cell(n: int, gated: bool, T: int) -> dict:
         return step
 
     with native_kernels(True):
-        fast = _seconds(run(chunk_gated_delta_rule))
+        fast = best_seconds(run(chunk_gated_delta_rule), max_calls=10)
     with native_kernels(False):
-        chunked = _seconds(run(chunk_gated_delta_rule))
-    recurrence = _seconds(run(gated_delta_rule_recurrence), budget_s=0.5)
+        chunked = best_seconds(run(chunk_gated_delta_rule), max_calls=10)
+    recurrence = best_seconds(run(gated_delta_rule_recurrence), budget_s=0.5, max_calls=10)
     return {"n_h": n, "gated": gated, "T": T, "fast_s": fast, "torch_chunked_s": chunked, "recurrence_s": recurrence,
             "recurrence_over_fast": round(recurrence / fast, 1), "torch_chunked_over_fast": round(chunked / fast, 1)}
 

@@ -16,27 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
 import torch.nn.functional as F
+from timing import best_seconds
 
 from deltalens.models.delta_rule import chunk_delta_rule, delta_rule_recurrence
 from deltalens.models.native import native_kernels
 
 H, K = 4, 16
-
-
-def _seconds(fn, budget_s: float = 1.0) -> float:
-    """Best of repeated calls, within about budget_s (at least 2 calls after one warm-up)."""
-    fn()
-    best, spent, calls = float("inf"), 0.0, 0
-    while calls < 2 or (spent < budget_s and calls < 20):
-        started = time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - started
-        best, spent, calls = min(best, elapsed), spent + elapsed, calls + 1
-    return best
 
 
 def cell(B: int, T: int) -> dict:
@@ -47,10 +35,10 @@ def cell(B: int, T: int) -> dict:
     beta = torch.rand(B, T, H, generator=g) * 2
     with torch.inference_mode():
         with native_kernels(True):
-            c = _seconds(lambda: chunk_delta_rule(q, k, v, beta, native=True))
+            c = best_seconds(lambda: chunk_delta_rule(q, k, v, beta, native=True))
         with native_kernels(False):
-            chunked = _seconds(lambda: chunk_delta_rule(q, k, v, beta))
-        recurrence = _seconds(lambda: delta_rule_recurrence(q, k, v, beta), budget_s=0.5)
+            chunked = best_seconds(lambda: chunk_delta_rule(q, k, v, beta))
+        recurrence = best_seconds(lambda: delta_rule_recurrence(q, k, v, beta), budget_s=0.5)
     return {"B": B, "T": T, "c_kernel_s": c, "torch_chunked_s": chunked, "recurrence_s": recurrence,
             "recurrence_over_c": round(recurrence / c, 1), "torch_chunked_over_c": round(chunked / c, 1)}
 

@@ -126,7 +126,7 @@ def _check_renorm_every(renorm_every) -> int:
     return value
 
 
-def _check_shapes(q, k, v, beta, initial_state) -> None:
+def check_shapes(q, k, v, beta, initial_state) -> None:
     if q.ndim != 4 or k.shape != q.shape:
         raise ValueError(f"q and k must both be [B, T, H, K]; got {tuple(q.shape)} and {tuple(k.shape)}.")
     B, T, H, _ = q.shape
@@ -188,7 +188,7 @@ def delta_rule_recurrence(
         (o [B, T, H, V] in q's dtype, final_state [B, H, K, V] fp32 or None, states [B, T, H, K, V]
         fp32 with states[:, t] = S_t, the state after token t).
     """
-    _check_shapes(q, k, v, beta, initial_state)
+    check_shapes(q, k, v, beta, initial_state)
     renorm_every = _check_renorm_every(renorm_every)
     B, T, H, K = q.shape
     V = v.shape[-1]
@@ -471,7 +471,7 @@ def chunk_delta_rule(
         (o [B, T, H, V] in q's dtype, final_state [B, H, K, V] (fp32 on the torch path) or None).
         The torch path computes in fp32 (bf16/fp16 inputs are upcast) and is differentiable.
     """
-    _check_shapes(q, k, v, beta, initial_state)
+    check_shapes(q, k, v, beta, initial_state)
     renorm_every = _check_renorm_every(renorm_every)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}.")
@@ -535,7 +535,7 @@ def chunk_delta_rule_with_states(
     With renorm_every = R > 0, states[:, t] at a renormalisation point ((t + 1) % R == 0) is the
     state after the renormalisation, as in `delta_rule_recurrence`.
     """
-    _check_shapes(q, k, v, beta, initial_state)
+    check_shapes(q, k, v, beta, initial_state)
     renorm_every = _check_renorm_every(renorm_every)
     out_dtype = q.dtype
     qp, kp, vp, bp = _prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel)
@@ -579,7 +579,7 @@ def replay_with_state_edits(
     needs no argument: it is already folded into `original_states`. Returns
     (o [B, T, H, V] in q's dtype, states [B, T, H, K, V] fp32: the trajectory actually followed).
     """
-    _check_shapes(q, k, v, beta, None)
+    check_shapes(q, k, v, beta, None)
     renorm_every = _check_renorm_every(renorm_every)
     if original_states.shape != edited_states.shape:
         raise ValueError(

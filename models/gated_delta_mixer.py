@@ -235,12 +235,16 @@ class _GatedDeltaMixer(nn.Module):
         states = deinterleave(states, n)  # (B, T, H, d_k, d_v)
         version = states._version
         seen = self.hook_state(states)
-        if seen is states and states._version == version:
+        untouched = states._version == version
+        if seen is states and untouched:
             return deinterleave(o, n)
-        # Edited: rerun the reference recurrence, replacing S_t wherever the hook changed it.
-        with torch.no_grad():
-            original = deinterleave(
-                chunk_gated_delta_rule(qi, ki, vi, bi, gi, chunk_size=self.chunk_size, with_states=True)[2], n)
+        # Edited: rerun the reference recurrence, replacing S_t wherever the hook changed it. What the
+        # hook was shown is recomputed only when it edited that tensor in place.
+        original = states
+        if not untouched:
+            with torch.no_grad():
+                original = deinterleave(
+                    chunk_gated_delta_rule(qi, ki, vi, bi, gi, chunk_size=self.chunk_size, with_states=True)[2], n)
         seen = seen.float()
         changed = (seen != original).flatten(2).any(-1)  # (B, T)
 

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from deltalens.models.delta_rule import (
+    check_shapes,
     chunk_delta_rule,
     chunk_delta_rule_with_states,
     fla_kernels_available,
@@ -67,18 +68,10 @@ StateEdit = Callable[[int, torch.Tensor], torch.Tensor]
 
 
 def _check(q, k, v, beta, g, initial_state) -> None:
-    if q.ndim != 4 or k.shape != q.shape:
-        raise ValueError(f"q and k must both be [B, T, H, K]; got {tuple(q.shape)} and {tuple(k.shape)}.")
-    B, T, H, K = q.shape
-    if v.ndim != 4 or v.shape[:3] != (B, T, H):
-        raise ValueError(f"v must be [B, T, H, V] = [{B}, {T}, {H}, V]; got {tuple(v.shape)}.")
-    if beta.shape != (B, T, H):
-        raise ValueError(f"beta must be [B, T, H] = [{B}, {T}, {H}]; got {tuple(beta.shape)}.")
-    if g is not None and g.shape != (B, T, H):
-        raise ValueError(f"g (the log-decay) must be [B, T, H] = [{B}, {T}, {H}] or None; got {tuple(g.shape)}.")
-    if initial_state is not None and initial_state.shape != (B, H, K, v.shape[-1]):
-        raise ValueError(f"initial_state must be [B, H, K, V] = [{B}, {H}, {K}, {v.shape[-1]}]; "
-                         f"got {tuple(initial_state.shape)}.")
+    """The delta rule's shape checks, plus the log-decay's."""
+    check_shapes(q, k, v, beta, initial_state)
+    if g is not None and g.shape != beta.shape:
+        raise ValueError(f"g (the log-decay) must be [B, T, H] = {list(beta.shape)} or None; got {tuple(g.shape)}.")
 
 
 def gated_delta_rule_recurrence(
