@@ -213,11 +213,11 @@ class DeltaNetMixer(nn.Module):
             return o
         if untouched:
             original = states
-        else:  # edited in place: recompute what the hook was shown
-            with torch.no_grad():
-                original = chunk_delta_rule_with_states(
-                    q, k, v, beta, chunk_size=self.chunk_size, renorm_every=R
-                )[2]
+        else:  # edited in place: recompute what the hook was shown, by the same (grad-mode) path, so
+            # that its rounding equals the shown tensor's and only the edited steps count as changed
+            original = chunk_delta_rule_with_states(
+                q, k, v, beta, chunk_size=self.chunk_size, renorm_every=R
+            )[2].detach()
         o, _ = replay_with_state_edits(q, k, v, beta, original, seen, chunk_size=self.chunk_size, renorm_every=R)
         return o
 

@@ -239,12 +239,12 @@ class _GatedDeltaMixer(nn.Module):
         if seen is states and untouched:
             return deinterleave(o, n)
         # Edited: rerun the reference recurrence, replacing S_t wherever the hook changed it. What the
-        # hook was shown is recomputed only when it edited that tensor in place.
+        # hook was shown is recomputed only when it edited that tensor in place, by the same (grad-mode)
+        # path, so that its rounding equals the shown tensor's and only the edited steps count as changed.
         original = states
         if not untouched:
-            with torch.no_grad():
-                original = deinterleave(
-                    chunk_gated_delta_rule(qi, ki, vi, bi, gi, chunk_size=self.chunk_size, with_states=True)[2], n)
+            original = deinterleave(
+                chunk_gated_delta_rule(qi, ki, vi, bi, gi, chunk_size=self.chunk_size, with_states=True)[2], n).detach()
         seen = seen.float()
         changed = (seen != original).flatten(2).any(-1)  # (B, T)
 

@@ -142,3 +142,21 @@ def test_capture_shorthands_cover_the_family():
     batch = {"tokens": TOKENS, "lengths": torch.tensor([19, 12, 5])}
     cap = capture(model, batch, names=("beta", "k", "gate"))
     assert cap.layer("beta", 0).shape == (36, 2, 3) and cap.layer("k", 1).shape == (36, 2, 3, 8)
+
+
+@pytest.mark.parametrize("arch", ["deltanet", "gated_deltanet", "deltaproduct"])
+def test_an_in_place_state_edit_with_gradients_on_equals_the_state_edit(arch):
+    """A hook that zeroes S_5 in place (returning None) while autograd is on: only step 5 counts as edited
+    (the states the hook was shown are recomputed by the same numerical path), as with state_edit."""
+    model = build(arch) if arch != "deltanet" else models.build("deltanet", vocab_size=23, hidden_size=32,
+                                                                 num_hidden_layers=1, num_heads=2,
+                                                                 allow_neg_eigval=True).eval()
+
+    def zero_in_place(states, hook):
+        states[:, 5] = 0.0
+
+    edited = model.run_with_hooks(TOKENS, fwd_hooks=[("blocks.0.attn.hook_state", zero_in_place)])
+    with model.state_edit(0, lambda t, S: torch.zeros_like(S) if t == 5 else S):
+        reference = model(TOKENS)
+    assert torch.is_grad_enabled() and (edited - reference).abs().max() <= 1e-5
+    assert (edited - model(TOKENS)).abs().max() > 1e-3
