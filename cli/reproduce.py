@@ -107,7 +107,7 @@ def run(args) -> int:
     outcome = total
     print(f"trained {outcome.trained} run(s), {outcome.failed} failed; {done} of {len(statuses)} cells measured")
     print(f"{report.markdown}: claims {verdicts.count('holds')} hold, {verdicts.count('does not hold')} do not hold, "
-          f"{verdicts.count('not measured')} not measured")
+          f"{verdicts.count('not measured')} not measured, {verdicts.count('not testable')} not testable")
     for figure in report.figures:
         print(f"  {figure.html}" + (f", {figure.png}" if figure.png else ""))
     if report.png_error:

@@ -1,8 +1,11 @@
 """The paper's claims, judged from the sweep's result files alone.
 
 Each claim is judged per setting (group and tokenizer) with the thresholds of the sweep file:
-"holds", "does not hold", or "not measured" when the cells it needs have no result. The rules,
-in words, are `claim_rules`; the numbers each verdict rests on travel with it as evidence.
+"holds", "does not hold", "not measured" when the cells it needs have no result, or "not testable"
+when they have results but the claim's premise failed: a claim about the cells that learned when
+none did, or "needs dense reveals" when the model did not learn with dense ones either (a model too
+small or too briefly trained to learn at all says nothing about reveal spacing). The rules, in words,
+are `claim_rules`; the numbers each verdict rests on travel with it as evidence.
 
 With several seeds per cell, a claim is judged on the seed mean of every cell and on every seed
 alone; it holds only when it holds for the mean and for at least two thirds of the seeds (2 of 3),
@@ -17,7 +20,8 @@ from typing import Any
 
 from deltalens.training.grid import Thresholds
 
-HOLDS, DOES_NOT_HOLD, NOT_MEASURED = "holds", "does not hold", "not measured"
+HOLDS, DOES_NOT_HOLD, NOT_MEASURED, NOT_TESTABLE = "holds", "does not hold", "not measured", "not testable"
+VERDICTS = (HOLDS, DOES_NOT_HOLD, NOT_MEASURED, NOT_TESTABLE)
 
 
 @dataclass
@@ -25,7 +29,7 @@ class Claim:
     key: str
     statement: str  # the paper's claim, in words
     setting: str  # the cells it was judged on, e.g. "S3 statement"
-    verdict: str  # holds | does not hold | not measured
+    verdict: str  # one of VERDICTS
     evidence: str  # the numbers the verdict rests on, or what is missing
 
 
@@ -41,6 +45,10 @@ CLAIMS = {
 # the sweep architecture (a [models] key) each claim is about: a sweep without it has no such claim
 CLAIM_ARCH = {"neg-sparse": "deltanet-neg", "neg-extrapolates": "deltanet-neg", "pos-fails": "deltanet-pos",
               "transformer-dense": "transformer", "transformer-no-extrapolation": "transformer"}
+
+# claims that compare sparse reveals with dense ones: untestable once the dense (k = 1) cell is
+# complete and did not learn, whatever the sparse cells (which may still be training) show
+NEEDS_DENSE = {"transformer-dense"}
 
 
 def claim_rules(t: Thresholds) -> dict[str, str]:
@@ -123,6 +131,7 @@ def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None
     by_setting: dict[str, list[dict[str, Any]]] = {name: [] for name in settings}
     for summary in summaries:
         by_setting.setdefault(f"{summary['group']} {summary['tokenizer']}", []).append(summary)
+    complete = {setting: list(cells) for setting, cells in by_setting.items()}  # before waiting for whole archs
     waiting: dict[str, list[tuple[str, int]]] = {}
     if expected is not None:
         for setting, cells in by_setting.items():
@@ -143,7 +152,10 @@ def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None
             if (archs is not None and CLAIM_ARCH[key] not in archs) or (
                     in_setting is not None and setting in expected and CLAIM_ARCH[key] not in in_setting):
                 continue  # a claim about an architecture this sweep (or this setting of it) does not train
-            if verdict != NOT_MEASURED and n_seeds > 1:
+            dense_failed = _dense_failed(complete[setting], CLAIM_ARCH[key], t) if key in NEEDS_DENSE else None
+            if dense_failed:
+                verdict, evidence = NOT_TESTABLE, dense_failed
+            elif verdict in (HOLDS, DOES_NOT_HOLD) and n_seeds > 1:
                 holding = sum(judged[key][0] == HOLDS for judged in per_seed)
                 if verdict == HOLDS and holding < needed:
                     verdict = DOES_NOT_HOLD
@@ -157,6 +169,24 @@ def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None
 
 
 Cells = dict[tuple[str, int], dict[str, Any]]  # (arch, spacing) -> result, within one setting
+
+
+def _dense_failed(cells: list[dict[str, Any]], arch: str, t: Thresholds) -> str | None:
+    """Why `arch` counts as not having learned with dense reveals (its complete k = 1 cell is below
+    the threshold for the seed mean, or for more than a third of its seeds); None if it learned or
+    has no complete k = 1 cell."""
+    dense = next((c for c in cells if c["arch"] == arch and c["spacing"] == 1), None)
+    row = next((r for r in dense["eval"]["lengths"] if r.get("x_train") == 1), None) if dense else None
+    if row is None or "reveal_accuracy" not in row:
+        return None
+    per_seed = [a for r in dense["runs"] if (a := accuracy_at(r, 1)) is not None]
+    learned = sum(a >= t.learned for a in per_seed)
+    if row["reveal_accuracy"] >= t.learned and learned >= math.ceil(2 * len(per_seed) / 3):
+        return None
+    spread_text = (f" [{row['min']:.3f}–{row['max']:.3f}]" if row.get("n", 1) > 1 else "")
+    return (f"did not learn with dense reveals: k=1 at 1x {row['reveal_accuracy']:.3f}{spread_text}, "
+            f"{learned} of {len(per_seed)} seeds ≥ {t.learned:g}; with no dense baseline, sparse reveals "
+            "cannot be what it needs (see the learning-rate search)")
 
 
 def _at_1x(cells: Cells, arch: str, sparse: bool) -> list[tuple[int, float]]:
@@ -186,13 +216,22 @@ def _judge(cells: Cells, t: Thresholds) -> dict[str, tuple[str, str]]:
     def verdict(ok: bool) -> str:
         return HOLDS if ok else DOES_NOT_HOLD
 
+    def extrapolation(arch: str, ok) -> tuple[str, str]:
+        """A claim about `arch`'s cells that learned: each one's accuracy at the longest length passes `ok`."""
+        rows = _learned_longest(cells, arch, t)
+        if rows:
+            return verdict(all(ok(a) for *_, a in rows)), long_listing(rows)
+        at_1x = [(k, a) for (name, k), r in sorted(cells.items())
+                 if name == arch and (a := accuracy_at(r, 1)) is not None]
+        if at_1x and all(a < t.learned for _, a in at_1x):  # it has results, none learned: nothing to extrapolate
+            return NOT_TESTABLE, f"no {arch} cell learned (≥ {t.learned:g} at 1x); {listing(at_1x)}"
+        return NOT_MEASURED, f"no {arch} result that learned at 1x and was evaluated beyond it"
+
     out = {}
     sparse = _at_1x(cells, "deltanet-neg", sparse=True)
     out["neg-sparse"] = ((verdict(all(a >= t.learned for _, a in sparse)), listing(sparse)) if sparse else
                          (NOT_MEASURED, "no deltanet-neg result with spacing k > 1"))
-    rows = _learned_longest(cells, "deltanet-neg", t)
-    out["neg-extrapolates"] = ((verdict(all(a >= t.extrapolates for *_, a in rows)), long_listing(rows)) if rows else
-                               (NOT_MEASURED, "no deltanet-neg result that learned at 1x and was evaluated beyond it"))
+    out["neg-extrapolates"] = extrapolation("deltanet-neg", lambda a: a >= t.extrapolates)
     sparse = _at_1x(cells, "deltanet-pos", sparse=True)
     out["pos-fails"] = ((verdict(all(a < t.learned for _, a in sparse)), listing(sparse)) if sparse else
                         (NOT_MEASURED, "no deltanet-pos result with spacing k > 1"))
@@ -203,8 +242,5 @@ def _judge(cells: Cells, t: Thresholds) -> dict[str, tuple[str, str]]:
     else:
         missing = " and ".join(n for n, got in (("k = 1", dense), ("k > 1", sparse)) if not got)
         out["transformer-dense"] = (NOT_MEASURED, f"no Transformer result with {missing}")
-    rows = _learned_longest(cells, "transformer", t)
-    out["transformer-no-extrapolation"] = (
-        (verdict(all(a < t.extrapolates for *_, a in rows)), long_listing(rows)) if rows else
-        (NOT_MEASURED, "no Transformer result that learned at 1x and was evaluated beyond it"))
+    out["transformer-no-extrapolation"] = extrapolation("transformer", lambda a: a < t.extrapolates)
     return out

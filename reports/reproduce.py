@@ -12,8 +12,10 @@ import plotly.io as pio
 
 from deltalens.models.architecture import DISPLAY, FAMILY
 from deltalens.models.atomic import write_text_atomic
+from deltalens.reports import claims as verdicts
 from deltalens.reports.claims import claim_rules, evaluate_claims, spread
 from deltalens.reports.figures import ARCH_LABELS, length_figure, search_figure, spacing_figure
+from deltalens.reports.long_runs_section import long_run_lines
 from deltalens.reports.pfsa_section import pfsa_section
 from deltalens.reports.products_section import products_lines
 from deltalens.training.grid import best_validation, cell_config, curriculum
@@ -121,13 +123,16 @@ def _claim_lines(sweep, claims, multiples) -> list[str]:
         f"Thresholds: a model has **learned** when its reveal accuracy at 1x is ≥ {t.learned:g}; it "
         f"**extrapolates** when it stays ≥ {t.extrapolates:g} at the longest length evaluated "
         f"({multiples[-1]}x). Sparse reveals: k > 1. Each claim is judged per setting from the table below, on "
-        "the seed means and on each seed; \"not measured\" means the cells it needs have no result for every seed.",
+        "the seed means and on each seed; \"not measured\" means the cells it needs have no result for every seed; "
+        "\"not testable\" means they have, but the claim's premise failed (no cell learned, or the model did not "
+        "learn with dense reveals either, so the comparison with sparse ones says nothing).",
         "",
         "| paper's claim | setting | verdict | measured (reveal accuracy) | rule |",
         "|---|---|---|---|---|",
     ]
     rules = claim_rules(t)
-    verdict_mark = {"holds": "**holds**", "does not hold": "**does not hold**", "not measured": "not measured"}
+    verdict_mark = {verdicts.HOLDS: "**holds**", verdicts.DOES_NOT_HOLD: "**does not hold**",
+                    verdicts.NOT_MEASURED: "not measured", verdicts.NOT_TESTABLE: "not testable"}
     for claim in claims:
         lines.append(f"| {claim.statement} | {claim.setting} | {verdict_mark[claim.verdict]} | {claim.evidence} "
                      f"| {rules[claim.key]} |")
@@ -270,7 +275,7 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
     if sweep.judge_claims:
         lines += _claim_lines(sweep, claims, multiples)
 
-    lines += _search_lines(sweep, list(searches))
+    lines += _search_lines(sweep, list(searches)) + long_run_lines(out)
     lines += ["## Results", ""]
     summaries = {(s["group"], s["tokenizer"], s["arch"], s["spacing"]): s for s in spread(results, len(sweep.seeds))}
     settings = list(dict.fromkeys(s.cell.setting for s in statuses))

@@ -9,7 +9,7 @@ import pytest
 
 import deltalens.training.grid as sweep_module
 from deltalens.cli.main import main
-from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, evaluate_claims
+from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, evaluate_claims
 from deltalens.reports.reproduce import write_report
 from deltalens.tasks.errors import DeltalensError
 from deltalens.training.config import load_config
@@ -264,10 +264,18 @@ def test_claims_follow_the_thresholds():
     assert verdicts(opposite) == {"neg-sparse": HOLDS, "neg-extrapolates": DOES_NOT_HOLD, "pos-fails": DOES_NOT_HOLD,
                                   "transformer-dense": DOES_NOT_HOLD, "transformer-no-extrapolation": DOES_NOT_HOLD}
 
-    sparse_only_dense = [result("deltanet-neg", 1, [0.5, 0.4, 0.3]), result("transformer", 4, [0.5, 0.4, 0.3])]
-    assert verdicts(sparse_only_dense) == {n: NOT_MEASURED for n in
-                                           ("neg-sparse", "neg-extrapolates", "pos-fails", "transformer-dense",
-                                            "transformer-no-extrapolation")}
+    # results, but not the ones a claim needs: no sparse DeltaNet cell, no dense Transformer cell
+    missing = [result("deltanet-neg", 1, [0.95, 0.9, 0.9]), result("transformer", 4, [0.5, 0.4, 0.3])]
+    assert verdicts(missing) == {"neg-sparse": NOT_MEASURED, "neg-extrapolates": HOLDS, "pos-fails": NOT_MEASURED,
+                                 "transformer-dense": NOT_MEASURED, "transformer-no-extrapolation": NOT_TESTABLE}
+    # a claim about the cells that learned, when none did, cannot be tested (it neither holds nor fails)
+    none_learned = [result("deltanet-neg", 1, [0.5, 0.4, 0.3]), result("deltanet-neg", 4, [0.89, 0.4, 0.3])]
+    claim = next(c for c in evaluate_claims(none_learned) if c.key == "neg-extrapolates")
+    assert claim.verdict == NOT_TESTABLE and claim.evidence.endswith("1x: k=1: 0.500, k=4: 0.890")
+    # one that learned but was never evaluated beyond 1x is still waiting to be measured
+    short = [{**result("deltanet-neg", 4, [0.95, 0.4, 0.3]),
+              "eval": {"lengths": [{"actions": 16, "x_train": 1, "reveal_accuracy": 0.95}]}}]
+    assert verdicts(short)["neg-extrapolates"] == NOT_MEASURED
     # claims are judged per setting: S5 results do not vouch for S3
     per_setting = evaluate_claims([result("deltanet-neg", 4, [1, 1, 1], group="S5"), result("lstm", 4, [1, 1, 1])])
     assert {(c.setting, c.key): c.verdict for c in per_setting if c.key == "neg-sparse"} == {
@@ -375,6 +383,32 @@ def test_claims_need_the_seed_mean_and_two_of_three_seeds():
     expected = {"S3 statement": {("transformer", 1), ("transformer", 4), ("transformer", 8)}}
     claim = next(c for c in evaluate_claims(two_of_three, seeds=3, expected=expected) if c.key == "transformer-dense")
     assert claim.verdict == NOT_MEASURED and "cells not complete yet: transformer k=8" in claim.evidence
+
+
+def test_needs_dense_reveals_is_untestable_once_the_dense_cell_failed():
+    def seeds(k, per_seed):  # one Transformer cell on S5, a result per seed
+        return [{**result("transformer", k, accs, group="S5"), "seed": i} for i, accs in enumerate(per_seed)]
+
+    def judged(results):
+        return {c.key: c for c in evaluate_claims(results, seeds=3, expected=expected)}
+
+    expected = {"S5 statement": {("transformer", 1), ("transformer", 4), ("transformer", 8)}}
+    failed = seeds(1, [[0.68, 0.5, 0.3], [0.59, 0.5, 0.3], [0.62, 0.5, 0.3]])
+    # decided by the complete k = 1 cell alone: the sparse cells (still training) cannot change it
+    claims = judged(failed)
+    assert claims["transformer-dense"].verdict == NOT_TESTABLE
+    assert "k=1 at 1x 0.630 [0.590–0.680], 0 of 3 seeds ≥ 0.9" in claims["transformer-dense"].evidence
+    assert claims["transformer-no-extrapolation"].verdict == NOT_MEASURED  # k = 4, 8 might still learn
+    # with the sparse cells in (not learning either), both are untestable rather than refuted
+    everything = failed + seeds(4, [[0.3, 0.3, 0.3]] * 3) + seeds(8, [[0.3, 0.3, 0.3]] * 3)
+    assert {key: c.verdict for key, c in judged(everything).items()} == {
+        "transformer-dense": NOT_TESTABLE, "transformer-no-extrapolation": NOT_TESTABLE}
+    # a dense cell whose mean passes but where only 1 of 3 seeds learned is no baseline either
+    shaky = judged(seeds(1, [[0.99, 0.5, 0.3], [0.89, 0.5, 0.3], [0.89, 0.5, 0.3]]))["transformer-dense"]
+    assert shaky.verdict == NOT_TESTABLE and "1 of 3 seeds" in shaky.evidence
+    # a dense cell that learned leaves the verdict to the sparse cells
+    learned = judged(seeds(1, [[0.95, 0.5, 0.3]] * 3))["transformer-dense"]
+    assert learned.verdict == NOT_MEASURED and "cells not complete yet" in learned.evidence
 
 
 def test_search_runs_first_and_its_choice_configures_every_cell(tmp_path, capsys):
@@ -505,3 +539,17 @@ def test_claims_of_a_setting_are_only_about_its_architectures():
     keys = {(c.setting, c.key) for c in claims}
     assert ("S3 code", "pos-fails") not in keys and ("S3 code", "transformer-dense") in keys
     assert ("S3 statement", "pos-fails") in keys and ("S3 statement", "transformer-dense") not in keys
+
+
+def test_longer_runs_outside_the_protocol_are_tabled_with_their_trend(tmp_path):
+    from deltalens.reports.long_runs_section import long_run_lines
+    assert long_run_lines(tmp_path) == []
+    curve = [{"step": s, "reveal_accuracy": a} for s, a in ((500, 0.3), (1000, 0.5), (1500, 0.62), (2000, 0.7))]
+    (tmp_path / "search").mkdir()
+    (tmp_path / "search" / "long_k1.json").write_text(json.dumps({
+        "what": "Under-trained or at a limit?", "command": "deltalens train X",
+        "runs": [{"run": "a", "group": "S5", "arch": "transformer", "lr": 3e-3, "steps_done": 2000,
+                  "train_wall_s": 120.0, "validation": curve}]}))
+    lines = long_run_lines(tmp_path)
+    assert lines[0] == "### Longer runs outside the protocol" and "Under-trained or at a limit?" in lines[2]
+    assert "| S5 | Transformer | 0.003 | 2000 | 0.700 (2000) | 0.620 → 0.700 | 2.0 min |" in lines
