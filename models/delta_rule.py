@@ -550,6 +550,43 @@ def chunk_delta_rule_with_states(
 # --------------------------------------------------------------------------------------------
 
 
+def replay_segments(original_states: torch.Tensor, edited_states: torch.Tensor,
+                    run_segment: Callable[[int, int, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """The trajectory [B, T, H, K, V] (fp32) that continues from every state an edit changed.
+
+    Wherever (b, t) of `edited_states` differs from `original_states`, S_t := the edited one for that
+    sequence and the steps after it are recomputed; steps before the first edit are kept.
+    `run_segment(start, stop, S)` gives the states of tokens start .. stop - 1 continuing from S
+    (the state after token start - 1): the chunked kernel of the model, so a handful of edits cost
+    about one extra forward.
+    """
+    if original_states.shape != edited_states.shape:
+        raise ValueError(
+            f"a state hook must return the shape it was given, {tuple(original_states.shape)}; "
+            f"got {tuple(edited_states.shape)}."
+        )
+    B, T = edited_states.shape[:2]
+    edited_states = edited_states.float()
+    changed = (edited_states != original_states.float()).flatten(2).any(-1)  # (B, T)
+    times = torch.nonzero(changed.any(0)).flatten().tolist()
+    if not times:
+        return edited_states
+    pieces = [edited_states[:, : times[0]]]  # untouched prefix (equal to the original there)
+    current = edited_states[:, times[0]]  # (B, H, K, V); rows not edited here are original too
+    pieces.append(current[:, None])
+    for start, stop in zip(times, times[1:] + [T]):
+        if start + 1 >= T:
+            continue
+        seg_states = run_segment(start + 1, stop + 1 if stop < T else T, current)  # (B, L, H, K, V)
+        if stop < T:
+            # At the next edited step, sequences edited there take the hook's state.
+            keep = changed[:, stop].view(B, 1, 1, 1)
+            current = torch.where(keep, edited_states[:, stop], seg_states[:, -1])
+            seg_states = torch.cat([seg_states[:, :-1], current[:, None]], dim=1)
+        pieces.append(seg_states)
+    return torch.cat(pieces, dim=1)
+
+
 def replay_with_state_edits(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -581,40 +618,15 @@ def replay_with_state_edits(
     """
     check_shapes(q, k, v, beta, None)
     renorm_every = _check_renorm_every(renorm_every)
-    if original_states.shape != edited_states.shape:
-        raise ValueError(
-            f"a state hook must return the shape it was given, {tuple(original_states.shape)}; "
-            f"got {tuple(edited_states.shape)}."
-        )
-    B, T = q.shape[:2]
-    edited_states = edited_states.float()
-    changed = (edited_states != original_states.float()).flatten(2).any(-1)  # (B, T)
-    times = torch.nonzero(changed.any(0)).flatten().tolist()
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    if not times:
-        states = edited_states
-    else:
-        pieces = [edited_states[:, : times[0]]]  # untouched prefix (equal to the original there)
-        current = edited_states[:, times[0]]  # (B, H, K, V); rows not edited here are original too
-        pieces.append(current[:, None])
-        bounds = times[1:] + [T]
-        for start, stop in zip(times, bounds):
-            seg = slice(start + 1, stop + 1 if stop < T else T)
-            if seg.start >= T or seg.stop <= seg.start:
-                continue
-            # (B, L, H, K, V); q's scale does not matter here, only the states are used. The
-            # phase puts token seg.start at its place on the renormalisation grid.
-            _, _, seg_states = _chunk_forward(
-                *(x[:, seg].float() for x in (q, k, v, beta)), current, chunk_size, with_states=True,
-                renorm_every=renorm_every, phase=seg.start % renorm_every if renorm_every else 0,
-            )
-            if stop < T:
-                # At the next edited step, sequences edited there take the hook's state.
-                keep = changed[:, stop].view(B, 1, 1, 1)
-                current = torch.where(keep, edited_states[:, stop], seg_states[:, -1])
-                seg_states = torch.cat([seg_states[:, :-1], current[:, None]], dim=1)
-            pieces.append(seg_states)
-        states = torch.cat(pieces, dim=1)
+
+    def run_segment(start: int, stop: int, S: torch.Tensor) -> torch.Tensor:
+        # q's scale does not matter here, only the states are used. The phase puts token `start` at
+        # its place on the renormalisation grid.
+        return _chunk_forward(*(x[:, start:stop].float() for x in (q, k, v, beta)), S, chunk_size, with_states=True,
+                              renorm_every=renorm_every, phase=start % renorm_every if renorm_every else 0)[2]
+
+    states = replay_segments(original_states, edited_states, run_segment)
     o = torch.einsum("bthkv,bthk->bthv", states, q.float() * scale)  # o_t = S_t^T (scale q_t)
     return o.to(q.dtype), states
 

@@ -22,7 +22,7 @@ hook_k (B, T, H, n, d_k), hook_v (B, T, H, n, d_v), hook_beta_logit / hook_beta 
 hook_gate (B, T, H) = alpha_t, hook_state (B, T, H, d_k, d_v) after each token's last factor
 (computed only when asked for), hook_z (B, T, H, d_v). A hook that edits beta, the gate or the
 state changes everything after it; an edited S_t replaces the state the recurrence continues
-from (the reference recurrence reruns the layer). Interventions: `set_beta_range` per head and
+from (the layer re-runs from each changed step, chunked between them). Interventions: `set_beta_range` per head and
 factor, `set_gate_range` (clamp alpha_t into [lo, hi]; hi = lo = 1 switches forgetting off).
 """
 from __future__ import annotations
@@ -43,6 +43,7 @@ from deltalens.models.gated_delta_rule import (
     deinterleave,
     gated_delta_rule_recurrence,
     interleave,
+    replay_gated_with_state_edits,
 )
 from deltalens.models.rms_norm import RMSNorm, RMSNormGated
 from deltalens.models.short_conv import ShortConvolution
@@ -238,22 +239,15 @@ class _GatedDeltaMixer(nn.Module):
         untouched = states._version == version
         if seen is states and untouched:
             return deinterleave(o, n)
-        # Edited: rerun the reference recurrence, replacing S_t wherever the hook changed it. What the
-        # hook was shown is recomputed only when it edited that tensor in place, by the same (grad-mode)
-        # path, so that its rounding equals the shown tensor's and only the edited steps count as changed.
+        # Edited: re-run from every changed S_t (chunked between edits). What the hook was shown is
+        # recomputed only when it edited that tensor in place, by the same (grad-mode) path, so that its
+        # rounding equals the shown tensor's and only the edited steps count as changed.
         original = states
         if not untouched:
             original = deinterleave(
                 chunk_gated_delta_rule(qi, ki, vi, bi, gi, chunk_size=self.chunk_size, with_states=True)[2], n).detach()
-        seen = seen.float()
-        changed = (seen != original).flatten(2).any(-1)  # (B, T)
-
-        def replace(t: int, S: torch.Tensor) -> torch.Tensor:
-            rows = changed[:, t]
-            return torch.where(rows.view(B, 1, 1, 1), seen[:, t], S) if bool(rows.any()) else S
-
-        o, _, _ = gated_delta_rule_recurrence(qi, ki, vi, bi, gi, edit=every_token(replace))
-        return deinterleave(o, n)
+        o, _ = replay_gated_with_state_edits(q, k, v, beta, g, original, seen, chunk_size=self.chunk_size)
+        return o
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model) -> (B, T, d_model)
         q, k, v = self._qkv(x)

@@ -52,6 +52,7 @@ from deltalens.models.delta_rule import (
     chunk_delta_rule,
     chunk_delta_rule_with_states,
     fla_kernels_available,
+    replay_segments,
     use_native_kernel,
 )
 from deltalens.models.delta_rule_native import native_delta_rule
@@ -62,6 +63,7 @@ __all__ = [
     "interleave",
     "deinterleave",
     "token_transition",
+    "replay_gated_with_state_edits",
 ]
 
 StateEdit = Callable[[int, torch.Tensor], torch.Tensor]
@@ -252,6 +254,31 @@ def interleave(q, k, v, beta, g):
 def deinterleave(x: torch.Tensor, n: int) -> torch.Tensor:
     """Per-sub-token [B, T*n, ...] -> per-token [B, T, ...]: the value after each token's last factor."""
     return x[:, n - 1 :: n]
+
+
+def replay_gated_with_state_edits(q, k, v, beta, g, original_states: torch.Tensor, edited_states: torch.Tensor,
+                                  scale: Optional[float] = None, chunk_size: int = 64):
+    """`delta_rule.replay_with_state_edits` for DeltaProduct / Gated DeltaNet: re-run the layer so that
+    every per-token state an edit changed is what the recurrence continues from (replacement
+    semantics), the chunked kernel between edits.
+
+    Per-token inputs as `interleave` takes them (q [B, T, H, K], k [B, T, H, n, K], ...); states
+    [B, T, H, K, V] after each token's last factor. Returns (o [B, T, H, V] in q's dtype, the
+    trajectory followed [B, T, H, K, V] fp32)."""
+    n = k.shape[3]
+    qi, ki, vi, bi, gi = interleave(q, k, v, beta, g)
+
+    def run_segment(start: int, stop: int, S: torch.Tensor) -> torch.Tensor:
+        sub = slice(start * n, stop * n)  # the segment's sub-tokens, from its first token's decay on
+        states = chunk_gated_delta_rule(qi[:, sub], ki[:, sub], vi[:, sub], bi[:, sub],
+                                        None if gi is None else gi[:, sub], initial_state=S,
+                                        chunk_size=chunk_size, with_states=True)[2]
+        return deinterleave(states, n)
+
+    states = replay_segments(original_states, edited_states, run_segment)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    o = torch.einsum("bthkv,bthk->bthv", states, q.float() * scale)  # the query reads the last factor's state
+    return o.to(q.dtype), states
 
 
 def token_transition(k: torch.Tensor, beta: torch.Tensor, g: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -12,6 +12,7 @@ from deltalens.models.gated_delta_rule import (
     deinterleave,
     gated_delta_rule_recurrence,
     interleave,
+    replay_gated_with_state_edits,
     token_transition,
 )
 from deltalens.models.native import native_kernels
@@ -118,6 +119,40 @@ def test_product_matches_fla_reference_with_gradients(n, gated):
     assert (o1 - o2).abs().max() <= 1e-5 and (S1 - S2).abs().max() <= 1e-5
     for a, b in zip(g1, g2):
         assert (a - b).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("n, gated", [(3, True), (2, False), (1, True)])
+def test_replaying_state_edits_equals_the_edited_recurrence(n, gated):
+    """An edited per-token state is what the layer continues from (sequences edited at different
+    steps, one at the first and one at the last token), chunked between edits; the recurrence with
+    the same edit is the reference."""
+    q, k, v, beta, g, _ = inputs(T=23, n=n)
+    g = g if gated else None
+    B, T = q.shape[:2]
+    qi, ki, vi, bi, gi = interleave(q, k, v, beta, g)
+    states = deinterleave(gated_delta_rule_recurrence(qi, ki, vi, bi, gi)[2], n)
+    patch = torch.randn_like(states[:, 0])
+    at = {0: [0, 9], 1: [9, 22]}  # sequence -> the tokens whose state is replaced
+
+    def edit(s, S):  # on the sub-token recurrence: after each token's last factor
+        t, last = divmod(s, n)
+        if last != n - 1:
+            return S
+        rows = torch.tensor([t in at[b] for b in range(B)])
+        return torch.where(rows.view(B, 1, 1, 1), patch, S)
+
+    o_want, _, states_want = gated_delta_rule_recurrence(qi, ki, vi, bi, gi, edit=edit)
+    edited = states.clone()
+    for b, times in at.items():
+        edited[b, times] = patch[b]
+    o, followed = replay_gated_with_state_edits(q, k, v, beta, g, states, edited, chunk_size=4)
+    assert (followed - deinterleave(states_want, n)).abs().max() <= 1e-4
+    assert (o - deinterleave(o_want, n)).abs().max() <= 1e-4
+    assert (followed[1, :9] - states[1, :9]).abs().max() <= 1e-5  # before its first edit: the original
+    o_same, _ = replay_gated_with_state_edits(q, k, v, beta, g, states, states.clone())
+    assert (o_same - deinterleave(gated_delta_rule_recurrence(qi, ki, vi, bi, gi)[0], n)).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match="must return the shape"):
+        replay_gated_with_state_edits(q, k, v, beta, g, states, states[:, :-1])
 
 
 def test_token_transition_is_the_linear_part_of_one_token():
