@@ -51,7 +51,9 @@ if sweep is not None:
     claims = evaluate_claims(results, sweep.thresholds, settings=[c.setting for c in sweep.cells],
                              seeds=len(sweep.seeds), expected=expected_cells(sweep), archs=set(sweep.models))
     st.caption(f"{len(results)} of {len(sweep.cells)} sweep runs measured ({len(sweep.seeds)} seeds per cell; "
-               "reports/sweep/*.json); `deltalens reproduce` writes the same table to reports/reproduce.md.")
+               "reports/sweep/*.json); `deltalens reproduce` writes the same table to reports/reproduce.md. "
+               "*not measured*: a cell it needs is still training; *not testable*: its premise failed (no cell "
+               "learned, or the model did not learn with dense reveals either).")
     st.dataframe(pd.DataFrame([{"claim": c.statement, "setting": c.setting, "verdict": c.verdict,
                                 "measured": c.evidence} for c in claims]), hide_index=True, width="stretch")
     if results:
