@@ -6,6 +6,7 @@
     deltalens intervene CKPT --layer L --head H --beta-range 0 1
     deltalens intervene CKPT --layer L --head H --ablate zero [--site z|state]
     deltalens intervene CKPT --layer L --head H --beta-range 0 1 --factor J   one DeltaProduct factor
+    deltalens intervene CKPT --sweep beta-range --factor J   factor J of every head in turn
     deltalens intervene CKPT --layer L --head H --gate-range 1 1              no forgetting (gated models)
 
 `--json` prints {"baseline": accuracy, "heads": [{"layer", "head", "accuracy", ...}, ...]} for a
@@ -40,7 +41,8 @@ def register(subparsers) -> None:
     what.add_argument("--gate-range", type=arguments.real(), nargs=2, metavar=("LO", "HI"),
                       help="clamp the head's decay alpha_t into [LO, HI] (gated models; 1 1 = no forgetting)")
     parser.add_argument("--factor", type=arguments.whole(0), metavar="J",
-                        help="with --beta-scale/--beta-range: only Householder factor J of a DeltaProduct")
+                        help="with --beta-scale/--beta-range/--sweep beta-range: only Householder factor J of a "
+                             "DeltaProduct")
     parser.add_argument("--site", choices=("z", "state"), default="z",
                         help="what --ablate replaces: the head's read-out z (default) or its state S_t")
     parser.add_argument("--n-traces", type=arguments.COUNT, default=128, help="held-out traces (default 128)")
@@ -56,9 +58,9 @@ def run(args) -> int:
     from deltalens.training.opened import open_checkpoint
 
     single = any(x is not None for x in (args.beta_scale, args.beta_range, args.ablate, args.gate_range))
-    if args.factor is not None and (args.sweep or args.ablate or args.gate_range):
-        raise DeltalensError("--factor picks the factor whose beta --beta-scale or --beta-range changes; use it "
-                             "with one of those.")
+    if args.factor is not None and (args.sweep not in (None, "beta-range") or args.ablate or args.gate_range):
+        raise DeltalensError("--factor picks the factor whose beta --beta-scale, --beta-range or --sweep beta-range "
+                             "changes; use it with one of those.")
     if args.sweep and (single or args.layer is not None or args.head is not None):
         raise DeltalensError("--sweep applies its intervention to every head; drop --layer/--head/--beta-*/--ablate.")
     if not args.sweep and (args.layer is None or args.head is None):
@@ -75,7 +77,7 @@ def run(args) -> int:
 def _sweep(args, model, batch) -> int:
     from deltalens.interp.head_sweep import sweep
 
-    result = sweep(model, batch, args.sweep, progress=True)
+    result = sweep(model, batch, args.sweep, progress=True, factor=args.factor)
     if args.json:
         print(json.dumps({"checkpoint": args.checkpoint, **result.to_dict()}))
         return 0

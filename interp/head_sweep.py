@@ -60,13 +60,20 @@ class SweepResult(Summary):
         return sweep_figure(self)
 
 
-def _builder(model, intervention: Union[str, Builder], batches) -> tuple[str, Builder]:
+def _builder(model, intervention: Union[str, Builder], batches, factor: int | None = None) -> tuple[str, Builder]:
+    if factor is not None and intervention != "beta-range":
+        raise DeltalensError("factor picks the Householder factor whose beta the beta-range sweep rescales; "
+                             f"it does not apply to {intervention!r}.")
     if callable(intervention):
         return getattr(intervention, "__name__", "custom"), intervention
     if intervention not in INTERVENTIONS:
         raise DeltalensError(f"unknown intervention {intervention!r}; use one of {', '.join(INTERVENTIONS)}.")
     if intervention == "beta-range":
         require_delta_rule(model, "beta to rescale")
+        if factor is not None:  # checked here, before any head is run
+            rescale_beta(model, 0, 0, to=(0.0, 1.0), factor=factor)
+            return f"{intervention} (factor {factor})", lambda m, layer, head: rescale_beta(
+                m, layer, head, to=(0.0, 1.0), factor=factor)
         return intervention, lambda m, layer, head: rescale_beta(m, layer, head, to=(0.0, 1.0))
     method, site = intervention.split("-")
     if site == "state":
@@ -89,14 +96,16 @@ def _builder(model, intervention: Union[str, Builder], batches) -> tuple[str, Bu
 
 
 def sweep(model, batch: Union[dict, list], intervention: Union[str, Builder] = "beta-range",
-          batch_size: int = 64, progress: bool = True, done: pd.DataFrame | None = None) -> SweepResult:
+          batch_size: int = 64, progress: bool = True, done: pd.DataFrame | None = None,
+          factor: int | None = None) -> SweepResult:
     """Reveal accuracy with `intervention` applied to each (layer, head), ranked (module docstring).
 
     batch: a batch of held-out traces (split into pieces of `batch_size`) or a list of batches.
     intervention: a name from INTERVENTIONS or a callable (model, layer, head) -> Intervention.
+    factor: with "beta-range" on a DeltaProduct, rescale only Householder factor `factor` of each head.
     """
     pieces = [p for b in (batch if isinstance(batch, list) else [batch]) for p in split_batch(b, batch_size)]
-    name, build = _builder(model, intervention, pieces)
+    name, build = _builder(model, intervention, pieces, factor)
     n_traces = sum(int(p["tokens"].shape[0]) for p in pieces)
     baseline = reveal_accuracy(model, pieces)
     heads = [(layer, head) for layer in range(n_layers_of(model)) for head in range(n_heads_of(model))]

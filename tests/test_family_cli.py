@@ -55,6 +55,23 @@ def test_intervene_on_one_factor(capsys, product_path):
     assert both["accuracy"] < second["accuracy"] < 0.9 and "F1" in second["intervention"]
 
 
+def test_intervene_sweep_one_factor_of_every_head(capsys, product_path):
+    both = _json(capsys, ["intervene", product_path, "--sweep", "beta-range", "--json", "--n-traces", "32"])
+    second = _json(capsys, ["intervene", product_path, "--sweep", "beta-range", "--factor", "1", "--json",
+                            "--n-traces", "32"])
+    assert second["intervention"] == "beta-range (factor 1)"
+    by_head = {(h["layer"], h["head"]): h for h in second["heads"]}
+    full = {(h["layer"], h["head"]): h["accuracy"] for h in both["heads"]}
+    # one factor of the tracking head costs less than all of them, and still more than any other head
+    assert full[(0, 1)] < by_head[(0, 1)]["accuracy"] < 0.9
+    assert all(h["accuracy"] == 1.0 for lh, h in by_head.items() if lh != (0, 1))
+    assert all("F1" in h["label"] for h in second["heads"])
+    assert main(["intervene", product_path, "--sweep", "zero-z", "--factor", "1"]) != 0
+    assert "--sweep beta-range" in capsys.readouterr().err
+    assert main(["intervene", product_path, "--sweep", "beta-range", "--factor", "2"]) != 0
+    assert "factor 2 is out of range" in capsys.readouterr().err
+
+
 def test_factor_and_gate_errors_are_one_sentence(capsys, product_path, tmp_path):
     assert main(["intervene", product_path, "--layer", "0", "--head", "1", "--beta-range", "0", "1",
                  "--factor", "2"]) != 0
