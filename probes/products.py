@@ -29,8 +29,9 @@ activations; the action identities enter only as the question asked.
    is a reflection.
    Groups larger than S5 get the standard representation only, decoded among the elements that occur.
 3. spectrum (no basis needed, standard representation): a permutation with cycles of lengths
-   l_1, l_2, ... has eigenvalues exp(2 pi i j / l) (j = 1 .. l - 1) for each cycle and 1 elsewhere;
-   the cycle type closest to P_t's spectrum (`spectral_cycle_type`) is compared with the action's.
+   l_1, l_2, ... has eigenvalues exp(2 pi i j / l) (j = 1 .. l - 1) for each cycle and 1 elsewhere,
+   plus a -1 where the head fixes the parity in one more dimension (`spectral_cycle_type`); the
+   cycle type closest to P_t's spectrum is compared with the action's.
 
 A head *implements* the permutations when its best irrep is faithful, >= `accuracy_threshold` (0.9)
 of the held-out actions decode to the right element and the median held-out relative residual
@@ -86,26 +87,37 @@ def _partitions(n: int, largest: int | None = None):
             yield (part, *rest)
 
 
-def _spectrum(partition: tuple[int, ...], d: int) -> np.ndarray:
-    """The d eigenvalues of a permutation of this cycle type acting on a d-dim space (1 elsewhere)."""
+def _spectrum(partition: tuple[int, ...], d: int, parity_dim: bool = False) -> np.ndarray:
+    """The d eigenvalues of a permutation of this cycle type acting on a d-dim space (1 elsewhere);
+    `parity_dim`: plus one dimension with eigenvalue -1 (see `spectral_cycle_type`)."""
     values = [np.exp(2j * np.pi * j / length) for length in partition for j in range(1, length)]
+    values += [-1.0] * parity_dim
     return np.array(values + [1.0] * (d - len(values)), dtype=complex)
 
 
 def spectral_cycle_type(eigenvalues: np.ndarray, n: int) -> tuple[tuple[int, ...], float]:
     """The cycle type (a partition of n) whose spectrum is closest to `eigenvalues` (d complex values),
-    by optimal matching; returns (cycle type, mean matching distance)."""
+    by optimal matching; returns (cycle type, mean matching distance).
+
+    The determinant of n_h reflections with beta near 2 is near (-1)^n_h whatever the permutation,
+    so a head that applies even and odd permutations with a fixed n_h corrects the parity in one
+    more dimension (S4 with 3 reflections: a 3-cycle is 1, w, w^2 on the standard representation
+    and -1 beside it). A cycle type whose sign disagrees with det P_t is matched with that extra -1;
+    when |det P_t| < 0.5 (betas far from 2, or decay) both readings are tried."""
     d = len(eigenvalues)
+    det = float(np.prod(eigenvalues).real)
     best, best_cost = (1,) * n, np.inf
     for partition in _partitions(n):
-        if n - len(partition) > d:
-            continue
-        target = _spectrum(partition, d)
-        cost = np.abs(eigenvalues[:, None] - target[None, :])
-        rows, cols = linear_sum_assignment(cost)
-        total = cost[rows, cols].mean()
-        if total < best_cost - 1e-12:
-            best, best_cost = partition, total
+        sign = (-1) ** (n - len(partition))
+        for parity_dim in ((False, True) if abs(det) < 0.5 else (det * sign < 0,)):
+            if n - len(partition) + parity_dim > d:
+                continue
+            target = _spectrum(partition, d, parity_dim)
+            cost = np.abs(eigenvalues[:, None] - target[None, :])
+            rows, cols = linear_sum_assignment(cost)
+            total = cost[rows, cols].mean()
+            if total < best_cost - 1e-12:
+                best, best_cost = partition, total
     return best, float(best_cost)
 
 

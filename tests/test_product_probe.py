@@ -69,6 +69,11 @@ def test_cycle_types_and_spectra():
     three_cycle = np.array([np.exp(2j * np.pi / 3), np.exp(-2j * np.pi / 3), 1, 1, 1])
     assert spectral_cycle_type(three_cycle, 4)[0] == (3, 1)
     assert spectral_cycle_type(np.array([-1, 1, 1, 1.0]), 4)[0] == (2, 1, 1)
+    # three reflections (det -1) applying an even 3-cycle: the parity sits in one more dimension
+    parity_fixed = np.array([np.exp(2j * np.pi / 3), np.exp(-2j * np.pi / 3), -1, 1, 1])
+    assert spectral_cycle_type(parity_fixed, 4)[0] == (3, 1)
+    # ... and det +1 with the same spectrum but the -1 is no parity fix: the closest odd type, a 4-cycle
+    assert spectral_cycle_type(np.array([np.exp(2j * np.pi / 3), np.exp(-2j * np.pi / 3), -1, -1, 1]), 4)[0] != (3, 1)
     rho = standard_rep([(1, 2, 0, 3), (0, 1, 2, 3)])
     assert np.allclose(rho[1], np.eye(3)) and np.isclose(np.trace(rho[0]), 1 - 1)  # fixed points - 1
 

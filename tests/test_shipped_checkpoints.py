@@ -69,6 +69,12 @@ def test_the_product_probe_and_the_beta_intervention_find_the_same_head():
     implementing = report.heads[report.heads["implements"]]
     assert [(int(r.layer), int(r.head)) for r in implementing.itertuples()] == [report.tracking_head()]
     assert implementing.iloc[0]["rep"] == "standard" and implementing.iloc[0]["decoded_accuracy"] >= 0.95
+    # its spectra, read without a basis, name the 3- and 4-cycles too (3-cycles with the parity fixed
+    # in one more dimension: 3 reflections have det -1)
+    mine = report.actions[(report.actions["layer"] == implementing.iloc[0]["layer"])
+                          & (report.actions["head"] == implementing.iloc[0]["head"])]
+    cycles = mine[mine["cycle_type"].isin(["3+1", "4"])]
+    assert len(cycles) > 50 and (cycles["spectral_cycle_type"] == cycles["cycle_type"]).mean() >= 0.95
     layer, head = report.tracking_head()
     assert reveal_accuracy(checkpoint.model, batch, rescale_beta(checkpoint.model, layer, head)).reveal_accuracy < 0.5
     other = (layer, (head + 1) % 4)
