@@ -251,8 +251,9 @@ class ProductReport(Summary):
     def verdict(self) -> str:
         layer, head = self.tracking_head()
         row = self.heads[(self.heads["layer"] == layer) & (self.heads["head"] == head)].iloc[0]
-        says = "implements" if row["implements"] else "does not implement"
-        return (f"layer {layer} head {head} {says} the actions' permutations: best fit the {row['rep']} "
+        says = (f"Layer {layer} head {head} implements the actions' permutations" if row["implements"] else
+                f"No head implements the actions' permutations; the best decoding, layer {layer} head {head}")
+        return (f"{says}: best fit the {row['rep']} "
                 f"representation ({'faithful' if row['faithful'] else 'not faithful'}, acting as {row['acts_as']}), "
                 f"held-out decoded accuracy {row['decoded_accuracy']:.3f}, median residual "
                 f"{row['heldout_residual']:.3f}; spectral cycle type agreement {row['spectral_agreement']:.3f} over "
@@ -361,7 +362,7 @@ def product_decoding_figure(report: ProductReport, layer: int | None = None, hea
         layer, head = report.tracking_head()
     rows = report.actions[(report.actions["layer"] == layer) & (report.actions["head"] == head)]
     table = pd.crosstab(rows["cycle_type"], rows["spectral_cycle_type"])
-    fig = go.Figure(go.Heatmap(z=table.values, x=list(table.columns), y=list(table.index), colorscale="Blues",
+    fig = go.Figure(go.Heatmap(z=table.values, x=list(table.columns), y=list(table.index), colorscale="Blues", zmin=0,
                                text=table.values, texttemplate="%{text}", colorbar={"title": "actions"}))
     # cycle types such as "4" or "2+1+1" are labels, not numbers
     fig.update_layout(title=f"layer {layer} head {head}: action's cycle type vs the spectrum of its product",

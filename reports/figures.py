@@ -178,8 +178,9 @@ def checkpoint_length_figure(evals: dict[str, dict[str, Any]], threshold: float 
         fig.add_scatter(x=[r["actions"] for r in rows], y=[r["reveal_accuracy"] for r in rows], mode="lines+markers",
                         name=name)
     fig.add_hline(y=threshold, line_dash="dot", line_color="grey", annotation_text=f"threshold {threshold:g}")
-    fig.update_xaxes(type="log", title_text="actions per trace")
+    fig.update_xaxes(type="log", title_text="actions per trace (1x, 2x, 4x the training length)")
     fig.update_yaxes(range=[0, 1.02], title_text="held-out reveal accuracy")
-    fig.update_layout(title="Saved held-out accuracy vs trace length (1x, 2x, 4x the training length)",
-                      template="plotly_white", height=420)
+    # a short title and the legend below: the figure often sits in half the page's width
+    fig.update_layout(title="Saved accuracy vs trace length", template="plotly_white", height=460,
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0})
     return fig
