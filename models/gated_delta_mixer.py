@@ -22,8 +22,9 @@ hook_k (B, T, H, n, d_k), hook_v (B, T, H, n, d_v), hook_beta_logit / hook_beta 
 hook_gate (B, T, H) = alpha_t, hook_state (B, T, H, d_k, d_v) after each token's last factor
 (computed only when asked for), hook_z (B, T, H, d_v). A hook that edits beta, the gate or the
 state changes everything after it; an edited S_t replaces the state the recurrence continues
-from (the layer re-runs from each changed step, chunked between them). Interventions: `set_beta_range` per head and
-factor, `set_gate_range` (clamp alpha_t into [lo, hi]; hi = lo = 1 switches forgetting off).
+from (the layer re-runs from each changed step, chunked between them). Interventions:
+`set_beta_range` per head and factor, `set_gate_range` (clamp alpha_t into [lo, hi]; hi = lo = 1
+switches forgetting off).
 """
 from __future__ import annotations
 
@@ -215,7 +216,6 @@ class _GatedDeltaMixer(nn.Module):
         """o (B, T, H, d_v); the per-token states S_t only when a hook or an edit asks for them."""
         n = self.n_factors
         qi, ki, vi, bi, gi = interleave(q, k, v, beta, g)  # one sub-token per factor
-        B, T = q.shape[:2]
 
         def every_token(edit: StateEdit) -> StateEdit:  # a per-token edit on the sub-token recurrence
             return lambda s, S: edit(s // n, S) if s % n == n - 1 else S

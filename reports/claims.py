@@ -21,7 +21,6 @@ from typing import Any
 from deltalens.training.grid import Thresholds
 
 HOLDS, DOES_NOT_HOLD, NOT_MEASURED, NOT_TESTABLE = "holds", "does not hold", "not measured", "not testable"
-VERDICTS = (HOLDS, DOES_NOT_HOLD, NOT_MEASURED, NOT_TESTABLE)
 
 
 @dataclass
@@ -29,7 +28,7 @@ class Claim:
     key: str
     statement: str  # the paper's claim, in words
     setting: str  # the cells it was judged on, e.g. "S3 statement"
-    verdict: str  # one of VERDICTS
+    verdict: str  # HOLDS, DOES_NOT_HOLD, NOT_MEASURED or NOT_TESTABLE
     evidence: str  # the numbers the verdict rests on, or what is missing
 
 
