@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import plotly.io
@@ -26,7 +31,7 @@ from deltalens.training.grid import (
     run_cell,
     with_choices,
 )
-from deltalens.training.loop import LAST, TRAINER_STATE
+from deltalens.training.loop import LAST, TRAINER_STATE, RunLock
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -456,6 +461,47 @@ def test_lanes_train_cells_in_parallel_processes(tmp_path):
     assert sorted(p.name for p in results.iterdir()) == sorted(f"{c}.json" for c in CELLS)
     records = [json.loads((results / f"{c}.json").read_text()) for c in CELLS]
     assert all(r["steps"] == 3 and len(r["eval"]["lengths"]) == 3 for r in records)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in state  # a zombie has stopped
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_lanes_stop_with_the_sweep_and_keep_their_checkpoints(tmp_path, how):
+    """However the sweep process is stopped, its lanes stop too (saving their last checkpoint):
+    an orphaned lane kept training for hours on a locked run folder."""
+    tiny_sweep(tmp_path, steps=1_000_000)
+    command = [sys.executable, "-m", "deltalens.cli.main", "reproduce", "--sweep", str(tmp_path / "tiny.toml"),
+               "--results", str(tmp_path / "results"), "--out", str(tmp_path / "reports"), "--runs",
+               str(tmp_path / "runs"), "--no-progress", "--no-pfsa", "--lanes", "2"]
+    sweep = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    states = lambda: list((tmp_path / "runs").glob(f"*/{LAST}/{TRAINER_STATE}"))  # noqa: E731
+    deadline = time.monotonic() + 120
+    while len(states()) < 2 and time.monotonic() < deadline and sweep.poll() is None:
+        time.sleep(0.5)
+    assert len(states()) == 2, sweep.stderr.read().decode()[-2000:] if sweep.poll() is not None else "no lanes"
+    lanes = [int(lock.read_text().split()[1]) for lock in (tmp_path / "runs").glob("*/.lock")]
+    assert len(lanes) == 2 and all(_alive(pid) for pid in lanes)
+    os.kill(sweep.pid, getattr(signal, how))
+    sweep.wait(timeout=120)
+    deadline = time.monotonic() + 60
+    while any(_alive(pid) for pid in lanes) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(_alive(pid) for pid in lanes), f"lanes still training after the sweep got {how}"
+    if how == "SIGTERM":
+        assert sweep.returncode == 130  # stopped as Ctrl-C stops it: the report says what to resume
+    steps = [json.loads(state.read_text())["step"] for state in states()]
+    assert all(0 < step < 1_000_000 for step in steps)
+    # and the run folders are free again: a resumed sweep could take them (no "being written" refusal)
+    for run_dir in {state.parent.parent for state in states()}:
+        with RunLock(run_dir):
+            pass
 
 
 def test_a_crashing_lane_is_that_cells_failure_and_the_others_finish(tmp_path, capsys):

@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import hashlib
 import json
 import math
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -57,6 +57,7 @@ from deltalens.tasks.errors import DeltalensError
 from deltalens.training.config import TrainConfig
 from deltalens.training.data import TrainingData
 from deltalens.training.evaluate import evaluate_checkpoint
+from deltalens.training.lanes import run_in_lanes
 from deltalens.training.loop import LAST, TRAINER_STATE, train, validation_seed
 
 # per-cell task fields: the sweep file may not set them in [task]
@@ -583,7 +584,12 @@ def train_missing(sweep: Sweep, todo: list[CellStatus], runs_dir: str | Path, re
                 running[:] = [status]
                 record(status, lambda s=status: run_cell(s.cell, sweep, runs_dir, results_dir, progress=progress))
         else:
-            _run_lanes(todo, lanes, running, record, bar, sweep, runs_dir, results_dir)
+            def record_lane(status: CellStatus, call) -> None:
+                bar.set_postfix_str(status.cell.name)
+                record(status, call, any_error=True)
+
+            work = functools.partial(_run_cell_quietly, sweep=sweep, runs_dir=runs_dir, results_dir=results_dir)
+            run_in_lanes(todo, lanes, work, running, record_lane)
     except KeyboardInterrupt:
         for status in running:
             if status.result is None and status.short != "training failed":
@@ -593,28 +599,9 @@ def train_missing(sweep: Sweep, todo: list[CellStatus], runs_dir: str | Path, re
     return outcome
 
 
-def _run_lanes(todo, lanes, running, record, bar, sweep, runs_dir, results_dir) -> None:
-    """The cells of `todo` in `lanes` worker processes. On Ctrl-C (which the workers get too: each
-    saves its last checkpoint and stops) the cells not started are cancelled, the running ones are
-    waited for, and KeyboardInterrupt goes on to the caller."""
-    import multiprocessing
-
-    # spawn, not fork: a forked copy of a process that already ran torch can deadlock in OpenMP
-    pool = ProcessPoolExecutor(max_workers=lanes, mp_context=multiprocessing.get_context("spawn"))
-    futures = {}
-    try:
-        futures = {pool.submit(run_cell, s.cell, sweep, runs_dir, results_dir, False): s for s in todo}
-        running[:] = list(futures.values())[:lanes]
-        for future in as_completed(futures):
-            status = futures[future]
-            bar.set_postfix_str(status.cell.name)
-            record(status, future.result, any_error=True)
-            running[:] = [s for f, s in futures.items() if f.running()]
-    except KeyboardInterrupt:
-        running[:] = [s for f, s in futures.items() if f.running() or (f.done() and s.result is None)]
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+def _run_cell_quietly(status: CellStatus, sweep: Sweep, runs_dir: str | Path, results_dir: str | Path) -> dict:
+    """A lane's work: one cell, no progress bar (the lanes share one bar over cells)."""
+    return run_cell(status.cell, sweep, runs_dir, results_dir, progress=False)
 
 
 def run_cell(
