@@ -472,7 +472,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM", "SIGKILL"])
 def test_lanes_stop_with_the_sweep_and_keep_their_checkpoints(tmp_path, how):
     """However the sweep process is stopped, its lanes stop too (saving their last checkpoint):
     an orphaned lane kept training for hours on a locked run folder."""
@@ -488,13 +488,16 @@ def test_lanes_stop_with_the_sweep_and_keep_their_checkpoints(tmp_path, how):
     assert len(states()) == 2, sweep.stderr.read().decode()[-2000:] if sweep.poll() is not None else "no lanes"
     lanes = [int(lock.read_text().split()[1]) for lock in (tmp_path / "runs").glob("*/.lock")]
     assert len(lanes) == 2 and all(_alive(pid) for pid in lanes)
-    os.kill(sweep.pid, getattr(signal, how))
+    if how == "Ctrl-C":  # the terminal sends SIGINT to the whole process group
+        os.killpg(sweep.pid, signal.SIGINT)
+    else:
+        os.kill(sweep.pid, getattr(signal, how))
     sweep.wait(timeout=120)
     deadline = time.monotonic() + 60
     while any(_alive(pid) for pid in lanes) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not any(_alive(pid) for pid in lanes), f"lanes still training after the sweep got {how}"
-    if how == "SIGTERM":
+    if how != "SIGKILL":
         assert sweep.returncode == 130  # stopped as Ctrl-C stops it: the report says what to resume
     steps = [json.loads(state.read_text())["step"] for state in states()]
     assert all(0 < step < 1_000_000 for step in steps)
