@@ -481,30 +481,38 @@ def test_lanes_stop_with_the_sweep_and_keep_their_checkpoints(tmp_path, how):
                "--results", str(tmp_path / "results"), "--out", str(tmp_path / "reports"), "--runs",
                str(tmp_path / "runs"), "--no-progress", "--no-pfsa", "--lanes", "2"]
     sweep = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    states = lambda: list((tmp_path / "runs").glob(f"*/{LAST}/{TRAINER_STATE}"))  # noqa: E731
-    deadline = time.monotonic() + 120
-    while len(states()) < 2 and time.monotonic() < deadline and sweep.poll() is None:
-        time.sleep(0.5)
-    assert len(states()) == 2, sweep.stderr.read().decode()[-2000:] if sweep.poll() is not None else "no lanes"
-    lanes = [int(lock.read_text().split()[1]) for lock in (tmp_path / "runs").glob("*/.lock")]
-    assert len(lanes) == 2 and all(_alive(pid) for pid in lanes)
-    if how == "Ctrl-C":  # the terminal sends SIGINT to the whole process group
-        os.killpg(sweep.pid, signal.SIGINT)
-    else:
-        os.kill(sweep.pid, getattr(signal, how))
-    sweep.wait(timeout=120)
-    deadline = time.monotonic() + 60
-    while any(_alive(pid) for pid in lanes) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not any(_alive(pid) for pid in lanes), f"lanes still training after the sweep got {how}"
-    if how != "SIGKILL":
-        assert sweep.returncode == 130  # stopped as Ctrl-C stops it: the report says what to resume
-    steps = [json.loads(state.read_text())["step"] for state in states()]
-    assert all(0 < step < 1_000_000 for step in steps)
-    # and the run folders are free again: a resumed sweep could take them (no "being written" refusal)
-    for run_dir in {state.parent.parent for state in states()}:
-        with RunLock(run_dir):
-            pass
+    lanes: list[int] = []
+    try:
+        states = lambda: list((tmp_path / "runs").glob(f"*/{LAST}/{TRAINER_STATE}"))  # noqa: E731
+        deadline = time.monotonic() + 120
+        while len(states()) < 2 and time.monotonic() < deadline and sweep.poll() is None:
+            time.sleep(0.5)
+        assert len(states()) == 2, sweep.stderr.read().decode()[-2000:] if sweep.poll() is not None else "no lanes"
+        lanes = [int(lock.read_text().split()[1]) for lock in (tmp_path / "runs").glob("*/.lock")]
+        assert len(lanes) == 2 and all(_alive(pid) for pid in lanes)
+        if how == "Ctrl-C":  # the terminal sends SIGINT to the whole process group
+            os.killpg(sweep.pid, signal.SIGINT)
+        else:
+            os.kill(sweep.pid, getattr(signal, how))
+        sweep.wait(timeout=120)
+        deadline = time.monotonic() + 60
+        while any(_alive(pid) for pid in lanes) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not any(_alive(pid) for pid in lanes), f"lanes still training after the sweep got {how}"
+        if how != "SIGKILL":
+            assert sweep.returncode == 130  # stopped as Ctrl-C stops it: the report says what to resume
+        steps = [json.loads(state.read_text())["step"] for state in states()]
+        assert all(0 < step < 1_000_000 for step in steps)
+        # and the run folders are free again: a resumed sweep could take them (no "being written" refusal)
+        for run_dir in {state.parent.parent for state in states()}:
+            with RunLock(run_dir):
+                pass
+    finally:  # a failing test leaves no sweep or lane behind
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+        for pid in lanes:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_crashing_lane_is_that_cells_failure_and_the_others_finish(tmp_path, capsys):
