@@ -1,5 +1,5 @@
 """The "Per-token products" section of a reproduce report, from OUT/products.json
-(scripts/family_products.py: probes/products.py on every finished run). No file, no section."""
+(scripts/family_products.py: probes/products.py on every finished run). No file (or no run in it), no section."""
 from __future__ import annotations
 
 import json
@@ -14,6 +14,8 @@ def products_lines(out: Path) -> list[str]:
     if not file.is_file():
         return []
     data = json.loads(file.read_text())
+    if not data.get("runs"):
+        return []  # no finished run probed yet
     lines = [
         "## Per-token products of reflections",
         "",

@@ -586,6 +586,11 @@ allow_neg_eigval = true
     assert "| S3 | dp2 | 0 of 1 | 0.750 [0.750–0.750] | 0.250 | 0.500 | 0.500 |" in md
     results = json.loads((tmp_path / "results" / "s3-dp2-statement-k1-s0.json").read_text())
     assert results["config"]["model"]["arch"] == "deltaproduct" and results["steps"] == 2
+    # a probe run before any cell finished leaves no empty section behind
+    (tmp_path / "reports" / "products.json").write_text(json.dumps({"sweep": "tiny", "traces": 8, "runs": [],
+                                                                    "missing_checkpoints": []}))
+    assert cli(tmp_path, "--no-train") == 0
+    assert "Per-token products" not in (tmp_path / "reports" / "reproduce.md").read_text()
 
 
 def test_claims_of_a_setting_are_only_about_its_architectures():
