@@ -45,6 +45,10 @@ CLAIMS = {
 CLAIM_ARCH = {"neg-sparse": "deltanet-neg", "neg-extrapolates": "deltanet-neg", "pos-fails": "deltanet-pos",
               "transformer-dense": "transformer", "transformer-no-extrapolation": "transformer"}
 
+# the reveal spacings a claim compares: a setting whose grid lacks them does not ask it (the code
+# grid has no k = 1 cell, so "needs dense reveals" is not a question there)
+CLAIM_SPACINGS = {"neg-sparse": ("sparse",), "pos-fails": ("sparse",), "transformer-dense": ("dense", "sparse")}
+
 # claims that compare sparse reveals with dense ones: untestable once the dense (k = 1) cell is
 # complete and did not learn, whatever the sparse cells (which may still be training) show
 NEEDS_DENSE = {"transformer-dense"}
@@ -151,6 +155,8 @@ def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None
             if (archs is not None and CLAIM_ARCH[key] not in archs) or (
                     in_setting is not None and setting in expected and CLAIM_ARCH[key] not in in_setting):
                 continue  # a claim about an architecture this sweep (or this setting of it) does not train
+            if expected is not None and setting in expected and not _asked(key, expected[setting]):
+                continue  # the setting's grid lacks the spacings the claim compares
             dense_failed = _dense_failed(complete[setting], CLAIM_ARCH[key], t) if key in NEEDS_DENSE else None
             if dense_failed:
                 verdict, evidence = NOT_TESTABLE, dense_failed
@@ -168,6 +174,13 @@ def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None
 
 
 Cells = dict[tuple[str, int], dict[str, Any]]  # (arch, spacing) -> result, within one setting
+
+
+def _asked(key: str, cells: set[tuple[str, int]]) -> bool:
+    """Whether a setting's grid cells (arch, k) have the spacings claim `key` compares."""
+    spacings = {k for arch, k in cells if arch == CLAIM_ARCH[key]}
+    has = {"dense": 1 in spacings, "sparse": any(k > 1 for k in spacings)}
+    return all(has[need] for need in CLAIM_SPACINGS.get(key, ()))
 
 
 def _dense_failed(cells: list[dict[str, Any]], arch: str, t: Thresholds) -> str | None:

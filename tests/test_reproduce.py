@@ -593,14 +593,25 @@ allow_neg_eigval = true
     assert "Per-token products" not in (tmp_path / "reports" / "reproduce.md").read_text()
 
 
+def test_a_setting_is_not_asked_a_claim_its_grid_cannot_answer():
+    # the code grid trains the Transformer at k = 4 only: "needs dense reveals" compares k = 1 with k > 1
+    expected = {"S3 code": {("deltanet-neg", 4), ("transformer", 4)},
+                "S3 statement": {("transformer", 1), ("transformer", 4)}}
+    claims = evaluate_claims([result("transformer", 4, [0.5, 0.4, 0.3], tokenizer="code"),
+                              result("transformer", 4, [0.5, 0.4, 0.3])], settings=list(expected), expected=expected)
+    keys = {(c.setting, c.key) for c in claims}
+    assert ("S3 code", "transformer-dense") not in keys and ("S3 statement", "transformer-dense") in keys
+    assert ("S3 code", "transformer-no-extrapolation") in keys and ("S3 code", "neg-sparse") in keys
+
+
 def test_claims_of_a_setting_are_only_about_its_architectures():
     expected = {"S3 code": {("deltanet-neg", 4), ("transformer", 4)},
                 "S3 statement": {("deltanet-pos", 4), ("deltanet-neg", 4)}}
     claims = evaluate_claims([result("deltanet-neg", 4, [1.0], tokenizer="code")], settings=list(expected),
                              expected=expected)
     keys = {(c.setting, c.key) for c in claims}
-    assert ("S3 code", "pos-fails") not in keys and ("S3 code", "transformer-dense") in keys
-    assert ("S3 statement", "pos-fails") in keys and ("S3 statement", "transformer-dense") not in keys
+    assert ("S3 code", "pos-fails") not in keys and ("S3 code", "transformer-no-extrapolation") in keys
+    assert ("S3 statement", "pos-fails") in keys and ("S3 statement", "transformer-no-extrapolation") not in keys
 
 
 def test_longer_runs_outside_the_protocol_are_tabled_with_their_trend(tmp_path):
