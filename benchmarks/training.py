@@ -6,6 +6,9 @@
   and short convolution, models/native.py), and `speedup` = after / before. Two phases of the
   shipped recipe: `dense` (reveal spacing 1, the curriculum's start: longer traces) and `sparse`
   (spacing k, where most steps are). The Transformer runs neither kernel: its ratio shows the noise.
+* transformer_attention: the same for the Transformer baselines (statement and code traces, the
+  code ones ~4x longer), `before` with TransformerLens's attention, `after` with the fused kernel
+  it takes in training (models/fused_attention.py).
 * time to 99%: with `--time-to-99`, trains S3 and S5 DeltaNet [0, 2] from their shipped configs
   (seeds from --seeds) until held-out reveal accuracy at spacing 4 reaches 0.99, and reports the
   training wall time (evaluations excluded) with today's path.
@@ -23,6 +26,7 @@ from pathlib import Path
 import torch
 
 from deltalens import models
+from deltalens.models.fused_attention import fused_attention
 from deltalens.models.native import native_kernels
 from deltalens.training.config import load_config
 from deltalens.training.data import TrainingData
@@ -40,7 +44,7 @@ def throughput(name: str, steps: int, phase: str = "sparse") -> dict:
     data = TrainingData(config.task, seed=0)
     kwargs = {k: v for k, v in config.model.items() if k != "arch"}
     torch.manual_seed(0)
-    model = models.build(config.model["arch"], vocab_size=data.tokenizer.vocab_size, **kwargs)
+    model = models.build(config.model["arch"], vocab_size=data.tokenizer.vocab_size, **kwargs).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     first = PHASES[phase]
     tokens, started = 0, None
@@ -59,15 +63,15 @@ def throughput(name: str, steps: int, phase: str = "sparse") -> dict:
             "tokens_per_step": tokens // steps, "batch_size": config.optim.batch_size}
 
 
-def side_by_side(name: str, steps: int, rounds: int = 3) -> dict:
-    """Before and after interleaved `rounds` times, the best of each kept: other load on the
-    machine slows both alike instead of whichever ran during it."""
+def side_by_side(name: str, steps: int, rounds: int = 3, switch=native_kernels) -> dict:
+    """Before and after (`switch(False)`, `switch(True)`) interleaved `rounds` times, the best of
+    each kept: other load on the machine slows both alike instead of whichever ran during it."""
     row = {}
     for phase in PHASES:
         runs = {"before": [], "after": []}
         for _ in range(rounds):
             for label, enabled in (("before", False), ("after", True)):
-                with native_kernels(enabled):
+                with switch(enabled):
                     runs[label].append(throughput(name, steps, phase))
         before, after = (max(runs[k], key=lambda r: r["tokens_per_s"]) for k in ("before", "after"))
         row[phase] = {"before": before, "after": after,
@@ -117,7 +121,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     out = {"benchmark": "training", "threads": args.threads, "torch": torch.__version__,
-           "throughput": {name: side_by_side(name, args.steps) for name in REFERENCE}}
+           "throughput": {name: side_by_side(name, args.steps) for name in REFERENCE},
+           "transformer_attention": {name: side_by_side(name, max(2, args.steps // 4), switch=fused_attention)
+                                     for name in ("s3-transformer-statement", "s3-transformer-code")}}
     if args.time_to_99:
         out["time_to_99"] = {
             name: [time_to_99(name, seed) for seed in args.seeds]

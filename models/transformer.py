@@ -13,7 +13,8 @@ What this file adds on top of the bridge:
 * `model.arch == "transformer"` and `model.model_config`, the attributes every deltalens model
   carries;
 * a context guard: a trace longer than `n_ctx` raises `DeltalensError` with one sentence instead
-  of TransformerLens's ValueError deep inside the forward.
+  of TransformerLens's ValueError deep inside the forward;
+* torch's fused attention kernel for training steps no hook watches (models/fused_attention.py).
 
 Hook names that matter for the analyses (all shapes batch first, as in TransformerLens):
 
@@ -47,6 +48,7 @@ from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.model_bridge import TransformerBridge
 
 from deltalens.models.config_from_dict import config_from_dict
+from deltalens.models.fused_attention import use_fused_attention
 from deltalens.tasks.errors import DeltalensError
 
 POSITIONAL_EMBEDDING_TYPES = ("standard", "rotary")
@@ -139,6 +141,10 @@ def build_transformer(config: TransformerConfig):
         raise DeltalensError(f"TransformerLens cannot build this Transformer ({reason}); fix the config") from None
     bridge.arch = "transformer"
     bridge.model_config = asdict(config)
+    use_fused_attention(bridge)  # the fused kernel in training, when no hook watches the pattern
+    # Nothing here depends on the mode but that kernel (no dropout): start in eval mode, so a fresh
+    # model's forward and its run_with_cache agree to the bit; the training loop calls .train().
+    bridge.eval()
     # The guard sits on the wrapped native model, not on the bridge, because every path
     # (forward, run_with_cache, run_with_hooks, generate) ends in that module's __call__.
     bridge.original_model.register_forward_pre_hook(
