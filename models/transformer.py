@@ -22,7 +22,8 @@ Hook names that matter for the analyses (all shapes batch first, as in Transform
     hook_pos_embed                      (B, T, d_model)  learned positions only
     blocks.{l}.hook_resid_pre|mid|post  (B, T, d_model)  residual stream
     blocks.{l}.attn.hook_q|hook_k|hook_v (B, T, H, d_head)  projections (before rotary)
-    blocks.{l}.attn.hook_attn_scores    (B, H, T, T)     before softmax
+    blocks.{l}.attn.hook_attn_scores    (B, H, T, T)     TransformerLens 4's bridge fires it post hoc with
+                                                         the pattern (after softmax), not the scores
     blocks.{l}.attn.hook_pattern        (B, H, T, T)     attention weights; edits re-weight values
     blocks.{l}.attn.hook_z              (B, T, H, d_head) per-head output before W_O
     blocks.{l}.hook_attn_out|hook_mlp_out (B, T, d_model)
