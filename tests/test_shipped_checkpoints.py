@@ -117,7 +117,7 @@ def test_readme_python_example_runs(monkeypatch, tmp_path):
     assert (scope["layer"], scope["head"]) == (0, 3)
     assert scope["cache"]["blocks.0.attn.hook_state"].shape[2:] == (4, 16, 16)
     assert scope["dp_cache"]["blocks.0.attn.hook_beta"].shape[2:] == (4, 3)
-    assert scope["products"].verdict().startswith("layer 0 head 2 implements")
+    assert scope["products"].verdict().startswith("Layer 0 head 2 implements")
 
 
 @pytest.mark.parametrize("name", PROBABILISTIC)
