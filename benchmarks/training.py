@@ -8,7 +8,7 @@
   (spacing k, where most steps are). The Transformer runs neither kernel: its ratio shows the noise.
 * transformer_attention: the same for the Transformer baselines (statement and code traces, the
   code ones ~4x longer), `before` with TransformerLens's attention, `after` with the fused kernel
-  it takes in training (models/fused_attention.py).
+  it takes in training (models/transformer_attention.py).
 * time to 99%: with `--time-to-99`, trains S3 and S5 DeltaNet [0, 2] from their shipped configs
   (seeds from --seeds) until held-out reveal accuracy at spacing 4 reaches 0.99, and reports the
   training wall time (evaluations excluded) with today's path.
@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from deltalens import models
-from deltalens.models.fused_attention import fused_attention
 from deltalens.models.native import native_kernels
+from deltalens.models.transformer_attention import fused_attention
 from deltalens.training.config import load_config
 from deltalens.training.data import TrainingData
 from deltalens.training.loop import next_token_loss, train

@@ -14,7 +14,8 @@ What this file adds on top of the bridge:
   carries;
 * a context guard: a trace longer than `n_ctx` raises `DeltalensError` with one sentence instead
   of TransformerLens's ValueError deep inside the forward;
-* torch's fused attention kernel for training steps no hook watches (models/fused_attention.py).
+* an attention forward (models/transformer_attention.py) that takes torch's fused kernel in
+  training steps no hook watches, and fires hook_attn_scores on the real pre-softmax scores.
 
 Hook names that matter for the analyses (all shapes batch first, as in TransformerLens):
 
@@ -22,8 +23,7 @@ Hook names that matter for the analyses (all shapes batch first, as in Transform
     hook_pos_embed                      (B, T, d_model)  learned positions only
     blocks.{l}.hook_resid_pre|mid|post  (B, T, d_model)  residual stream
     blocks.{l}.attn.hook_q|hook_k|hook_v (B, T, H, d_head)  projections (before rotary)
-    blocks.{l}.attn.hook_attn_scores    (B, H, T, T)     TransformerLens 4's bridge fires it post hoc with
-                                                         the pattern (after softmax), not the scores
+    blocks.{l}.attn.hook_attn_scores    (B, H, T, T)     scaled scores, causal mask -inf, before softmax
     blocks.{l}.attn.hook_pattern        (B, H, T, T)     attention weights; edits re-weight values
     blocks.{l}.attn.hook_z              (B, T, H, d_head) per-head output before W_O
     blocks.{l}.hook_attn_out|hook_mlp_out (B, T, d_model)
@@ -49,7 +49,7 @@ from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.model_bridge import TransformerBridge
 
 from deltalens.models.config_from_dict import config_from_dict
-from deltalens.models.fused_attention import use_fused_attention
+from deltalens.models.transformer_attention import use_hooked_attention
 from deltalens.tasks.errors import DeltalensError
 
 POSITIONAL_EMBEDDING_TYPES = ("standard", "rotary")
@@ -142,8 +142,8 @@ def build_transformer(config: TransformerConfig):
         raise DeltalensError(f"TransformerLens cannot build this Transformer ({reason}); fix the config") from None
     bridge.arch = "transformer"
     bridge.model_config = asdict(config)
-    use_fused_attention(bridge)  # the fused kernel in training, when no hook watches the pattern
-    # Nothing here depends on the mode but that kernel (no dropout): start in eval mode, so a fresh
+    use_hooked_attention(bridge)  # fused in unwatched training steps; real hook_attn_scores otherwise
+    # Nothing here depends on the mode but the fused kernel (no dropout): start in eval mode, so a fresh
     # model's forward and its run_with_cache agree to the bit; the training loop calls .train().
     bridge.eval()
     # The guard sits on the wrapped native model, not on the bridge, because every path

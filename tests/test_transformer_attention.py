@@ -1,9 +1,9 @@
-"""The Transformer's fused training attention (models/fused_attention.py): the same function as
-TransformerLens's attention, taken only when nobody watches the pattern."""
+"""The Transformer's attention forward (models/transformer_attention.py): the fused kernel in unwatched
+training steps, the same function as TransformerLens's attention; real pre-softmax hook_attn_scores."""
 import pytest
 import torch
 
-import deltalens.models.fused_attention as fused
+import deltalens.models.transformer_attention as fused
 from deltalens import models
 
 TOKENS = torch.randint(0, 30, (3, 40), generator=torch.Generator().manual_seed(0))
@@ -89,3 +89,41 @@ def test_the_state_dict_and_module_tree_stay_transformer_lens_s():
     copy = models.build("transformer", **m.model_config)
     copy.load_state_dict(m.state_dict())
     assert torch.equal(copy(TOKENS), m(TOKENS))
+
+
+def test_hook_attn_scores_sees_and_edits_the_pre_softmax_scores():
+    m = model()
+    _, cache = m.run_with_cache(TOKENS)
+    scores, pattern = cache["blocks.0.attn.hook_attn_scores"], cache["blocks.0.attn.hook_pattern"]
+    T = TOKENS.shape[1]
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    assert torch.isinf(scores[..., future]).all() and torch.isfinite(scores[..., ~future]).all()
+    torch.testing.assert_close(torch.softmax(scores, -1), pattern)  # the pattern is their softmax
+    assert (scores[..., ~future] - pattern[..., ~future]).abs().max() > 0.1  # not the pattern itself
+
+    def only_first_token(s, hook):  # every query attends to token 0 alone
+        s = torch.full_like(s, float("-inf"))
+        s[..., 0] = 0.0
+        return s
+
+    clean = m(TOKENS)
+    edited = m.run_with_hooks(TOKENS, fwd_hooks=[("blocks.1.attn.hook_attn_scores", only_first_token)])
+    assert (edited - clean).abs().max() > 1e-3
+
+    def keep_pattern(p, hook):
+        seen.append(p)
+
+    seen = []
+    m.run_with_hooks(TOKENS, fwd_hooks=[("blocks.1.attn.hook_attn_scores", only_first_token),
+                                        ("blocks.1.attn.hook_pattern", keep_pattern)])
+    assert torch.equal(seen[0][..., 0], torch.ones_like(seen[0][..., 0]))  # the edit flowed into the softmax
+
+
+def test_the_explicit_path_is_transformer_lens_s_to_the_bit():
+    from transformer_lens.model_bridge.sources.native.model import NativeAttention
+
+    m = model()
+    ours = m(TOKENS)
+    for block in m.blocks:
+        block.attn.original_component.__class__ = NativeAttention
+    assert torch.equal(ours, m(TOKENS))
