@@ -59,7 +59,8 @@ class HookedNativeAttention(NativeAttention):
             return super().forward(hidden_states, attention_mask, position_ids, pattern_fn, **kwargs)
         batch, seq, _ = hidden_states.shape
         q, k, v = self._heads(hidden_states, position_ids)
-        watched = pattern_fn is None or pattern_fn.has_hooks() or scores_hook.has_hooks()
+        watched = (pattern_fn is None or not hasattr(pattern_fn, "has_hooks") or pattern_fn.has_hooks()
+                   or scores_hook.has_hooks())
         if _fused and self.training and not watched:
             attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / self.scale)
         else:
