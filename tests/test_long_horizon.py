@@ -77,3 +77,16 @@ def test_report_lines_show_seed_spread_and_errors():
     assert "| uniform guess (reference) | random | – | 0.500 [0.500–0.500] | 0.500 [0.500–0.500] |" in text
     assert "| t | random | float32 | error: too long | error: too long |" in text
     assert "150 in float32, 134 in bfloat16, 25 in float16" in text
+    # the reading under the table: m's adversarial KL 0.200 -> 0.300 (x1.5, not > 1.5x) stays flat
+    assert "m stays flat (0.200 -> 0.300)" in text and "no model's KL by more than 0.000 nats" in text
+
+
+def test_report_reading_names_a_growing_kl_and_the_dtype_gap():
+    rows = [{"dtype": d, "kind": "adversarial", "horizon": h, "kl": kl, "count": 5}
+            for d, shift in (("float32", 0.0), ("float16", 0.05)) for h, kl in ((50, 0.1 + shift), (300, 0.9 + shift))]
+    rows += [{"dtype": "uniform", "kind": "adversarial", "horizon": h, "kl": 0.06, "count": 5} for h in (50, 300)]
+    record = {"horizons": [50, 300], "traces_per_kind": 4,
+              "results": [{"checkpoint": "linear", "seed": 0, "at_horizons": rows, "curve": []}]}
+    text = "\n".join(long_horizon_lines(record, {"float32": 150, "bfloat16": 134, "float16": 25}))
+    assert "linear grows (0.100 -> 0.900)" in text and "uniform guess 0.060 at 300" in text
+    assert "by more than 0.050 nats" in text
