@@ -19,7 +19,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from deltalens.interp.intervention_names import INTERVENTIONS
-from deltalens.interp.interventions import ablate_head, head_means, rescale_beta, reveal_accuracy
+from deltalens.interp.interventions import ablate_head, check_factor, head_means, rescale_beta, reveal_accuracy
 from deltalens.models.architecture import architecture_of, n_heads_of, n_layers_of, require_delta_rule
 from deltalens.tasks.dataset import split_batch
 from deltalens.tasks.display import Summary
@@ -70,8 +70,8 @@ def _builder(model, intervention: Union[str, Builder], batches, factor: int | No
         raise DeltalensError(f"unknown intervention {intervention!r}; use one of {', '.join(INTERVENTIONS)}.")
     if intervention == "beta-range":
         require_delta_rule(model, "beta to rescale")
-        if factor is not None:  # checked here, before any head is run
-            rescale_beta(model, 0, 0, to=(0.0, 1.0), factor=factor)
+        if factor is not None:
+            check_factor(model, factor)  # before any head is run
             return f"{intervention} (factor {factor})", lambda m, layer, head: rescale_beta(
                 m, layer, head, to=(0.0, 1.0), factor=factor)
         return intervention, lambda m, layer, head: rescale_beta(m, layer, head, to=(0.0, 1.0))

@@ -137,6 +137,18 @@ def _edit(value: torch.Tensor, replacement: torch.Tensor, head: int | None, mask
 # ---- beta -----------------------------------------------------------------------------------
 
 
+def check_factor(model, factor: int | None, layer: int = 0) -> int:
+    """Raise unless `factor` (None = every factor) names a Householder factor of the layer; returns the
+    layer's number of factors when its beta has a factor axis (DeltaProduct), else 0."""
+    mixer = model.blocks[layer].attn
+    n_factors = mixer.n_factors if getattr(mixer, "factor_axis", False) else 0
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int)
+                               or not 0 <= factor < (n_factors or 1)):
+        raise DeltalensError(f"factor {factor!r} is out of range: this model applies "
+                             f"{n_factors or 1} factor(s) per token.")
+    return n_factors
+
+
 def rescale_beta(model, layer: int, head: int | None, to: tuple[float, float] | None = None,
                  scale: float | None = None, factor: int | None = None) -> Intervention:
     """Map a head's beta range to `to` (default (0, 1)), or multiply beta by `scale` (module docstring).
@@ -149,11 +161,7 @@ def rescale_beta(model, layer: int, head: int | None, to: tuple[float, float] | 
     if to is not None and scale is not None:
         raise DeltalensError("give either a target range (to=(lo, hi)) or a factor (scale=f), not both.")
     mixer = model.blocks[layer].attn
-    n_factors = mixer.n_factors if getattr(mixer, "factor_axis", False) else 0
-    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int)
-                               or not 0 <= factor < (n_factors or 1)):
-        raise DeltalensError(f"factor {factor!r} is out of range: this model applies "
-                             f"{n_factors or 1} factor(s) per token.")
+    n_factors = check_factor(model, factor, layer)
     heads = slice(None) if head is None else head
     # index of (B, T, H[, n]): the head(s), then the factor where the model has a factor axis
     where_index = (slice(None), slice(None), heads) + ((factor,) if n_factors and factor is not None else ())

@@ -54,6 +54,11 @@ CLAIM_SPACINGS = {"neg-sparse": ("sparse",), "pos-fails": ("sparse",), "transfor
 NEEDS_DENSE = {"transformer-dense"}
 
 
+def seeds_needed(n_seeds: int) -> int:
+    """How many seeds a verdict must hold for: two thirds of them (2 of 3)."""
+    return math.ceil(2 * n_seeds / 3)
+
+
 def claim_rules(t: Thresholds) -> dict[str, str]:
     """How each verdict is computed, in words, for the report."""
     return {
@@ -149,7 +154,7 @@ def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None
         n_seeds = max((len(c["runs"]) for c in cells), default=1)
         per_seed = [_judge({(c["arch"], c["spacing"]): c["runs"][i] for c in cells if len(c["runs"]) > i}, t)
                     for i in range(n_seeds)]
-        needed = math.ceil(2 * n_seeds / 3)
+        needed = seeds_needed(n_seeds)
         in_setting = {arch for arch, _ in expected.get(setting, ())} if expected is not None else None
         for key, (verdict, evidence) in on_mean.items():
             if (archs is not None and CLAIM_ARCH[key] not in archs) or (
@@ -193,7 +198,7 @@ def _dense_failed(cells: list[dict[str, Any]], arch: str, t: Thresholds) -> str 
         return None
     per_seed = [a for r in dense["runs"] if (a := accuracy_at(r, 1)) is not None]
     learned = sum(a >= t.learned for a in per_seed)
-    if row["reveal_accuracy"] >= t.learned and learned >= math.ceil(2 * len(per_seed) / 3):
+    if row["reveal_accuracy"] >= t.learned and learned >= seeds_needed(len(per_seed)):
         return None
     spread_text = (f" [{row['min']:.3f}–{row['max']:.3f}]" if row.get("n", 1) > 1 else "")
     return (f"did not learn with dense reveals: k=1 at 1x {row['reveal_accuracy']:.3f}{spread_text}, "

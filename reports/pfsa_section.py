@@ -112,10 +112,14 @@ def long_horizon_lines(record: dict[str, Any], underflow: dict[str, int | None])
     return [*lines, "", *_long_horizon_reading(record), ""]
 
 
+def _show_kl(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
 def _long_horizon_reading(record: dict[str, Any]) -> list[str]:
     """What table (d) says, read off its numbers: per checkpoint, adversarial KL at the first and the
     last horizon (fp32, seed mean) against the uniform guess, and how far the dtypes move it."""
-    horizons, rows = record["horizons"], [row for r in record["results"] for row in r["at_horizons"]]
+    horizons = record["horizons"]
 
     def mean_kl(name: str | None, kind: str, dtype: str, horizon: int) -> float | None:
         values = [x["kl"] for r in record["results"] if name is None or r["checkpoint"] == name
@@ -138,10 +142,10 @@ def _long_horizon_reading(record: dict[str, Any]) -> list[str]:
             if x["dtype"] != "uniform" and x.get("kl") is not None:
                 by_key.setdefault((r["checkpoint"], r["seed"], x["kind"], x["horizon"]), []).append(x["kl"])
     dtype_gap = max((max(v) - min(v) for v in by_key.values() if len(v) > 1), default=None)
-    if not parts or not rows:
+    if not parts:
         return []
     reading = (f"Read off the table: on adversarial traces, from {first} to {last} partial reveals (fp32, seed mean; "
-               f"uniform guess {uniform:.3f} at {last}): " + "; ".join(parts) + ".")
+               f"uniform guess {_show_kl(uniform)} at {last}): " + "; ".join(parts) + ".")
     if dtype_gap is not None:
         reading += (f" The dtype moves no model's KL by more than {dtype_gap:.3f} nats at any horizon, so where a "
                     "model's KL grows it is not the filter's underflow in that dtype (which would separate fp16, "

@@ -12,8 +12,15 @@ import plotly.io as pio
 
 from deltalens.models.architecture import DISPLAY, FAMILY
 from deltalens.models.atomic import write_text_atomic
-from deltalens.reports import claims as verdicts
-from deltalens.reports.claims import claim_rules, evaluate_claims, spread
+from deltalens.reports.claims import (
+    DOES_NOT_HOLD,
+    HOLDS,
+    NOT_MEASURED,
+    NOT_TESTABLE,
+    claim_rules,
+    evaluate_claims,
+    spread,
+)
 from deltalens.reports.figures import ARCH_LABELS, length_figure, search_figure, spacing_figure
 from deltalens.reports.long_runs_section import long_run_lines
 from deltalens.reports.pfsa_section import pfsa_section
@@ -131,8 +138,8 @@ def _claim_lines(sweep, claims, multiples) -> list[str]:
         "|---|---|---|---|---|",
     ]
     rules = claim_rules(t)
-    verdict_mark = {verdicts.HOLDS: "**holds**", verdicts.DOES_NOT_HOLD: "**does not hold**",
-                    verdicts.NOT_MEASURED: "not measured", verdicts.NOT_TESTABLE: "not testable"}
+    verdict_mark = {HOLDS: "**holds**", DOES_NOT_HOLD: "**does not hold**", NOT_MEASURED: "not measured",
+                    NOT_TESTABLE: "not testable"}
     for claim in claims:
         lines.append(f"| {claim.statement} | {claim.setting} | {verdict_mark[claim.verdict]} | {claim.evidence} "
                      f"| {rules[claim.key]} |")
