@@ -34,8 +34,9 @@ Three ways to compute it, all agreeing to ~1e-5 in fp32 (tests/test_delta_rule.p
   chunked torch kernel: tokens cut into chunks of C, inside a chunk the C updates folded into one
   triangular solve (the WY/UT form, DeltaNet paper sec. 3), across chunks a short Python loop
   carries S (T / C steps). Both differentiable; on CUDA (fla importable) fla's Triton kernels.
-* `chunk_delta_rule_with_states`: the chunked kernel that also materialises every S_t, vectorised
-  per chunk (S_t = S_chunk_start + cumsum of k_s u_s^T), for the `hook_state` hook.
+* `chunk_delta_rule_with_states`: also every S_t, for the `hook_state` hook: without gradients on a
+  CPU the C kernel copies each state out as it passes; else the chunked kernel, vectorised per chunk
+  (S_t = S_chunk_start + cumsum of k_s u_s^T).
 
 Renormalised delta rule (`renorm_every = R > 0`; deltalens's extension, the "hybrid with periodic
 non-linear normalisation" that Siems et al. 2026 name as future work): after every R-th token, i.e.
@@ -66,7 +67,12 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from deltalens.models.delta_rule_native import native_delta_rule, native_kernel_available, native_kernel_error
+from deltalens.models.delta_rule_native import (
+    native_delta_rule,
+    native_delta_rule_with_states,
+    native_kernel_available,
+    native_kernel_error,
+)
 
 __all__ = [
     "l2_normalize",
@@ -527,22 +533,46 @@ def chunk_delta_rule_with_states(
     use_qk_l2norm_in_kernel: bool = False,
     chunk_size: int = 64,
     renorm_every: int = 0,
+    state_every: int = 1,
+    native: Optional[bool] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
-    """The chunked kernel plus every per-step state S_t, vectorised chunk by chunk (pure torch).
+    """The chunked kernel plus every per-step state S_t.
 
     Same arguments as `chunk_delta_rule`; same returns as `delta_rule_recurrence`:
     (o [B, T, H, V], final_state or None, states [B, T, H, K, V] fp32). Memory is B*T*H*K*V floats.
     With renorm_every = R > 0, states[:, t] at a renormalisation point ((t + 1) % R == 0) is the
-    state after the renormalisation, as in `delta_rule_recurrence`.
+    state after the renormalisation, as in `delta_rule_recurrence`. state_every = n keeps only the
+    state after every n-th step (T a multiple of n): [B, T / n, H, K, V], one per DeltaProduct token.
+
+    native None: without gradients on a CPU the C kernel copies each kept state out as it passes
+    (about the cost of the forward, and o equals `chunk_delta_rule`'s to the bit); otherwise (and with
+    native=False) the chunked torch kernel, vectorised chunk by chunk and differentiable.
     """
     check_shapes(q, k, v, beta, initial_state)
     renorm_every = _check_renorm_every(renorm_every)
+    if state_every < 1 or q.shape[1] % state_every:
+        raise ValueError(f"state_every must divide the sequence length T = {q.shape[1]}; got {state_every}.")
     out_dtype = q.dtype
     qp, kp, vp, bp = _prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel)
-    o, S, states = _chunk_forward(
-        qp, kp, vp, bp, initial_state, chunk_size, with_states=True, renorm_every=renorm_every
-    )
+    if native_states_apply(native, qp, renorm_every, initial_state, (qp, kp, vp, bp)):
+        o, S, states = native_delta_rule_with_states(qp, kp, vp, bp, None if initial_state is None
+                                                     else initial_state.float(), stride=state_every)
+    else:
+        o, S, states = _chunk_forward(
+            qp, kp, vp, bp, initial_state, chunk_size, with_states=True, renorm_every=renorm_every
+        )
+        states = states[:, state_every - 1 :: state_every]
     return o.to(out_dtype), (S if output_final_state else None), states
+
+
+def native_states_apply(native: Optional[bool], q: torch.Tensor, renorm_every: int,
+                        initial_state: Optional[torch.Tensor], inputs: tuple) -> bool:
+    """Whether the C kernel returns the states: `native` as `chunk_delta_rule`'s, and with None only
+    when no gradient is wanted (the C states carry no graph)."""
+    if native is None and torch.is_grad_enabled() and any(
+            x is not None and x.requires_grad for x in (*inputs, initial_state)):
+        return False
+    return use_native_kernel(native, q, renorm_every, initial_state)
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from torch.autograd.function import once_differentiable
 
 from deltalens.models.native import library, library_error, pointer
 
-__all__ = ["native_delta_rule", "native_kernel_available", "native_kernel_error"]
+__all__ = ["native_delta_rule", "native_delta_rule_with_states", "native_kernel_available", "native_kernel_error"]
 
 NAME = "delta_rule"
 
@@ -26,7 +26,9 @@ def _kernels() -> Optional[ctypes.CDLL]:
         sizes = [ctypes.c_int64] * 5
         lib.delta_rule_forward.argtypes = [ctypes.c_void_p] * 8 + sizes
         lib.delta_rule_backward.argtypes = [ctypes.c_void_p] * 14 + sizes
+        lib.delta_rule_forward_states.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] + sizes
         lib.delta_rule_forward.restype = lib.delta_rule_backward.restype = None
+        lib.delta_rule_forward_states.restype = None
         lib.delta_rule_block.restype = ctypes.c_int64
     return lib
 
@@ -75,13 +77,8 @@ class _NativeDeltaRule(torch.autograd.Function):
         return dq, dk, dv, dbeta, dS, dalpha
 
 
-def native_delta_rule(q, k, v, beta, initial_state: Optional[torch.Tensor], alpha: Optional[torch.Tensor] = None):
-    """(o [B, T, H, V], S_T [B, H, K, V]) for prepared fp32 CPU inputs (q already scaled).
-
-    alpha [B, T, H]: a decay applied to the state before each token's update (the gated delta rule;
-    None: none). Differentiable in every input; for the backward it keeps every 16th state
-    (B*T*H*K*V/16 floats).
-    """
+def _checked_inputs(q, k, v, beta, initial_state, alpha) -> torch.Tensor:
+    """The initial state (zeros for None), after refusing anything the C code must not read."""
     if not native_kernel_available():
         raise RuntimeError(f"the C delta-rule kernel is not available: {native_kernel_error()}")
     B, T, H, K = q.shape
@@ -95,4 +92,40 @@ def native_delta_rule(q, k, v, beta, initial_state: Optional[torch.Tensor], alph
             or (alpha is not None and alpha.shape != (B, T, H))):
         raise ValueError("shapes must be q, k [B, T, H, K], v [B, T, H, V], beta and alpha [B, T, H], "
                          "state [B, H, K, V].")
+    return S0
+
+
+def native_delta_rule(q, k, v, beta, initial_state: Optional[torch.Tensor], alpha: Optional[torch.Tensor] = None):
+    """(o [B, T, H, V], S_T [B, H, K, V]) for prepared fp32 CPU inputs (q already scaled).
+
+    alpha [B, T, H]: a decay applied to the state before each token's update (the gated delta rule;
+    None: none). Differentiable in every input; for the backward it keeps every 16th state
+    (B*T*H*K*V/16 floats).
+    """
+    S0 = _checked_inputs(q, k, v, beta, initial_state, alpha)
     return _NativeDeltaRule.apply(q, k, v, beta, S0, alpha)
+
+
+def native_delta_rule_with_states(q, k, v, beta, initial_state: Optional[torch.Tensor],
+                                  alpha: Optional[torch.Tensor] = None, stride: int = 1):
+    """`native_delta_rule` that also returns the state after every stride-th token,
+    [B, T / stride, H, K, V] (T a multiple of stride; stride n_h: one state per DeltaProduct token).
+
+    Inference only (no graph): the states are copied out as the recurrence passes them, so capturing
+    them costs little more than the forward itself; with gradients use the chunked torch kernel.
+    """
+    S0 = _checked_inputs(q, k, v, beta, initial_state, alpha)
+    if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, k, v, beta, S0, alpha)):
+        raise RuntimeError("native_delta_rule_with_states builds no graph; call it under torch.no_grad() or "
+                           "use the chunked torch kernel (with_states) when gradients are needed.")
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    if stride < 1 or T % stride:
+        raise ValueError(f"stride must divide the sequence length T = {T}; got {stride}.")
+    q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
+    alpha = None if alpha is None else alpha.contiguous()
+    S = S0.clone(memory_format=torch.contiguous_format)
+    o = q.new_empty(B, T, H, V)
+    states = q.new_empty(B, T // stride, H, K, V)
+    _kernels().delta_rule_forward_states(*map(pointer, (q, k, v, beta, alpha, S, o, states)), stride, B, T, H, K, V)
+    return o, S, states

@@ -232,8 +232,8 @@ class _GatedDeltaMixer(nn.Module):
         if not self.hook_state.has_hooks():
             o, _, _ = chunk_gated_delta_rule(qi, ki, vi, bi, gi, chunk_size=self.chunk_size, use_fla=self.use_fla)
             return deinterleave(o, n)
-        o, _, states = chunk_gated_delta_rule(qi, ki, vi, bi, gi, chunk_size=self.chunk_size, with_states=True)
-        states = deinterleave(states, n)  # (B, T, H, d_k, d_v)
+        o, _, states = chunk_gated_delta_rule(qi, ki, vi, bi, gi, chunk_size=self.chunk_size, with_states=True,
+                                              state_every=n)  # (B, T, H, d_k, d_v): after each token's last factor
         version = states._version
         seen = self.hook_state(states)
         untouched = states._version == version
@@ -244,8 +244,8 @@ class _GatedDeltaMixer(nn.Module):
         # rounding equals the shown tensor's and only the edited steps count as changed.
         original = states
         if not untouched:
-            original = deinterleave(
-                chunk_gated_delta_rule(qi, ki, vi, bi, gi, chunk_size=self.chunk_size, with_states=True)[2], n).detach()
+            original = chunk_gated_delta_rule(qi, ki, vi, bi, gi, chunk_size=self.chunk_size, with_states=True,
+                                              state_every=n)[2].detach()
         o, _ = replay_gated_with_state_edits(q, k, v, beta, g, original, seen, chunk_size=self.chunk_size)
         return o
 

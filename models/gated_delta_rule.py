@@ -29,7 +29,8 @@ GatedDeltaProduct does exactly this, so DeltaNet, Gated DeltaNet and DeltaProduc
 * `chunk_gated_delta_rule`: the fast path. On a CPU the C kernel (models/csrc/delta_rule.c, which
   takes the decay), else the chunked WY/UT torch form below (without decay: the plain delta rule's);
   on CUDA fla's Triton `chunk_gated_delta_rule` / `fused_recurrent_gated_delta_rule`.
-  `with_states=True` also returns every S_t (pure torch).
+  `with_states=True` also returns every S_t (the C kernel copies them out when no gradient is
+  wanted; else the torch form).
 
 Chunked form with decay, one chunk from S_0, G_t = g_1 + ... + g_t (within the chunk), D_ts = exp(G_t - G_s)
 for s <= t (0 above the diagonal):
@@ -52,10 +53,11 @@ from deltalens.models.delta_rule import (
     chunk_delta_rule,
     chunk_delta_rule_with_states,
     fla_kernels_available,
+    native_states_apply,
     replay_segments,
     use_native_kernel,
 )
-from deltalens.models.delta_rule_native import native_delta_rule
+from deltalens.models.delta_rule_native import native_delta_rule, native_delta_rule_with_states
 
 __all__ = [
     "gated_delta_rule_recurrence",
@@ -188,21 +190,26 @@ def chunk_gated_delta_rule(
     use_fla: Optional[bool] = None,
     with_states: bool = False,
     native: Optional[bool] = None,
+    state_every: int = 1,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
     """The gated delta rule, chunked. Argument order as `gated_delta_rule_recurrence` (beta before g;
     fla's `chunk_gated_delta_rule` takes g before beta).
 
     use_fla: None = fla's Triton kernels for CUDA tensors when fla imports, else ours; with_states
-    (pure torch) also returns every S_t. native: the CPU path's kernel, as `chunk_delta_rule`'s
-    (None = the C kernel, with the decay, when it builds here; False = the chunked torch kernel).
+    also returns every S_t (the C kernel without gradients on a CPU, else the chunked torch kernel),
+    or with state_every = n the state after every n-th step ([B, T / n, ...]: one per DeltaProduct
+    token). native: the CPU path's kernel, as `chunk_delta_rule`'s (None = the C kernel, with the
+    decay, when it builds here; False = the chunked torch kernel).
     Returns (o in q's dtype, S_T or None, states or None).
     """
     _check(q, k, v, beta, g, initial_state)
+    if with_states and (state_every < 1 or q.shape[1] % state_every):
+        raise ValueError(f"state_every must divide the sequence length T = {q.shape[1]}; got {state_every}.")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     if g is None:  # the plain delta rule: its own kernels (the C one on CPU)
         if with_states:
             return chunk_delta_rule_with_states(q, k, v, beta, scale, initial_state, output_final_state,
-                                                chunk_size=chunk_size)
+                                                chunk_size=chunk_size, state_every=state_every, native=native)
         o, S = chunk_delta_rule(q, k, v, beta, scale, initial_state, output_final_state, chunk_size=chunk_size,
                                 use_fla=use_fla, native=native)
         return o, S, None
@@ -218,11 +225,16 @@ def chunk_gated_delta_rule(
     if T == 0:
         states = v.new_zeros(B, 0, H, K, v.shape[-1]) if with_states else None
         return v.new_zeros(B, 0, H, v.shape[-1]), (S if output_final_state else None), states
+    prepared = (q.float() * scale, k.float(), v.float(), beta.float())
+    if with_states and native_states_apply(native, q, 0, initial_state, (q, k, v, beta, g)):
+        o, S, states = native_delta_rule_with_states(*prepared, S, alpha=g.float().exp(), stride=state_every)
+        return o.to(q.dtype), (S if output_final_state else None), states
     if not with_states and use_native_kernel(native, q, 0, initial_state):
-        o, S = native_delta_rule(q.float() * scale, k.float(), v.float(), beta.float(), S, alpha=g.float().exp())
+        o, S = native_delta_rule(*prepared, S, alpha=g.float().exp())
         return o.to(q.dtype), (S if output_final_state else None), None
-    o, S, states = _chunk_gated(q.float() * scale, k.float(), v.float(), beta.float(), g.float(), S, chunk_size,
-                                with_states)
+    o, S, states = _chunk_gated(*prepared, g.float(), S, chunk_size, with_states)
+    if with_states:
+        states = states[:, state_every - 1 :: state_every]
     return o.to(q.dtype), (S if output_final_state else None), states
 
 
@@ -270,10 +282,9 @@ def replay_gated_with_state_edits(q, k, v, beta, g, original_states: torch.Tenso
 
     def run_segment(start: int, stop: int, S: torch.Tensor) -> torch.Tensor:
         sub = slice(start * n, stop * n)  # the segment's sub-tokens, from its first token's decay on
-        states = chunk_gated_delta_rule(qi[:, sub], ki[:, sub], vi[:, sub], bi[:, sub],
-                                        None if gi is None else gi[:, sub], initial_state=S,
-                                        chunk_size=chunk_size, with_states=True)[2]
-        return deinterleave(states, n)
+        return chunk_gated_delta_rule(qi[:, sub], ki[:, sub], vi[:, sub], bi[:, sub],
+                                      None if gi is None else gi[:, sub], initial_state=S,
+                                      chunk_size=chunk_size, with_states=True, state_every=n)[2]
 
     states = replay_segments(original_states, edited_states, run_segment)
     scale = q.shape[-1] ** -0.5 if scale is None else scale

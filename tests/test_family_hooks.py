@@ -160,3 +160,47 @@ def test_an_in_place_state_edit_with_gradients_on_equals_the_state_edit(arch):
         reference = model(TOKENS)
     assert torch.is_grad_enabled() and (edited - reference).abs().max() <= 1e-5
     assert (edited - model(TOKENS)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("arch", ["deltanet", "gated_deltanet", "deltaproduct"])
+def test_capturing_states_without_gradients_takes_the_c_kernel_and_changes_nothing(arch):
+    """Under no_grad the C kernel copies hook_state out as it runs: the logits are the plain forward's
+    to the bit, and the states are the chunked torch kernel's."""
+    from deltalens.models.native import native_kernels
+
+    model = build(arch) if arch != "deltanet" else models.build("deltanet", vocab_size=23, hidden_size=32,
+                                                                 num_hidden_layers=2, num_heads=2,
+                                                                 allow_neg_eigval=True).eval()
+    only_states = dict(names_filter=lambda name: name.endswith("hook_state"))
+    with torch.no_grad():
+        plain = model(TOKENS)
+        logits, cache = model.run_with_cache(TOKENS, **only_states)
+        with native_kernels(False):
+            torch_logits, torch_cache = model.run_with_cache(TOKENS, **only_states)
+    assert torch.equal(logits, plain)
+    assert (logits - torch_logits).abs().max() <= 1e-4
+    for name in torch_cache.keys():
+        assert (cache[name] - torch_cache[name]).abs().max() <= 1e-5, name
+
+
+@pytest.mark.parametrize("arch", ["gated_deltanet", "deltaproduct"])
+def test_patching_a_state_without_gradients_equals_the_state_edit_recurrence(arch):
+    """The C-kernel capture and replay (no_grad) give the state_edit recurrence's output too."""
+    model = build(arch)
+    other = torch.randint(1, 23, TOKENS.shape, generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        _, source = model.run_with_cache(other)
+        with patch_state(1, 1, source, positions=[4, 11]).applied(model):
+            got = model(TOKENS)
+        src = source["blocks.1.attn.hook_state"]
+
+        def edit(t, S):
+            if t not in (4, 11):
+                return S
+            S = S.clone()
+            S[:, 1] = src[:, t, 1]
+            return S
+
+        with model.state_edit(1, edit):
+            want = model(TOKENS)
+    assert (got - want).abs().max() <= 1e-4 and (got - model(TOKENS)).abs().max() > 1e-3

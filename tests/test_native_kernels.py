@@ -9,8 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from deltalens.models.delta_rule import chunk_delta_rule, delta_rule_recurrence
-from deltalens.models.delta_rule_native import native_delta_rule, native_kernel_available, native_kernel_error
+from deltalens.models.delta_rule import chunk_delta_rule, chunk_delta_rule_with_states, delta_rule_recurrence
+from deltalens.models.delta_rule_native import (
+    native_delta_rule,
+    native_delta_rule_with_states,
+    native_kernel_available,
+    native_kernel_error,
+)
+from deltalens.models.gated_delta_rule import gated_delta_rule_recurrence
 from deltalens.models.native import library_error, native_kernels
 from deltalens.models.short_conv import ShortConvolution, short_conv_ref
 
@@ -169,6 +175,37 @@ def test_the_c_kernel_refuses_what_it_cannot_read_and_second_derivatives():
     # through chunk_delta_rule an fp64 initial state still works (it is upcast like the inputs)
     o64, _ = chunk_delta_rule(q.detach(), k.detach(), v.detach(), beta.detach(), initial_state=S0.detach().double())
     assert o64.dtype == torch.float32
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("shape, stride", [((2, 15, 2, 16, 16), 1), ((2, 21, 3, 16, 16), 3), ((1, 8, 2, 8, 5), 4),
+                                           ((1, 6, 1, 32, 32), 2)])
+def test_c_kernel_states_are_the_recurrence_states(shape, stride, gated):
+    """The states the C kernel copies out (every stride-th step) are the reference recurrence's."""
+    with torch.no_grad():
+        q, k, v, beta, S0 = (x.detach() for x in _inputs(*shape))
+        g = -torch.rand(shape[:3], generator=torch.Generator().manual_seed(2)) if gated else None
+        o, S, states = native_delta_rule_with_states(q, k, v, beta, S0, alpha=None if g is None else g.exp(),
+                                                     stride=stride)
+        o_ref, S_ref, states_ref = gated_delta_rule_recurrence(q, k, v, beta, g, scale=1.0, initial_state=S0,
+                                                               output_final_state=True)
+    assert states.shape == (shape[0], shape[1] // stride, shape[2], shape[3], shape[4])
+    assert (states - states_ref[:, stride - 1 :: stride]).abs().max() <= TOL
+    assert (o - o_ref).abs().max() <= TOL and (S - S_ref).abs().max() <= TOL
+    o_plain, S_plain = native_delta_rule(q, k, v, beta, S0, alpha=None if g is None else g.exp())
+    assert torch.equal(o, o_plain) and torch.equal(S, S_plain)  # the same forward, states or not
+
+
+def test_c_kernel_states_refuse_gradients_and_a_stride_that_does_not_divide_t():
+    q, k, v, beta, S0 = _inputs(1, 6, 2, 4, 4)
+    with pytest.raises(RuntimeError, match="no graph"):
+        native_delta_rule_with_states(q, k, v, beta, S0)
+    with torch.no_grad(), pytest.raises(ValueError, match="divide"):
+        native_delta_rule_with_states(q, k, v, beta, S0, stride=4)
+    # chunk_delta_rule_with_states takes the torch kernel when gradients are wanted, and they flow
+    o, _, states = chunk_delta_rule_with_states(q, k, v, beta, scale=1.0, initial_state=S0, state_every=2)
+    states.sum().backward()
+    assert states.shape[1] == 3 and v.grad.abs().sum() > 0 and k.grad.abs().sum() > 0
 
 
 def test_a_conv_given_the_wrong_channel_count_raises_instead_of_reading_past_its_weights():

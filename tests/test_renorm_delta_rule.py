@@ -109,8 +109,9 @@ def test_renorm_every_zero_is_exactly_the_plain_delta_rule():
         zero = fn(q, k, v, beta, **common, **extra, renorm_every=0)
         for a, b in zip(plain, zero):
             assert torch.equal(a, b)
-    # A period longer than the sequence never renormalises: the same numbers as the plain kernel.
-    plain = chunk_delta_rule_with_states(q, k, v, beta, chunk_size=16, **common)
+    # A period longer than the sequence never renormalises: the same numbers as the plain chunked
+    # torch kernel (the renormalised path's; without native=False the plain one would take the C kernel).
+    plain = chunk_delta_rule_with_states(q, k, v, beta, chunk_size=16, native=False, **common)
     never = chunk_delta_rule_with_states(q, k, v, beta, chunk_size=16, renorm_every=1000, **common)
     for a, b in zip(plain, never):
         assert torch.equal(a, b)

@@ -14,7 +14,9 @@
  * `ckpt` [B, ceil(T / BLOCK), H, K, V] (the state before tokens 0, BLOCK, 2 BLOCK, ...; NULL when
  * no backward follows), and the backward recomputes the BLOCK states of one block at a time into
  * `scratch` [BLOCK, H, K, V]: 1/BLOCK of the memory of keeping every state, and no fresh pages
- * to fault in at every training step.
+ * to fault in at every training step. `states` (NULL: not kept) receives the state after every
+ * `stride`-th token, [B, T / stride, H, K, V] (T a multiple of stride): what hook_state shows, written
+ * once per token as the recurrence passes it (a DeltaProduct token is `stride` sub-tokens).
  * Built and loaded by models/native.py; plain C99, no Python or torch headers.
  */
 #include <stdint.h>
@@ -36,9 +38,9 @@ static inline void new_value(const float *restrict s, const float *restrict kt, 
 
 static inline void forward_body(const float *restrict q, const float *restrict k, const float *restrict v,
                                 const float *restrict beta, const float *restrict alpha, float *restrict S,
-                                float *restrict o, float *restrict ckpt, int64_t B, int64_t T, int64_t H, int64_t K,
-                                int64_t V) {
-    const int64_t NB = (T + BLOCK - 1) / BLOCK;
+                                float *restrict o, float *restrict ckpt, float *restrict states, int64_t stride,
+                                int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
+    const int64_t NB = (T + BLOCK - 1) / BLOCK, TS = T / stride;
     float w[V], u[V];
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++)
@@ -60,6 +62,8 @@ static inline void forward_body(const float *restrict q, const float *restrict k
                         s[i * V + j] += kt[i] * u[j];
                         ot[j] += s[i * V + j] * qt[i];
                     }
+                if (states && (t + 1) % stride == 0)
+                    memcpy(states + ((b * TS + t / stride) * H + h) * K * V, s, sizeof(float) * K * V);
             }
 }
 
@@ -160,7 +164,13 @@ int64_t delta_rule_block(void) { return BLOCK; }
 
 void delta_rule_forward(const float *q, const float *k, const float *v, const float *beta, const float *alpha,
                         float *S, float *o, float *ckpt, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
-    DISPATCH(forward_body, q, k, v, beta, alpha, S, o, ckpt)
+    DISPATCH(forward_body, q, k, v, beta, alpha, S, o, ckpt, NULL, 1)
+}
+
+void delta_rule_forward_states(const float *q, const float *k, const float *v, const float *beta, const float *alpha,
+                               float *S, float *o, float *states, int64_t stride, int64_t B, int64_t T, int64_t H,
+                               int64_t K, int64_t V) {
+    DISPATCH(forward_body, q, k, v, beta, alpha, S, o, NULL, states, stride)
 }
 
 void delta_rule_backward(const float *q, const float *k, const float *v, const float *beta, const float *alpha,
