@@ -9,6 +9,16 @@ from statistics import mean
 from deltalens.reports.figures import ARCH_LABELS
 
 
+def _spread(values: list[float]) -> str:
+    return f"{mean(values):.3f} [{min(values):.3f}–{max(values):.3f}]" if values else "–"
+
+
+def _mean_of(rows: list[dict], key: str) -> str:
+    """Mean of a column that files written before it existed lack ('–')."""
+    values = [r[key] for r in rows if key in r]
+    return f"{mean(values):.3f}" if values else "–"
+
+
 def products_lines(out: Path) -> list[str]:
     file = Path(out) / "products.json"
     if not file.is_file():
@@ -24,11 +34,15 @@ def products_lines(out: Path) -> list[str]:
         f"({data['traces']} per run): the cycle type read off P_t's eigenvalues against the action's "
         "(`spectral`), and a fixed map F with P_t F = F rho(pi_t) fitted on half the traces, then each P_t of the "
         "other half decoded as the permutation that fits it best (`decoded`). The head with the best decoding is "
-        "reported; it *implements* the permutations when decoded ≥ 0.9 and the median residual ≤ 0.25.",
+        "reported; it *implements* the permutations when decoded ≥ 0.9 and the median residual ≤ 0.25. "
+        "`context spread`: how far P_t moves between occurrences of the same action (per √d_k; 0 when P_t is a "
+        "function of the action alone). `state holds values`: the best head's linear probe of every variable's "
+        "value from its state S_t at the read-out tokens (probes/linear_probes.py; chance 1/n): a head can track "
+        "the state while its P_t is no fixed-basis representation.",
         "",
         "| group | architecture | seeds implementing | decoded (mean [min–max]) | spectral | residual "
-        "| reveal acc. 1x |",
-        "|---|---|---|---|---|---|---|",
+        "| context spread | state holds values (mean [min–max]) | reveal acc. 1x |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in data["runs"]:
@@ -38,8 +52,9 @@ def products_lines(out: Path) -> list[str]:
         accuracy = [r["reveal_accuracy_1x"] for r in rows if r["reveal_accuracy_1x"] is not None]
         lines.append(
             f"| {group} | {ARCH_LABELS.get(arch, arch)} | {sum(r['implements'] for r in rows)} of {len(rows)} "
-            f"| {mean(decoded):.3f} [{min(decoded):.3f}–{max(decoded):.3f}] "
-            f"| {mean(r['spectral_agreement'] for r in rows):.3f} | {mean(r['heldout_residual'] for r in rows):.3f} "
+            f"| {_spread(decoded)} | {mean(r['spectral_agreement'] for r in rows):.3f} "
+            f"| {mean(r['heldout_residual'] for r in rows):.3f} | {_mean_of(rows, 'context_spread')} "
+            f"| {_spread([r['state_value_accuracy'] for r in rows if 'state_value_accuracy' in r])} "
             f"| {f'{mean(accuracy):.3f}' if accuracy else '–'} |")
     if data.get("missing_checkpoints"):
         lines += ["", f"Runs without a checkpoint here (not probed): {', '.join(data['missing_checkpoints'])}."]

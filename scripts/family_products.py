@@ -2,11 +2,13 @@
 
 For each cell with a result, opens the run's final checkpoint (RUNS/<cell>-<config hash>/last), draws
 held-out traces (eval split, seed 0), and asks of every head whether its per-token product of
-reflections applies the action's permutation. Writes OUT/products.json, which the "Per-token
-products" section of `deltalens reproduce --out OUT` reads.
+reflections applies the action's permutation, and which head's state holds the variables' values (a
+linear probe: a model can track the state with products that are no fixed representation). Writes
+OUT/products.json, which the "Per-token products" section of `deltalens reproduce --out OUT` reads.
 
     python3 scripts/family_products.py [--sweep sweep/family.toml] [--results reports/family/sweep]
                                        [--runs runs/family] [--out reports/family] [--traces 64]
+                                       [--state-traces 256]
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import torch
 
 from deltalens.interp.capture import capture
 from deltalens.models.atomic import write_json_atomic
+from deltalens.probes.linear_probes import linear_probes
 from deltalens.probes.products import product_report
 from deltalens.tasks.display import progress
 from deltalens.training.grid import config_hash, job_config, load_sweep, read_sweep
@@ -24,7 +27,7 @@ from deltalens.training.loop import LAST
 from deltalens.training.opened import open_checkpoint
 
 
-def probe_run(path: Path, traces: int) -> dict:
+def probe_run(path: Path, traces: int, state_traces: int) -> dict:
     checkpoint = open_checkpoint(path)
     batch = checkpoint.batch(traces, seed=0)
     with torch.no_grad():
@@ -33,9 +36,21 @@ def probe_run(path: Path, traces: int) -> dict:
     best = report.heads[(report.heads["layer"] == layer) & (report.heads["head"] == head)].iloc[0]
     return {"tracking_head": [layer, head], "verdict": report.verdict(),
             **{key: (bool(best[key]) if key == "implements" else best[key] if key == "acts_as" else float(best[key]))
-               for key in ("decoded_accuracy", "heldout_residual", "spectral_agreement", "implements", "acts_as",
-                           "n_actions")},
+               for key in ("decoded_accuracy", "heldout_residual", "spectral_agreement", "context_spread",
+                           "implements", "acts_as", "n_actions")},
+            **state_decoding(checkpoint, state_traces),
             "heads": report.heads.to_dict(orient="records")}
+
+
+def state_decoding(checkpoint, traces: int) -> dict:
+    """The head whose state S_t holds the variables' values best: a linear probe per head and variable
+    (probes/linear_probes.py, at the read-out tokens), mean over variables. Whether some head tracks
+    the state at all, whatever its per-token products look like."""
+    report = linear_probes(checkpoint.model, checkpoint.batch(traces, seed=0), sites=("state",), targets=("value",))
+    per_head = report.results.groupby(["layer", "head"])[["accuracy", "control_accuracy"]].mean()
+    (layer, head), row = next(per_head.sort_values("accuracy", ascending=False).iterrows())
+    return {"state_head": [int(layer), int(head)], "state_value_accuracy": float(row["accuracy"]),
+            "state_value_control": float(row["control_accuracy"])}
 
 
 def main() -> None:
@@ -44,7 +59,8 @@ def main() -> None:
     parser.add_argument("--results", default="reports/family/sweep")
     parser.add_argument("--runs", default="runs/family")
     parser.add_argument("--out", default="reports/family")
-    parser.add_argument("--traces", type=int, default=64)
+    parser.add_argument("--traces", type=int, default=64, help="held-out traces per run for the product probe")
+    parser.add_argument("--state-traces", type=int, default=256, help="held-out traces per run for the state probe")
     args = parser.parse_args()
     torch.set_num_threads(1)
     sweep, statuses, _ = read_sweep(load_sweep(args.sweep), args.results)
@@ -57,7 +73,7 @@ def main() -> None:
             continue
         accuracy = {row["x_train"]: row.get("reveal_accuracy") for row in status.result["eval"]["lengths"]}
         rows.append({"cell": cell.name, "group": cell.group, "arch": cell.arch, "seed": cell.seed,
-                     "reveal_accuracy_1x": accuracy.get(1.0), **probe_run(path, args.traces)})
+                     "reveal_accuracy_1x": accuracy.get(1.0), **probe_run(path, args.traces, args.state_traces)})
     write_json_atomic(Path(args.out) / "products.json", {"sweep": args.sweep, "traces": args.traces,
                                                          "runs": rows, "missing_checkpoints": missing})
     print(f"{len(rows)} runs probed -> {Path(args.out) / 'products.json'}" + (f"; no checkpoint for {missing}"
