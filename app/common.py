@@ -105,16 +105,20 @@ def model_lock(path: str) -> threading.Lock:
 @st.cache_resource(show_spinner="running the model on held-out traces ...", max_entries=16)
 def head_measurements(path: str, n_traces: int, seed: int) -> dict[str, Any]:
     """Capture, eigenvalue, product, subspace and probe reports of a delta-rule checkpoint on held-out traces
-    (products: None when the traces carry no action permutations, e.g. probabilistic ones)."""
+    (products: None when the traces carry no action permutations, e.g. probabilistic ones; products_readout,
+    the products between read-outs: None when the traces have fewer than two reveals with distinct values)."""
     checkpoint = opened(path)
     batch = checkpoint.batch(n_traces, seed=seed)
     with model_lock(path):
         cap = capture(checkpoint.model, batch, names=("beta", "k", "state", "resid"))
-    try:
-        products = product_report(cap, seed=seed)
-    except DeltalensError:
-        products = None
-    return {"batch": batch, "capture": cap, "eigenvalues": eigenvalue_report(cap), "products": products,
+    products = {}
+    for span in ("action", "readout"):
+        try:
+            products[span] = product_report(cap, seed=seed, span=span)
+        except DeltalensError:
+            products[span] = None
+    return {"batch": batch, "capture": cap, "eigenvalues": eigenvalue_report(cap), "products": products["action"],
+            "products_readout": products["readout"],
             "subspace": subspace_report(cap, seed=seed), "probes": linear_probes(cap, seed=seed)}
 
 

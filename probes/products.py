@@ -17,8 +17,11 @@ activations; the action identities enter only as the question asked.
    rotations) and the 5-dim), in both orientations (g or g^-1: the model's composition order is its
    own). F is fitted on half of the actions (even-numbered traces, least squares with ||F|| = 1);
    on the other half each P_t is decoded as the group element g minimising ||P_t F - F rho(g)||.
-   The irrep with the lowest held-out median residual is the head's; `fits` lists every irrep under
-   the residual threshold. A faithful irrep decodes the permutation itself; a non-faithful one
+   The irrep (and orientation) with the lowest rms residual on the fitting half is the head's (ties
+   within 1e-3 go to the faithful, then the standard, irrep), judged on the held-out half: a median
+   there can be ~0 for a wrong choice (the sign on a head that does nothing, when most
+   permutations are even; g for g^-1 when most are their own inverse); `fits` lists every irrep
+   whose held-out median residual is under the threshold. A faithful irrep decodes the permutation itself; a non-faithful one
    (the sign) only its image. How many reflections an irrep needs differs: a 4-cycle is 3
    reflections in the standard representation of S4 but 2 in standard x sign; every rotation of
    the icosahedron (A5's 3-dim irreps) is 2.
@@ -55,10 +58,11 @@ from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.groups import lex_unrank
 from deltalens.tasks.tokenizers import TokenKind
 
-__all__ = ["NAMES", "Irrep", "ProductReport", "product_report", "cycle_type", "generated_group", "irreps",
+__all__ = ["NAMES", "SPANS", "Irrep", "ProductReport", "product_report", "cycle_type", "generated_group", "irreps",
            "spectral_cycle_type", "standard_rep", "product_decoding_figure"]
 
 NAMES = ("beta", "k")
+TIE = 1e-3  # fitting residuals closer than this count as equal when picking a head's irrep
 MAX_IRREP_ORDER = 120  # every irrep up to |G| = 120 (S5: the regular representation is 120 x 120)
 
 
@@ -232,8 +236,13 @@ class ProductReport(Summary):
     group_order: int
     accuracy_threshold: float = 0.9
     residual_threshold: float = 0.25
+    span: str = "action"  # one product per action, or per stretch between read-outs (see product_report)
 
     def title(self) -> str:
+        if self.span == "readout":
+            return (f"ProductReport (span='readout'): does each head's product of transitions between consecutive "
+                    f"read-outs apply the permutation composed there (a group of order {self.group_order} on "
+                    f"{self.n_vars} variables)?")
         return (f"ProductReport: does each head's per-token product of {self.factors} reflection(s) apply the "
                 f"action's permutation (a group of order {self.group_order} on {self.n_vars} variables)?")
 
@@ -251,28 +260,24 @@ class ProductReport(Summary):
     def verdict(self) -> str:
         layer, head = self.tracking_head()
         row = self.heads[(self.heads["layer"] == layer) & (self.heads["head"] == head)].iloc[0]
-        says = (f"Layer {layer} head {head} implements the actions' permutations" if row["implements"] else
-                f"No head implements the actions' permutations; the best decoding, layer {layer} head {head}")
+        what, unit = (("the actions' permutations", "actions") if self.span == "action" else
+                      ("the permutations composed between read-outs", "stretches between read-outs"))
+        says = (f"Layer {layer} head {head} implements {what}" if row["implements"] else
+                f"No head implements {what}; the best decoding, layer {layer} head {head}")
         return (f"{says}: best fit the {row['rep']} "
                 f"representation ({'faithful' if row['faithful'] else 'not faithful'}, acting as {row['acts_as']}), "
                 f"held-out decoded accuracy {row['decoded_accuracy']:.3f}, median residual "
                 f"{row['heldout_residual']:.3f}; spectral cycle type agreement {row['spectral_agreement']:.3f} over "
-                f"{int(row['n_actions'])} actions")
+                f"{int(row['n_actions'])} {unit}")
 
 
-@torch.no_grad()
-def product_report(source, batch=None, max_actions: int = 400, accuracy_threshold: float = 0.9,
-                   residual_threshold: float = 0.25, seed: int = 0) -> ProductReport:
-    """The product probe on every head; `source` is a Capture (with beta and k) or a model with a batch.
+SPANS = ("action", "readout")
 
-    Up to `max_actions` action occurrences are used (a random subset, `seed`); even-numbered traces
-    fit the intertwiners, odd-numbered ones are decoded. Every non-trivial irreducible
-    representation of the group the actions generate is tried (`irreps`), in both orientations.
-    """
-    cap = deltanet_capture(source, batch, NAMES)
+
+def _action_spans(cap) -> tuple[torch.Tensor, dict[int, int], dict[int, tuple[int, ...]]]:
+    """span="action": one group per action occurrence (its token or tokens), its permutation from perm_id.
+    Returns (group id per row, -1 outside; the first row of each group; each group's permutation)."""
     n = cap.n_vars
-    if n < 2:
-        raise DeltalensError("the product probe needs traces that carry their actions' permutations (perm_id).")
     action_pos, trace = cap.labels["action_pos"], cap.labels["trace"]
     is_action = (cap.labels["kind"] == int(TokenKind.ACTION)) & (action_pos >= 0) & (cap.labels["perm_id"] >= 0)
     if not bool(is_action.any()):
@@ -283,12 +288,65 @@ def product_report(source, batch=None, max_actions: int = 400, accuracy_threshol
     first: dict[int, int] = {}
     for row in torch.nonzero(is_action).flatten().tolist():
         first.setdefault(int(group[row]), row)
+    return group, first, {g: lex_unrank(int(cap.labels["perm_id"][r]), n) for g, r in first.items()}
+
+
+def _readout_spans(cap) -> tuple[torch.Tensor, dict[int, int], dict[int, tuple[int, ...]]]:
+    """span="readout": one group per stretch of a trace from just after one read-out token (whose logits
+    predict a revealed value) to the next one, inclusive: every token's transition in between. Its
+    permutation sigma is what the stretch did to the variables, s_end[i] = s_start[sigma(i)] (the
+    convention of an action's perm_id), read off the trace's state labels; stretches whose start
+    holds a value twice (so sigma is not determined) are left out."""
+    kind, trace = cap.labels["kind"], cap.labels["trace"]
+    # rows are in (trace, position) order: row r + 1 is the next token of the same trace
+    readout = torch.zeros(len(kind), dtype=torch.bool)
+    readout[:-1] = (kind[1:] == int(TokenKind.REVEAL)) & (trace[1:] == trace[:-1])
+    rows = torch.nonzero(readout).flatten().tolist()
+    group = torch.full_like(trace, -1)
+    first, perms = {}, {}
+    for start, end in zip(rows, rows[1:]):
+        before, after = cap.states[start].tolist(), cap.states[end].tolist()
+        if trace[start] != trace[end] or len(set(before)) < len(before) or sorted(before) != sorted(after):
+            continue
+        gid = len(first)
+        group[start + 1 : end + 1] = gid
+        first[gid] = end
+        perms[gid] = tuple(before.index(value) for value in after)
+    if not first:
+        raise DeltalensError("span='readout' needs traces with at least two read-outs (reveals) after the "
+                             "variables hold distinct values; use a batch with reveal spacing k > 0.")
+    return group, first, perms
+
+
+@torch.no_grad()
+def product_report(source, batch=None, max_actions: int = 400, accuracy_threshold: float = 0.9,
+                   residual_threshold: float = 0.25, seed: int = 0, span: str = "action") -> ProductReport:
+    """The product probe on every head; `source` is a Capture (with beta and k) or a model with a batch.
+
+    span: "action" (default) takes one product per action (its token, or its tokens with the code
+    tokenizer), decoded as the action's permutation. "readout" takes the product of every token's
+    transition between consecutive read-outs (the tokens whose logits predict a revealed value),
+    decoded as the permutation that stretch composed: a head whose keys move with the context (a
+    short convolution) can apply each action in a basis of its own and still compose to the
+    permutation, in a fixed basis, at the tokens where the state is read.
+    Up to `max_actions` products are used (a random subset, `seed`); even-numbered traces fit the
+    intertwiners, odd-numbered ones are decoded. Every non-trivial irreducible representation of
+    the group the permutations generate is tried (`irreps`), in both orientations.
+    """
+    if span not in SPANS:
+        raise DeltalensError(f"span must be one of {', '.join(SPANS)}; got {span!r}.")
+    cap = deltanet_capture(source, batch, NAMES)
+    n = cap.n_vars
+    if n < 2:
+        raise DeltalensError("the product probe needs traces that carry their actions' permutations (perm_id).")
+    action_pos, trace = cap.labels["action_pos"], cap.labels["trace"]
+    group, first, perm_of = (_action_spans if span == "action" else _readout_spans)(cap)
     ids = sorted(first)
     rng = np.random.default_rng(seed)
     chosen = set(rng.permutation(ids)[:max_actions].tolist()) if len(ids) > max_actions else set(ids)
     group = torch.where(torch.isin(group, torch.tensor(sorted(chosen))), group, torch.full_like(group, -1))
 
-    observed = [lex_unrank(int(cap.labels["perm_id"][r]), n) for r in first.values()]
+    observed = [perm_of[g] for g in ids]
     elements = generated_group(observed, limit=MAX_IRREP_ORDER)
     if elements is not None:
         reps = irreps(elements, seed=seed)
@@ -301,7 +359,7 @@ def product_report(source, batch=None, max_actions: int = 400, accuracy_threshol
     for layer in range(cap.n_layers):
         P_all, gids = transition_products(cap.layer("beta", layer), cap.layer("k", layer), group)  # (A, H, d, d)
         rows = [first[g] for g in gids.tolist()]
-        perms = [lex_unrank(int(cap.labels["perm_id"][r]), n) for r in rows]
+        perms = [perm_of[g] for g in gids.tolist()]
         true_types = [cycle_type(p) for p in perms]
         fit = np.array([int(trace[r]) % 2 == 0 for r in rows])
         held = ~fit
@@ -320,7 +378,9 @@ def product_report(source, batch=None, max_actions: int = 400, accuracy_threshol
                     held_residual = float(np.median(residual[held])) if held.any() else float("nan")
                     if held_residual <= residual_threshold:
                         fits.append(rep.name)
-                    if best is None or held_residual < best["heldout_residual"]:
+                    # Chosen on the fitting half (rms residual), judged on the held-out half. Near-ties
+                    # (within TIE) keep the earlier irrep: faithful ones, the standard first.
+                    if best is None or fit_residual < best["fit_residual"] - TIE:
                         best = {"rep": rep, "inverse": inverse, "fit_residual": fit_residual,
                                 "heldout_residual": held_residual, "decoded": errors.argmin(1), "residual": residual}
             # how much P_t varies between occurrences of the same action (0: a function of the action alone)
@@ -353,7 +413,7 @@ def product_report(source, batch=None, max_actions: int = 400, accuracy_threshol
             }))
     return ProductReport(heads=pd.DataFrame(head_rows), actions=pd.concat(frames, ignore_index=True), n_vars=n,
                          factors=factors, group_order=len(elements), accuracy_threshold=accuracy_threshold,
-                         residual_threshold=residual_threshold)
+                         residual_threshold=residual_threshold, span=span)
 
 
 def product_decoding_figure(report: ProductReport, layer: int | None = None, head: int | None = None):

@@ -2,7 +2,8 @@
 
 For a delta-rule model (DeltaNet, Gated DeltaNet, DeltaProduct): one row per (layer, head) with the
 beta / eigenvalue statistics on action tokens (eigenvalues.py), whether the per-token product of
-reflections applies the action's permutation (products.py), the state's effective rank, PCA
+reflections applies the action's permutation, and the product between consecutive read-outs the
+permutation composed there (products.py: perm_decoded, perm_decoded_readout), the state's effective rank, PCA
 dimension and action-key span (subspace.py) and the linear-probe accuracy of its state
 (linear_probes.py), plus the residual-stream probes per layer and the tracking head (highest
 reflection fraction; for DeltaProduct the head whose products are the permutations, when one is). For a
@@ -28,8 +29,9 @@ from deltalens.probes.subspace import subspace_report
 from deltalens.tasks.display import Summary
 from deltalens.tasks.errors import DeltalensError
 
-HEAD_COLUMNS = ("mean_beta_action", "neg_eig_fraction", "reflection_fraction", "perm_decoded", "effective_rank",
-                "pca_dim_90", "pca_dim_99", "key_rank", "key_dim_90", "probe_accuracy_value", "probe_accuracy_source")
+HEAD_COLUMNS = ("mean_beta_action", "neg_eig_fraction", "reflection_fraction", "perm_decoded", "perm_decoded_readout",
+                "effective_rank", "pca_dim_90", "pca_dim_99", "key_rank", "key_dim_90", "probe_accuracy_value",
+                "probe_accuracy_source")
 
 
 @dataclass(repr=False)
@@ -97,6 +99,15 @@ def probe_summary(model, batch, probes: bool = True, probe_at: str = "readout", 
             heads = heads.merge(columns, on=["layer", "head"], how="left")
             if getattr(model, "n_factors", 1) > 1 and bool(products.heads["implements"].any()):
                 tracking = products.tracking_head()  # a head whose products are the permutations
+        try:
+            readout = product_report(cap, seed=seed, span="readout")
+        except DeltalensError as err:  # e.g. fewer than two reveals per trace
+            skipped.append(f"products between read-outs: {err}")
+        else:
+            reports["products_readout"] = readout
+            columns = readout.heads[["layer", "head", "decoded_accuracy"]].rename(
+                columns={"decoded_accuracy": "perm_decoded_readout"})
+            heads = heads.merge(columns, on=["layer", "head"], how="left")
     else:
         cap = capture(model, batch, names=("resid",))
         skipped.append(f"eigenvalues and state subspaces: {ARTICLE.get(arch, arch)} has no beta and no matrix "

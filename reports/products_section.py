@@ -38,11 +38,14 @@ def products_lines(out: Path) -> list[str]:
         "`context spread`: how far P_t moves between occurrences of the same action (per √d_k; 0 when P_t is a "
         "function of the action alone). `state holds values`: the best head's linear probe of every variable's "
         "value from its state S_t at the read-out tokens (probes/linear_probes.py; chance 1/n): a head can track "
-        "the state while its P_t is no fixed-basis representation.",
+        "the state while its P_t is no fixed-basis representation. `between read-outs`: the same decoding of the "
+        "product of every token's transition from one read-out to the next against the permutation composed "
+        "there (`span=\"readout\"`; best head): per-token bases that move with the context can cancel there.",
         "",
         "| group | architecture | seeds implementing | decoded (mean [min–max]) | spectral | residual "
-        "| context spread | state holds values (mean [min–max]) | reveal acc. 1x |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| context spread | between read-outs: decoded (mean [min–max]) | state holds values (mean [min–max]) "
+        "| reveal acc. 1x |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in data["runs"]:
@@ -54,6 +57,7 @@ def products_lines(out: Path) -> list[str]:
             f"| {group} | {ARCH_LABELS.get(arch, arch)} | {sum(r['implements'] for r in rows)} of {len(rows)} "
             f"| {_spread(decoded)} | {mean(r['spectral_agreement'] for r in rows):.3f} "
             f"| {mean(r['heldout_residual'] for r in rows):.3f} | {_mean_of(rows, 'context_spread')} "
+            f"| {_spread([r['readout_decoded_accuracy'] for r in rows if 'readout_decoded_accuracy' in r])} "
             f"| {_spread([r['state_value_accuracy'] for r in rows if 'state_value_accuracy' in r])} "
             f"| {f'{mean(accuracy):.3f}' if accuracy else '–'} |")
     if data.get("missing_checkpoints"):

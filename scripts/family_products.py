@@ -2,8 +2,10 @@
 
 For each cell with a result, opens the run's final checkpoint (RUNS/<cell>-<config hash>/last), draws
 held-out traces (eval split, seed 0), and asks of every head whether its per-token product of
-reflections applies the action's permutation, and which head's state holds the variables' values (a
-linear probe: a model can track the state with products that are no fixed representation). Writes
+reflections applies the action's permutation, whether the product of every token's transition
+between consecutive read-outs applies the permutation composed there (span="readout"), and which
+head's state holds the variables' values (a linear probe: a model can track the state with
+per-token products that are no fixed representation). Writes
 OUT/products.json, which the "Per-token products" section of `deltalens reproduce --out OUT` reads.
 
     python3 scripts/family_products.py [--sweep sweep/family.toml] [--results reports/family/sweep]
@@ -31,13 +33,18 @@ def probe_run(path: Path, traces: int, state_traces: int) -> dict:
     checkpoint = open_checkpoint(path)
     batch = checkpoint.batch(traces, seed=0)
     with torch.no_grad():
-        report = product_report(capture(checkpoint.model, batch, names=("beta", "k")))
+        cap = capture(checkpoint.model, batch, names=("beta", "k"))
+    report, between = product_report(cap), product_report(cap, span="readout")
     layer, head = report.tracking_head()
+    composed = between.heads.set_index(["layer", "head"]).loc[between.tracking_head()]
     best = report.heads[(report.heads["layer"] == layer) & (report.heads["head"] == head)].iloc[0]
     return {"tracking_head": [layer, head], "verdict": report.verdict(),
             **{key: (bool(best[key]) if key == "implements" else best[key] if key == "acts_as" else float(best[key]))
                for key in ("decoded_accuracy", "heldout_residual", "spectral_agreement", "context_spread",
                            "implements", "acts_as", "n_actions")},
+            "readout_head": list(between.tracking_head()),
+            "readout_decoded_accuracy": float(composed["decoded_accuracy"]),
+            "readout_heldout_residual": float(composed["heldout_residual"]),
             **state_decoding(checkpoint, state_traces),
             "heads": report.heads.to_dict(orient="records")}
 

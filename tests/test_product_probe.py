@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from deltalens.interp.capture import Capture
+from deltalens.interp.capture import Capture, capture
 from deltalens.probes.products import cycle_type, product_report, spectral_cycle_type, standard_rep
+from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.groups import lex_rank
 from deltalens.tasks.tokenizers import TokenKind
 
@@ -112,6 +113,31 @@ def test_a_model_without_action_labels_is_refused():
     cap.labels["perm_id"] = torch.full_like(cap.labels["perm_id"], -1)
     with pytest.raises(Exception, match="permutation"):
         product_report(cap)
+
+
+def test_between_read_outs_a_hand_set_head_composes_the_permutations():
+    """span="readout": the product of every token's transition from one read-out to the next. The hand-set
+    head applies each action by reflections and every other token as the identity, so each stretch's
+    product is the permutation the stretch composed (several actions at spacing 3); the other head is not."""
+    from handset import product_model
+
+    handset = product_model(n=3, factors=2, spacing=3)
+    cap = capture(handset.model, handset.batch(48, spacing=3), names=("beta", "k"))
+    report = product_report(cap, span="readout")
+    heads = report.heads.set_index("head")
+    assert heads.loc[1, "implements"] and heads.loc[1, "decoded_accuracy"] == 1.0
+    assert heads.loc[1, "heldout_residual"] < 1e-3
+    assert not heads.loc[0, "implements"]
+    assert "between read-outs" in report.verdict() and "stretches" in report.verdict()
+    # the stretches compose several actions: not every stretch's permutation is a single action's
+    assert report.actions["perm"].nunique() == 6
+
+
+def test_a_bad_span_and_a_capture_without_read_outs_are_refused():
+    with pytest.raises(DeltalensError, match="span"):
+        product_report(fake_capture(), span="tokens")
+    with pytest.raises(DeltalensError, match="read-outs"):
+        product_report(fake_capture(), span="readout")  # action tokens only: no reveal
 
 
 def test_irreps_of_small_groups():

@@ -578,7 +578,8 @@ allow_neg_eigval = true
          "implements": False, "acts_as": "pi", "n_actions": 10, "heads": []},
         {"cell": "s3-deltanet-neg-statement-k1-s0", "group": "S3", "arch": "deltanet-neg", "seed": 0,
          "reveal_accuracy_1x": 1.0, "tracking_head": [0, 0], "decoded_accuracy": 0.125, "heldout_residual": 1.5,
-         "spectral_agreement": 0.375, "context_spread": 0.625, "state_head": [0, 1], "state_value_accuracy": 0.875,
+         "spectral_agreement": 0.375, "context_spread": 0.625, "readout_head": [0, 1], "readout_decoded_accuracy": 1.0,
+         "readout_heldout_residual": 0.5, "state_head": [0, 1], "state_value_accuracy": 0.875,
          "state_value_control": 0.25, "implements": False, "acts_as": "g", "n_actions": 10, "heads": []}],
         "missing_checkpoints": []}))
     assert cli(tmp_path) == 0
@@ -589,8 +590,8 @@ allow_neg_eigval = true
     assert "## The paper's claims" not in md  # claims = false
     assert "## Per-token products of reflections" in md
     # a file written before the context spread and the state probe existed shows '–' there
-    assert "| S3 | dp2 | 0 of 1 | 0.750 [0.750–0.750] | 0.250 | 0.500 | – | – | 0.500 |" in md
-    assert ("| S3 | DeltaNet β∈[0,2] | 0 of 1 | 0.125 [0.125–0.125] | 0.375 | 1.500 | 0.625 "
+    assert "| S3 | dp2 | 0 of 1 | 0.750 [0.750–0.750] | 0.250 | 0.500 | – | – | – | 0.500 |" in md
+    assert ("| S3 | DeltaNet β∈[0,2] | 0 of 1 | 0.125 [0.125–0.125] | 0.375 | 1.500 | 0.625 | 1.000 [1.000–1.000] "
             "| 0.875 [0.875–0.875] | 1.000 |") in md
     results = json.loads((tmp_path / "results" / "s3-dp2-statement-k1-s0.json").read_text())
     assert results["config"]["model"]["arch"] == "deltaproduct" and results["steps"] == 2

@@ -81,6 +81,27 @@ def test_the_product_probe_and_the_beta_intervention_find_the_same_head():
     assert reveal_accuracy(checkpoint.model, batch, rescale_beta(checkpoint.model, *other)).reveal_accuracy > 0.95
 
 
+@pytest.mark.parametrize("name, tracking", [("s4-deltaproduct-n3-full", (0, 1)), ("s5-deltanet-neg-statement", (0, 3))])
+def test_with_the_short_convolution_the_products_compose_between_read_outs(name, tracking):
+    """With a short convolution no head's per-action product is the permutation in a fixed basis (the
+    keys move with the preceding tokens), but the product of every token's transition from one read-out
+    to the next decodes the permutation composed there, on the head whose beta rescale breaks tracking
+    (`deltalens intervene --sweep beta-range`: S4 DeltaProduct L0H1 1.00 -> 0.26, S5 DeltaNet L0H3
+    1.00 -> 0.38), and on no other head."""
+    from deltalens.interp.capture import capture
+    from deltalens.probes.products import product_report
+
+    checkpoint = open_checkpoint(CHECKPOINTS / name)
+    cap = capture(checkpoint.model, checkpoint.batch(64, seed=3), names=("beta", "k"))
+    per_action = product_report(cap)
+    assert per_action.heads["decoded_accuracy"].max() < 0.2 and not per_action.heads["implements"].any()
+    between = product_report(cap, span="readout")
+    assert between.tracking_head() == tracking
+    heads = between.heads.set_index(["layer", "head"])
+    assert heads.loc[tracking, "decoded_accuracy"] >= 0.95 and heads.loc[tracking, "rep"] == "standard"
+    assert heads.drop(index=tracking)["decoded_accuracy"].max() < 0.5
+
+
 def test_two_reflections_per_token_cover_every_a5_element_but_the_five_cycles():
     """A5's standard representation needs 4 reflections for a 5-cycle and 2 for the rest; the shipped
     n_h = 2 model's tracking head implements it exactly where 2 reflections suffice."""

@@ -68,7 +68,13 @@ elif checkpoint is not None:
 
         products = found["products"]
         if products is not None:
-            st.markdown(f"**Per-token products of reflections.** {products.verdict()}. The head picked above:")
+            between = found["products_readout"]
+            composed = ("" if between is None else
+                        f" **Between read-outs** (every token's transition from one read-out to the next, against the "
+                        f"permutation composed there; a head whose keys move with the context can still compose "
+                        f"right): {between.verdict()}.")
+            st.markdown(f"**Per-token products of reflections.** {products.verdict()}.{composed} "
+                        "The head picked above:")
             left, right = st.columns(2)
             left.plotly_chart(product_decoding_figure(products, layer, head), width="stretch")
             right.dataframe(products.heads.round(3), hide_index=True, width="stretch")
