@@ -21,8 +21,8 @@ activations; the action identities enter only as the question asked.
    within 1e-3 go to the faithful, then the standard, irrep), judged on the held-out half: a median
    there can be ~0 for a wrong choice (the sign on a head that does nothing, when most
    permutations are even; g for g^-1 when most are their own inverse); `fits` lists every irrep
-   whose held-out median residual is under the threshold. A faithful irrep decodes the permutation itself; a non-faithful one
-   (the sign) only its image. How many reflections an irrep needs differs: a 4-cycle is 3
+   whose held-out median residual is under the threshold. A faithful irrep decodes the permutation
+   itself; a non-faithful one (the sign) only its image. How many reflections an irrep needs differs: a 4-cycle is 3
    reflections in the standard representation of S4 but 2 in standard x sign; every rotation of
    the icosahedron (A5's 3-dim irreps) is 2.
 2. context: `context_spread` is the mean distance of P_t from the mean P of the same action (per
@@ -35,6 +35,12 @@ activations; the action identities enter only as the question asked.
    l_1, l_2, ... has eigenvalues exp(2 pi i j / l) (j = 1 .. l - 1) for each cycle and 1 elsewhere,
    plus a -1 where the head fixes the parity in one more dimension (`spectral_cycle_type`); the
    cycle type closest to P_t's spectrum is compared with the action's.
+4. span="readout": the same tests on the product of every token's transition from one read-out
+   (a token whose logits predict a revealed value) to the next, against the permutation composed
+   in between (from the traces' state labels). Bases that move with the context can cancel there:
+   the state only has to be in a fixed basis where it is read. The residual then also carries
+   the other tokens' transitions (prints, values), so it stays above the per-action one even for
+   a head that implements each action (the shipped no-conv S4 head: 0.17 per action, 0.65 here).
 
 A head *implements* the permutations when its best irrep is faithful, >= `accuracy_threshold` (0.9)
 of the held-out actions decode to the right element and the median held-out relative residual
