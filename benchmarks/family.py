@@ -28,13 +28,20 @@ from deltalens.models.native import native_kernels
 B, H, K = 8, 4, 16
 
 
-def cell(n: int, gated: bool, T: int) -> dict:
+def layer_inputs(n: int, gated: bool, T: int) -> tuple:
+    """One layer's per-token inputs as the family's models make them: q, k [.., n, K], v, beta in [0, 2],
+    the log-decay (None ungated). B = 8, H = 4, d_k = d_v = 16, seed 0."""
     g = torch.Generator().manual_seed(0)
     q = F.normalize(torch.randn(B, T, H, K, generator=g), dim=-1)
     k = F.normalize(torch.randn(B, T, H, n, K, generator=g), dim=-1)
     v = torch.randn(B, T, H, n, K, generator=g)
     beta = torch.rand(B, T, H, n, generator=g) * 2
     decay = -torch.rand(B, T, H, generator=g) if gated else None
+    return q, k, v, beta, decay
+
+
+def cell(n: int, gated: bool, T: int) -> dict:
+    q, k, v, beta, decay = layer_inputs(n, gated, T)
     leaves = [x.requires_grad_() for x in (q, k, v, beta)] + ([decay.requires_grad_()] if gated else [])
 
     def run(kernel):

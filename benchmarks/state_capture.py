@@ -24,25 +24,19 @@ import json
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
+from family import B, H, K, layer_inputs
 from timing import best_seconds
 
 from deltalens import models
 from deltalens.models.gated_delta_rule import chunk_gated_delta_rule, interleave
 
-B, T, H, K = 8, 256, 4, 16
+T = 256
 CHECKPOINTS = ["s3-deltanet-neg-statement", "s4-deltaproduct-n3-full", "s4-deltaproduct-n3-noconv-full",
                "a5-deltaproduct-n2-noconv-full"]
 
 
 def kernel_cell(n: int, gated: bool) -> dict:
-    g = torch.Generator().manual_seed(0)
-    q = F.normalize(torch.randn(B, T, H, K, generator=g), dim=-1)
-    k = F.normalize(torch.randn(B, T, H, n, K, generator=g), dim=-1)
-    v = torch.randn(B, T, H, n, K, generator=g)
-    beta = torch.rand(B, T, H, n, generator=g) * 2
-    decay = -torch.rand(B, T, H, generator=g) if gated else None
-    inputs = interleave(q, k, v, beta, decay)
+    inputs = interleave(*layer_inputs(n, gated, T))
     with torch.no_grad():
         forward = best_seconds(lambda: chunk_gated_delta_rule(*inputs))
         c_states = best_seconds(lambda: chunk_gated_delta_rule(*inputs, with_states=True, state_every=n))
