@@ -268,8 +268,13 @@ class ProductReport(Summary):
         row = self.heads[(self.heads["layer"] == layer) & (self.heads["head"] == head)].iloc[0]
         what, unit = (("the actions' permutations", "actions") if self.span == "action" else
                       ("the permutations composed between read-outs", "stretches between read-outs"))
-        says = (f"Layer {layer} head {head} implements {what}" if row["implements"] else
-                f"No head implements {what}; the best decoding, layer {layer} head {head}")
+        if row["implements"]:
+            says = f"Layer {layer} head {head} implements {what}"
+        elif row["faithful"] and row["decoded_accuracy"] >= self.accuracy_threshold:
+            says = (f"Layer {layer} head {head} decodes {what}, but not cleanly (median residual > "
+                    f"{self.residual_threshold}), so no head implements them")
+        else:
+            says = f"No head implements {what}; the best decoding, layer {layer} head {head}"
         return (f"{says}: best fit the {row['rep']} "
                 f"representation ({'faithful' if row['faithful'] else 'not faithful'}, acting as {row['acts_as']}), "
                 f"held-out decoded accuracy {row['decoded_accuracy']:.3f}, median residual "

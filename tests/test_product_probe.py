@@ -129,6 +129,11 @@ def test_between_read_outs_a_hand_set_head_composes_the_permutations():
     assert heads.loc[1, "heldout_residual"] < 1e-3
     assert not heads.loc[0, "implements"]
     assert "between read-outs" in report.verdict() and "stretches" in report.verdict()
+    assert report.verdict().startswith("Layer 0 head 1 implements")
+    # decoded right but far from the representation: said so, and not called implementing
+    report.heads.loc[report.heads["head"] == 1, ["implements", "heldout_residual"]] = [False, 0.7]
+    assert report.verdict().startswith("Layer 0 head 1 decodes the permutations composed between read-outs, but not "
+                                       "cleanly (median residual > 0.25), so no head implements them")
     # the stretches compose several actions: not every stretch's permutation is a single action's
     assert report.actions["perm"].nunique() == 6
 
