@@ -22,9 +22,9 @@ activations; the action identities enter only as the question asked.
    there can be ~0 for a wrong choice (the sign on a head that does nothing, when most
    permutations are even; g for g^-1 when most are their own inverse); `fits` lists every irrep
    whose held-out median residual is under the threshold. A faithful irrep decodes the permutation
-   itself; a non-faithful one (the sign) only its image. How many reflections an irrep needs differs: a 4-cycle is 3
-   reflections in the standard representation of S4 but 2 in standard x sign; every rotation of
-   the icosahedron (A5's 3-dim irreps) is 2.
+   itself; a non-faithful one (the sign) only its image. How many reflections an irrep needs
+   differs: a 4-cycle is 3 reflections in the standard representation of S4 but 2 in standard x
+   sign; every rotation of the icosahedron (A5's 3-dim irreps) is 2.
 2. context: `context_spread` is the mean distance of P_t from the mean P of the same action (per
    sqrt(d_k)): 0 when the transition is a function of the action alone. Keys come out of a short
    causal convolution, so they can depend on the preceding tokens too; a head whose reflection axes
@@ -68,6 +68,7 @@ __all__ = ["NAMES", "SPANS", "Irrep", "ProductReport", "product_report", "cycle_
            "spectral_cycle_type", "standard_rep", "product_decoding_figure"]
 
 NAMES = ("beta", "k")
+SPANS = ("action", "readout")  # one product per action, or per stretch between consecutive read-outs
 TIE = 1e-3  # fitting residuals closer than this count as equal when picking a head's irrep
 MAX_IRREP_ORDER = 120  # every irrep up to |G| = 120 (S5: the regular representation is 120 x 120)
 
@@ -282,9 +283,6 @@ class ProductReport(Summary):
                 f"{int(row['n_actions'])} {unit}")
 
 
-SPANS = ("action", "readout")
-
-
 def _action_spans(cap) -> tuple[torch.Tensor, dict[int, int], dict[int, tuple[int, ...]]]:
     """span="action": one group per action occurrence (its token or tokens), its permutation from perm_id.
     Returns (group id per row, -1 outside; the first row of each group; each group's permutation)."""
@@ -324,8 +322,8 @@ def _readout_spans(cap) -> tuple[torch.Tensor, dict[int, int], dict[int, tuple[i
         first[gid] = end
         perms[gid] = tuple(before.index(value) for value in after)
     if not first:
-        raise DeltalensError("span='readout' needs traces with at least two read-outs (reveals) after the "
-                             "variables hold distinct values; use a batch with reveal spacing k > 0.")
+        raise DeltalensError("span='readout' needs traces with at least two reveals after the variables hold "
+                             "distinct values (a statement or code trace batch of the checkpoint's task).")
     return group, first, perms
 
 
