@@ -141,7 +141,7 @@ def test_between_read_outs_a_hand_set_head_composes_the_permutations():
 def test_a_bad_span_and_a_capture_without_read_outs_are_refused():
     with pytest.raises(DeltalensError, match="span"):
         product_report(fake_capture(), span="tokens")
-    with pytest.raises(DeltalensError, match="read-outs"):
+    with pytest.raises(DeltalensError, match="two reveals"):
         product_report(fake_capture(), span="readout")  # action tokens only: no reveal
 
 
