@@ -81,13 +81,14 @@ def test_the_product_probe_and_the_beta_intervention_find_the_same_head():
     assert reveal_accuracy(checkpoint.model, batch, rescale_beta(checkpoint.model, *other)).reveal_accuracy > 0.95
 
 
-@pytest.mark.parametrize("name, tracking", [("s4-deltaproduct-n3-full", (0, 1)), ("s5-deltanet-neg-statement", (0, 3))])
+@pytest.mark.parametrize("name, tracking", [("s4-deltaproduct-n3-full", (0, 1)), ("a5-deltaproduct-n4-full", (0, 0)),
+                                            ("s5-deltanet-neg-statement", (0, 3))])
 def test_with_the_short_convolution_the_products_compose_between_read_outs(name, tracking):
     """With a short convolution no head's per-action product is the permutation in a fixed basis (the
     keys move with the preceding tokens), but the product of every token's transition from one read-out
     to the next decodes the permutation composed there, on the head whose beta rescale breaks tracking
-    (`deltalens intervene --sweep beta-range`: S4 DeltaProduct L0H1 1.00 -> 0.26, S5 DeltaNet L0H3
-    1.00 -> 0.38), and on no other head."""
+    (`deltalens intervene --sweep beta-range`: S4 DeltaProduct L0H1 1.00 -> 0.26, A5 DeltaProduct n_h = 4
+    L0H0 1.00 -> 0.23, S5 DeltaNet L0H3 1.00 -> 0.38), and on no other head."""
     from deltalens.interp.capture import capture
     from deltalens.probes.products import product_report
 
