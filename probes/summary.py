@@ -2,9 +2,9 @@
 
 For a delta-rule model (DeltaNet, Gated DeltaNet, DeltaProduct): one row per (layer, head) with the
 beta / eigenvalue statistics on action tokens (eigenvalues.py), whether the per-token product of
-reflections applies the action's permutation, and the product between consecutive read-outs the
-permutation composed there (products.py: perm_decoded, perm_decoded_readout), the state's effective rank, PCA
-dimension and action-key span (subspace.py) and the linear-probe accuracy of its state
+reflections applies the action's permutation and the product between consecutive read-outs the
+permutation composed there (products.py: perm_decoded, perm_decoded_readout), the state's effective
+rank, PCA dimension and action-key span (subspace.py) and the linear-probe accuracy of its state
 (linear_probes.py), plus the residual-stream probes per layer and the tracking head (highest
 reflection fraction; for DeltaProduct the head whose products are the permutations, when one is). For a
 Transformer or LSTM the beta and state parts are skipped with a note saying why, and the

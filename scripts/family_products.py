@@ -5,8 +5,8 @@ held-out traces (eval split, seed 0), and asks of every head whether its per-tok
 reflections applies the action's permutation, whether the product of every token's transition
 between consecutive read-outs applies the permutation composed there (span="readout"), and which
 head's state holds the variables' values (a linear probe: a model can track the state with
-per-token products that are no fixed representation). Writes
-OUT/products.json, which the "Per-token products" section of `deltalens reproduce --out OUT` reads.
+per-token products that are no fixed representation). Writes OUT/products.json, which the
+"Per-token products" section of `deltalens reproduce --out OUT` reads.
 
     python3 scripts/family_products.py [--sweep sweep/family.toml] [--results reports/family/sweep]
                                        [--runs runs/family] [--out reports/family] [--traces 64]
