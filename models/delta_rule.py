@@ -550,8 +550,7 @@ def chunk_delta_rule_with_states(
     """
     check_shapes(q, k, v, beta, initial_state)
     renorm_every = _check_renorm_every(renorm_every)
-    if state_every < 1 or q.shape[1] % state_every:
-        raise ValueError(f"state_every must divide the sequence length T = {q.shape[1]}; got {state_every}.")
+    check_state_every(state_every, q.shape[1])
     out_dtype = q.dtype
     qp, kp, vp, bp = _prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel)
     if native_states_apply(native, qp, renorm_every, initial_state, (qp, kp, vp, bp)):
@@ -563,6 +562,12 @@ def chunk_delta_rule_with_states(
         )
         states = states[:, state_every - 1 :: state_every]
     return o.to(out_dtype), (S if output_final_state else None), states
+
+
+def check_state_every(state_every: int, T: int) -> None:
+    """Keeping every n-th state needs n >= 1 dividing the sequence length (a DeltaProduct's n_h sub-tokens)."""
+    if state_every < 1 or T % state_every:
+        raise ValueError(f"state_every must divide the sequence length T = {T}; got {state_every}.")
 
 
 def native_states_apply(native: Optional[bool], q: torch.Tensor, renorm_every: int,

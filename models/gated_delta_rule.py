@@ -50,6 +50,7 @@ from einops import rearrange
 
 from deltalens.models.delta_rule import (
     check_shapes,
+    check_state_every,
     chunk_delta_rule,
     chunk_delta_rule_with_states,
     fla_kernels_available,
@@ -203,8 +204,8 @@ def chunk_gated_delta_rule(
     Returns (o in q's dtype, S_T or None, states or None).
     """
     _check(q, k, v, beta, g, initial_state)
-    if with_states and (state_every < 1 or q.shape[1] % state_every):
-        raise ValueError(f"state_every must divide the sequence length T = {q.shape[1]}; got {state_every}.")
+    if with_states:
+        check_state_every(state_every, q.shape[1])
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     if g is None:  # the plain delta rule: its own kernels (the C one on CPU)
         if with_states:

@@ -136,14 +136,14 @@ def _long_horizon_reading(record: dict[str, Any]) -> list[str]:
             continue
         trend = "grows" if b > 1.5 * a and uniform is not None and b > uniform else "stays flat"
         parts.append(f"{name} {trend} ({a:.3f} -> {b:.3f})")
+    if not parts:
+        return []
     by_key: dict[tuple, list[float]] = {}
     for r in record["results"]:
         for x in r["at_horizons"]:
             if x["dtype"] != "uniform" and x.get("kl") is not None:
                 by_key.setdefault((r["checkpoint"], r["seed"], x["kind"], x["horizon"]), []).append(x["kl"])
     dtype_gap = max((max(v) - min(v) for v in by_key.values() if len(v) > 1), default=None)
-    if not parts:
-        return []
     reading = (f"Read off the table: on adversarial traces, from {first} to {last} partial reveals (fp32, seed mean; "
                f"uniform guess {_show_kl(uniform)} at {last}): " + "; ".join(parts) + ".")
     if dtype_gap is not None:
