@@ -5,6 +5,7 @@ Models are cached with st.cache_resource (one copy per checkpoint); heavy result
 reports) too, keyed by the checkpoint's path and the controls that made them; small frames with
 st.cache_data. The computations themselves are the library's.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,15 +20,15 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from deltalens.core.atomic import write_json_atomic
+from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import capture
 from deltalens.interp.head_sweep import SweepResult, sweep
 from deltalens.models.architecture import ARTICLE
-from deltalens.models.atomic import write_json_atomic
 from deltalens.probes.eigenvalues import eigenvalue_report
 from deltalens.probes.linear_probes import linear_probes
 from deltalens.probes.products import product_report
 from deltalens.probes.subspace import subspace_report
-from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.groups import VARIABLE_NAMES
 from deltalens.training.opened import SHIPPED, Checkpoint, list_checkpoints, open_checkpoint
 
@@ -66,8 +67,10 @@ def checkpoint_table(directory: str) -> pd.DataFrame:
     if table.empty and table.attrs["skipped"]:
         raise DeltalensError(next(iter(table.attrs["skipped"].values())))
     if table.empty:
-        raise DeltalensError(f"{path} holds no checkpoints (folders with config.json and model.safetensors); "
-                             "start the app with --checkpoints DIR.")
+        raise DeltalensError(
+            f"{path} holds no checkpoints (folders with config.json and model.safetensors); "
+            "start the app with --checkpoints DIR."
+        )
     return table
 
 
@@ -76,8 +79,9 @@ def opened(path: str) -> Checkpoint:
     return open_checkpoint(path)
 
 
-def pick_checkpoint(key: str, label: str = "checkpoint", where: Callable[[pd.Series], bool] | None = None,
-                    default: str | None = None) -> Checkpoint | None:
+def pick_checkpoint(
+    key: str, label: str = "checkpoint", where: Callable[[pd.Series], bool] | None = None, default: str | None = None
+) -> Checkpoint | None:
     """A selectbox over the folder's checkpoints (optionally filtered), then the opened checkpoint."""
     table = attempt(checkpoint_table, str(checkpoint_dir()))
     if table is None:
@@ -117,9 +121,15 @@ def head_measurements(path: str, n_traces: int, seed: int) -> dict[str, Any]:
             products[span] = product_report(cap, seed=seed, span=span)
         except DeltalensError:
             products[span] = None
-    return {"batch": batch, "capture": cap, "eigenvalues": eigenvalue_report(cap), "products": products["action"],
-            "products_readout": products["readout"],
-            "subspace": subspace_report(cap, seed=seed), "probes": linear_probes(cap, seed=seed)}
+    return {
+        "batch": batch,
+        "capture": cap,
+        "eigenvalues": eigenvalue_report(cap),
+        "products": products["action"],
+        "products_readout": products["readout"],
+        "subspace": subspace_report(cap, seed=seed),
+        "probes": linear_probes(cap, seed=seed),
+    }
 
 
 def cached_sweep(checkpoint: Checkpoint, n_traces: int, intervention: str = "beta-range") -> SweepResult:
@@ -129,8 +139,12 @@ def cached_sweep(checkpoint: Checkpoint, n_traces: int, intervention: str = "bet
     file = SWEEP_CACHE / f"{checkpoint.path.name}-{key}.json"
     try:
         data = json.loads(file.read_text())
-        return SweepResult(baseline=data["baseline"], frame=pd.DataFrame(data["heads"]),
-                           intervention=data["intervention"], n_traces=data["n_traces"])
+        return SweepResult(
+            baseline=data["baseline"],
+            frame=pd.DataFrame(data["heads"]),
+            intervention=data["intervention"],
+            n_traces=data["n_traces"],
+        )
     except (OSError, ValueError, KeyError, TypeError):
         pass  # not cached yet, or unreadable: compute it again
     with model_lock(str(checkpoint.path)):
@@ -159,8 +173,10 @@ def trace_html(rows: pd.DataFrame) -> str:
         if row.is_reveal:
             colour = "#c8f7c5" if row.correct else "#ffc9c9"
             tip = html.escape(f"p = {row.p_token:.3f}; top: " + ", ".join(row.top))
-            piece = (f'<span style="background:{colour};padding:0 2px;border-radius:3px" title="{tip}">'
-                     f"{piece}<sub>{row.p_token:.2f}</sub></span>")
+            piece = (
+                f'<span style="background:{colour};padding:0 2px;border-radius:3px" title="{tip}">'
+                f"{piece}<sub>{row.p_token:.2f}</sub></span>"
+            )
         lines.setdefault(row.line, []).append(piece)
         if row.kind == "action":
             states[row.line] = row.state

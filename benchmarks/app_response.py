@@ -4,6 +4,7 @@ Run: python3 benchmarks/app_response.py   (Streamlit's AppTest, the shipped chec
 Prints one JSON object: per page, the control changed, the first render (model loading and caches
 included) and the median of three later changes of the control.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,11 @@ HOME = str(Path(__file__).resolve().parents[1] / "app" / "Home.py")
 
 # page -> (control, values to set in turn); each value set is one "control change"
 CONTROLS = {
-    "views/checkpoints.py": ("selectbox", "card", ["s5-deltanet-neg-statement", "s3-lstm-statement-prob",
-                                                   "s3-deltanet-pos-statement"]),
+    "views/checkpoints.py": (
+        "selectbox",
+        "card",
+        ["s5-deltanet-neg-statement", "s3-lstm-statement-prob", "s3-deltanet-pos-statement"],
+    ),
     "views/trace_explorer.py": ("number_input", "trace-seed", [1, 2, 3]),
     "views/heads.py": ("selectbox", "heads-head", [(1, 0), (0, 1), (1, 2)]),
     "views/interventions.py": ("multiselect", "iv-heads", [[(1, 0)], [(0, 2)], [(0, 3), (1, 1)]]),
@@ -45,9 +49,12 @@ def main() -> None:
             (widget.set_value(value) if kind != "selectbox" else widget.select(value)).run()
             times.append(time.perf_counter() - started)
             assert not app.exception, [e.value for e in app.exception]
-        report[page] = {"control": key, "first_render_s": round(first, 2),
-                        "response_s_median": round(statistics.median(times), 2),
-                        "response_s": [round(t, 2) for t in times]}
+        report[page] = {
+            "control": key,
+            "first_render_s": round(first, 2),
+            "response_s_median": round(statistics.median(times), 2),
+            "response_s": [round(t, 2) for t in times],
+        }
     print(json.dumps({"benchmark": "app_response", "target_s": 3.0, "pages": report}))
 
 

@@ -14,6 +14,7 @@ Prints ONE JSON object. Every figure is measured in this run, each in a fresh Py
 
     python3 benchmarks/commands.py [--checkpoint NAME] [--repeats 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,11 +35,11 @@ if before:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import fla  # noqa: F401  (what opening a DeltaNet checkpoint imported before)
-from deltalens.models.native import native_kernels
+from deltalens.models.ops.native import native_kernels
 from deltalens.training.opened import open_checkpoint
 from deltalens.training.evaluate import evaluate_checkpoint
 from deltalens.probes.summary import probe_summary
-from deltalens.tasks.display import set_progress
+from deltalens.core.display import set_progress
 set_progress(False)
 imported = time.perf_counter()
 with native_kernels(not before):
@@ -67,8 +68,9 @@ def _timed(command: list[str]) -> float:
 
 def _job(job: str, name: str, before: bool) -> dict:
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", JOB, job, name, "1" if before else "0"], check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", JOB, job, name, "1" if before else "0"], check=True, capture_output=True, text=True
+    )
     wall = time.perf_counter() - started
     split = json.loads(out.stdout.strip().splitlines()[-1])
     return {**{k: round(v, 2) for k, v in split.items()}, "total_s": round(wall, 2)}
@@ -80,10 +82,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs of each job (the fastest is kept)")
     args = parser.parse_args()
     deltalens = [sys.executable, "-m", "deltalens.cli.main"]
-    out = {"benchmark": "commands", "checkpoint": args.checkpoint, "load_average": os.getloadavg()[0],
-           "startup": {"import_deltalens_s": round(min(_timed([sys.executable, "-c", "import deltalens"])
-                                                         for _ in range(3)), 2),
-                       "deltalens_help_s": round(min(_timed([*deltalens, "--help"]) for _ in range(3)), 2)}}
+    out = {
+        "benchmark": "commands",
+        "checkpoint": args.checkpoint,
+        "load_average": os.getloadavg()[0],
+        "startup": {
+            "import_deltalens_s": round(min(_timed([sys.executable, "-c", "import deltalens"]) for _ in range(3)), 2),
+            "deltalens_help_s": round(min(_timed([*deltalens, "--help"]) for _ in range(3)), 2),
+        },
+    }
     for job in ("eval", "probe"):
         row = {}
         for label, before in (("before", True), ("after", False)):

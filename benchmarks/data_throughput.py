@@ -6,6 +6,7 @@ Prints ONE JSON object. The task is the paper's basic one (S5 swaps, 24 actions,
 4 actions); both tokenizers run through the real path, TraceDataset items then ``collate``.
 "generate_only" times the trace generator alone, to show where the time goes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,17 +60,21 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     results = {kind: pipeline_rate(kind, args.seconds, args.batch_size) for kind in TRACE_SPEC_KINDS}
-    print(json.dumps({
-        "benchmark": "data_throughput",
-        "what": "tokens per second through generate_trace + encode_trace + tensors + collate, one core",
-        "task": SPEC.to_dict(),
-        "batch_size": args.batch_size,
-        "torch_threads": torch.get_num_threads(),
-        "results": results,
-        "generate_only_traces_per_s": generate_rate(args.seconds / 2),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "data_throughput",
+                "what": "tokens per second through generate_trace + encode_trace + tensors + collate, one core",
+                "task": SPEC.to_dict(),
+                "batch_size": args.batch_size,
+                "torch_threads": torch.get_num_threads(),
+                "results": results,
+                "generate_only_traces_per_s": generate_rate(args.seconds / 2),
+                "python": platform.python_version(),
+                "torch": torch.__version__,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

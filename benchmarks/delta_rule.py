@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from deltalens.models.delta_rule import chunk_delta_rule, chunk_delta_rule_with_states
+from deltalens.models.ops.delta_rule import chunk_delta_rule, chunk_delta_rule_with_states
 
 ROOT = Path(__file__).resolve().parents[1]
 warnings.filterwarnings("ignore")
@@ -122,7 +122,7 @@ def capture_in_model() -> dict:
     """Same shape inside a model: 2-layer d=128 HookedDeltaNet (4 heads of 32), B=16, T=1024."""
     from fla.models import DeltaNetConfig
 
-    from deltalens.models.deltanet import HookedDeltaNet
+    from deltalens.models.lm.deltanet import HookedDeltaNet
 
     cfg = DeltaNetConfig(hidden_size=128, num_heads=H, num_hidden_layers=2, vocab_size=64, allow_neg_eigval=True)
     torch.manual_seed(0)
@@ -130,17 +130,19 @@ def capture_in_model() -> dict:
     tokens = torch.randint(0, 64, (B, T))
     with torch.no_grad():
         plain = timed(lambda: model(tokens), repeats=3)
-        cached = timed(lambda: model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_state")),
-                       repeats=3)
-    return {"plain_fwd_s": plain, "run_with_cache_hook_state_s": cached,
-            "ratio": round(cached["best"] / plain["best"], 2)}
+        cached = timed(lambda: model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_state")), repeats=3)
+    return {
+        "plain_fwd_s": plain,
+        "run_with_cache_hook_state_s": cached,
+        "ratio": round(cached["best"] / plain["best"], 2),
+    }
 
 
 def long_forward() -> dict:
     """Runs in its own process (see main): an 8-layer d=256 model on 4096 tokens."""
     from fla.models import DeltaNetConfig
 
-    from deltalens.models.deltanet import HookedDeltaNet
+    from deltalens.models.lm.deltanet import HookedDeltaNet
 
     cfg = DeltaNetConfig(hidden_size=256, num_heads=4, num_hidden_layers=8, vocab_size=64, allow_neg_eigval=True)
     torch.manual_seed(0)
@@ -184,7 +186,7 @@ def _reset_peak_rss() -> None:
 
 
 def bench_cuda() -> dict:
-    from deltalens.models.delta_rule import fla_kernels_available
+    from deltalens.models.ops.delta_rule import fla_kernels_available
 
     if not fla_kernels_available():
         return {"available": False}
@@ -197,10 +199,13 @@ def bench_cuda() -> dict:
             o, _ = chunk_delta_rule(q, k, v, beta, use_fla=use_fla)
             (o * do).sum().backward()
             torch.cuda.synchronize()
+
         return fn
 
-    out["fwd_bwd_s"] = {"fla_chunk_bf16": timed(run(True), repeats=20, warmup=3),
-                        "torch_chunked_bf16_in": timed(run(False), repeats=20, warmup=3)}
+    out["fwd_bwd_s"] = {
+        "fla_chunk_bf16": timed(run(True), repeats=20, warmup=3),
+        "torch_chunked_bf16_in": timed(run(False), repeats=20, warmup=3),
+    }
     return out
 
 
@@ -236,8 +241,9 @@ def main() -> None:
         "capture_ratio<=3": report["capture"]["ratio"] <= 3,
     }
     child_args = [sys.executable, __file__, "--long-forward", "--threads", str(torch.get_num_threads())]
-    child = subprocess.run(child_args, capture_output=True, text=True,
-                           cwd=ROOT, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    child = subprocess.run(
+        child_args, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+    )
     if child.returncode == 0:
         report["long_forward"] = json.loads(child.stdout.strip().splitlines()[-1])
     else:

@@ -3,7 +3,7 @@
 Prints ONE JSON object: for every (batch B, length T) of the grid (H = 4 heads, d_k = d_v = 16, as
 the shipped models; no gradients, torch.inference_mode), seconds per call of
 
-  c_kernel      models/csrc/delta_rule.c (what chunk_delta_rule runs on a CPU with a C compiler)
+  c_kernel      models/ops/csrc/delta_rule.c (what chunk_delta_rule runs on a CPU with a C compiler)
   torch_chunked the chunked WY kernel in torch (the fallback; chunk 64)
   recurrence    delta_rule_recurrence, the token-by-token reference in torch
 
@@ -12,6 +12,7 @@ and the ratios recurrence / c_kernel and torch_chunked / c_kernel (> 1: the C ke
 
     python3 benchmarks/inference.py [--threads 1] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from timing import best_seconds
 
-from deltalens.models.delta_rule import chunk_delta_rule, delta_rule_recurrence
-from deltalens.models.native import native_kernels
+from deltalens.models.ops.delta_rule import chunk_delta_rule, delta_rule_recurrence
+from deltalens.models.ops.native import native_kernels
 
 H, K = 4, 16
 
@@ -39,8 +40,15 @@ def cell(B: int, T: int) -> dict:
         with native_kernels(False):
             chunked = best_seconds(lambda: chunk_delta_rule(q, k, v, beta))
         recurrence = best_seconds(lambda: delta_rule_recurrence(q, k, v, beta), budget_s=0.5)
-    return {"B": B, "T": T, "c_kernel_s": c, "torch_chunked_s": chunked, "recurrence_s": recurrence,
-            "recurrence_over_c": round(recurrence / c, 1), "torch_chunked_over_c": round(chunked / c, 1)}
+    return {
+        "B": B,
+        "T": T,
+        "c_kernel_s": c,
+        "torch_chunked_s": chunked,
+        "recurrence_s": recurrence,
+        "recurrence_over_c": round(recurrence / c, 1),
+        "torch_chunked_over_c": round(chunked / c, 1),
+    }
 
 
 def main() -> None:
@@ -55,13 +63,20 @@ def main() -> None:
     for row in cells:
         for key in ("c_kernel_s", "torch_chunked_s", "recurrence_s"):
             row[key] = float(f"{row[key]:.3g}")
-    print(json.dumps({
-        "benchmark": "inference", "threads": args.threads, "heads": H, "d_k": K,
-        "never_slower_than_recurrence": all(r["recurrence_over_c"] >= 1 for r in cells),
-        "min_recurrence_over_c": min(r["recurrence_over_c"] for r in cells),
-        "min_torch_chunked_over_c": min(r["torch_chunked_over_c"] for r in cells),
-        "cells": cells,
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "inference",
+                "threads": args.threads,
+                "heads": H,
+                "d_k": K,
+                "never_slower_than_recurrence": all(r["recurrence_over_c"] >= 1 for r in cells),
+                "min_recurrence_over_c": min(r["recurrence_over_c"] for r in cells),
+                "min_torch_chunked_over_c": min(r["torch_chunked_over_c"] for r in cells),
+                "cells": cells,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

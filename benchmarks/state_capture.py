@@ -17,6 +17,7 @@ interp.capture runs; one thread by default):
 
     python3 benchmarks/state_capture.py [--threads 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,11 +29,15 @@ from family import B, H, K, layer_inputs
 from timing import best_seconds
 
 from deltalens import models
-from deltalens.models.gated_delta_rule import chunk_gated_delta_rule, interleave
+from deltalens.models.ops.gated_delta_rule import chunk_gated_delta_rule, interleave
 
 T = 256
-CHECKPOINTS = ["s3-deltanet-neg-statement", "s4-deltaproduct-n3-full", "s4-deltaproduct-n3-noconv-full",
-               "a5-deltaproduct-n2-noconv-full"]
+CHECKPOINTS = [
+    "s3-deltanet-neg-statement",
+    "s4-deltaproduct-n3-full",
+    "s4-deltaproduct-n3-noconv-full",
+    "a5-deltaproduct-n2-noconv-full",
+]
 
 
 def kernel_cell(n: int, gated: bool) -> dict:
@@ -40,11 +45,18 @@ def kernel_cell(n: int, gated: bool) -> dict:
     with torch.no_grad():
         forward = best_seconds(lambda: chunk_gated_delta_rule(*inputs))
         c_states = best_seconds(lambda: chunk_gated_delta_rule(*inputs, with_states=True, state_every=n))
-        torch_states = best_seconds(lambda: chunk_gated_delta_rule(*inputs, with_states=True, state_every=n,
-                                                                   native=False))
-    return {"n_h": n, "gated": gated, "forward_s": forward, "c_states_s": c_states, "torch_states_s": torch_states,
-            "c_states_over_forward": round(c_states / forward, 2),
-            "torch_states_over_c_states": round(torch_states / c_states, 2)}
+        torch_states = best_seconds(
+            lambda: chunk_gated_delta_rule(*inputs, with_states=True, state_every=n, native=False)
+        )
+    return {
+        "n_h": n,
+        "gated": gated,
+        "forward_s": forward,
+        "c_states_s": c_states,
+        "torch_states_s": torch_states,
+        "c_states_over_forward": round(c_states / forward, 2),
+        "torch_states_over_c_states": round(torch_states / c_states, 2),
+    }
 
 
 def model_cell(name: str) -> dict:
@@ -53,8 +65,12 @@ def model_cell(name: str) -> dict:
     with torch.no_grad():
         forward = best_seconds(lambda: model(tokens))
         capture = best_seconds(lambda: model.run_with_cache(tokens, names_filter=lambda h: h.endswith("hook_state")))
-    return {"checkpoint": name, "forward_s": forward, "capture_s": capture,
-            "capture_over_forward": round(capture / forward, 2)}
+    return {
+        "checkpoint": name,
+        "forward_s": forward,
+        "capture_s": capture,
+        "capture_over_forward": round(capture / forward, 2),
+    }
 
 
 def main() -> None:
@@ -63,8 +79,20 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     kernels = [kernel_cell(n, gated) for n in (1, 2, 3) for gated in (False, True)]
-    print(json.dumps({"benchmark": "state_capture", "B": B, "T": T, "H": H, "d_k": K, "threads": args.threads,
-                      "kernels": kernels, "models": [model_cell(name) for name in CHECKPOINTS]}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "state_capture",
+                "B": B,
+                "T": T,
+                "H": H,
+                "d_k": K,
+                "threads": args.threads,
+                "kernels": kernels,
+                "models": [model_cell(name) for name in CHECKPOINTS],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """The timer every speed benchmark here shares (run them as `python3 benchmarks/NAME.py`)."""
+
 from __future__ import annotations
 
 import time

@@ -3,18 +3,19 @@
 * throughput: tokens per second of full optimiser steps (data, forward, backward, AdamW) for the
   shipped reference configs, measured side by side in this run (interleaved, best of 3 each): `before` with the torch
   kernels only (the CPU path before the C kernels), `after` with today's path (the C delta rule
-  and short convolution, models/native.py), and `speedup` = after / before. Two phases of the
+  and short convolution, models/ops/native.py), and `speedup` = after / before. Two phases of the
   shipped recipe: `dense` (reveal spacing 1, the curriculum's start: longer traces) and `sparse`
   (spacing k, where most steps are). The Transformer runs neither kernel: its ratio shows the noise.
 * transformer_attention: the same for the Transformer baselines (statement and code traces, the
   code ones ~4x longer), `before` with TransformerLens's attention, `after` with the fused kernel
-  it takes in training (models/transformer_attention.py).
+  it takes in training (models/layers/transformer_attention.py).
 * time to 99%: with `--time-to-99`, trains S3 and S5 DeltaNet [0, 2] from their shipped configs
   (seeds from --seeds) until held-out reveal accuracy at spacing 4 reaches 0.99, and reports the
   training wall time (evaluations excluded) with today's path.
 
     python3 benchmarks/training.py [--steps 20] [--time-to-99 [--seeds 0 1 2] | --from-runs] [--threads 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,16 +27,20 @@ from pathlib import Path
 import torch
 
 from deltalens import models
-from deltalens.models.native import native_kernels
-from deltalens.models.transformer_attention import fused_attention
+from deltalens.models.layers.transformer_attention import fused_attention
+from deltalens.models.ops.native import native_kernels
 from deltalens.training.config import load_config
 from deltalens.training.data import TrainingData
 from deltalens.training.loop import next_token_loss, train
 
 ROOT = Path(__file__).resolve().parent.parent
 
-REFERENCE = ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement", "s3-transformer-statement",
-             "s3-deltanet-neg-code"]
+REFERENCE = [
+    "s3-deltanet-neg-statement",
+    "s5-deltanet-neg-statement",
+    "s3-transformer-statement",
+    "s3-deltanet-neg-code",
+]
 PHASES = {"dense": 0, "sparse": 10_000}  # a step of the curriculum's spacing-1 stage / of its last stage
 
 
@@ -59,8 +64,12 @@ def throughput(name: str, steps: int, phase: str = "sparse") -> dict:
         if step >= 2:
             tokens += int(batch["lengths"].sum())
     elapsed = time.perf_counter() - started
-    return {"tokens_per_s": round(tokens / elapsed), "steps_per_s": round(steps / elapsed, 2),
-            "tokens_per_step": tokens // steps, "batch_size": config.optim.batch_size}
+    return {
+        "tokens_per_s": round(tokens / elapsed),
+        "steps_per_s": round(steps / elapsed, 2),
+        "tokens_per_step": tokens // steps,
+        "batch_size": config.optim.batch_size,
+    }
 
 
 def side_by_side(name: str, steps: int, rounds: int = 3, switch=native_kernels) -> dict:
@@ -74,8 +83,11 @@ def side_by_side(name: str, steps: int, rounds: int = 3, switch=native_kernels) 
                 with switch(enabled):
                     runs[label].append(throughput(name, steps, phase))
         before, after = (max(runs[k], key=lambda r: r["tokens_per_s"]) for k in ("before", "after"))
-        row[phase] = {"before": before, "after": after,
-                      "speedup": round(after["tokens_per_s"] / before["tokens_per_s"], 2)}
+        row[phase] = {
+            "before": before,
+            "after": after,
+            "speedup": round(after["tokens_per_s"] / before["tokens_per_s"], 2),
+        }
     return row
 
 
@@ -87,8 +99,13 @@ def time_to_99(name: str, seed: int = 0) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         result = train(config, Path(tmp) / "run", progress=False)
     reached = next((h for h in result.history if h["reveal_accuracy"] >= 0.99), None)
-    return {"seed": seed, "reached": reached is not None, "step": reached["step"] if reached else None,
-            "train_wall_s": round(result.wall_time_s, 1), "history": result.history}
+    return {
+        "seed": seed,
+        "reached": reached is not None,
+        "step": reached["step"] if reached else None,
+        "train_wall_s": round(result.wall_time_s, 1),
+        "history": result.history,
+    }
 
 
 def time_to_99_from_run(name: str) -> dict:
@@ -106,8 +123,14 @@ def time_to_99_from_run(name: str) -> dict:
         wall, how = reached["train_wall_s"], "recorded"
     else:
         wall, how = state["wall_time_s"] * reached["step"] / state["step"], "prorated by steps"
-    return {"reached": True, "step": reached["step"], "train_wall_s": round(wall, 1), "wall": how,
-            "run_steps": state["step"], "run_wall_s": round(state["wall_time_s"], 1)}
+    return {
+        "reached": True,
+        "step": reached["step"],
+        "train_wall_s": round(wall, 1),
+        "wall": how,
+        "run_steps": state["step"],
+        "run_wall_s": round(state["wall_time_s"], 1),
+    }
 
 
 def main() -> None:
@@ -116,22 +139,30 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--time-to-99", action="store_true", help="train S3 and S5 until 99%% (minutes each)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds for --time-to-99")
-    parser.add_argument("--from-runs", action="store_true",
-                        help="time to 99%% from the finished runs in runs/ (no training)")
+    parser.add_argument(
+        "--from-runs", action="store_true", help="time to 99%% from the finished runs in runs/ (no training)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    out = {"benchmark": "training", "threads": args.threads, "torch": torch.__version__,
-           "throughput": {name: side_by_side(name, args.steps) for name in REFERENCE},
-           "transformer_attention": {name: side_by_side(name, max(2, args.steps // 4), switch=fused_attention)
-                                     for name in ("s3-transformer-statement", "s3-transformer-code")}}
+    out = {
+        "benchmark": "training",
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "throughput": {name: side_by_side(name, args.steps) for name in REFERENCE},
+        "transformer_attention": {
+            name: side_by_side(name, max(2, args.steps // 4), switch=fused_attention)
+            for name in ("s3-transformer-statement", "s3-transformer-code")
+        },
+    }
     if args.time_to_99:
         out["time_to_99"] = {
             name: [time_to_99(name, seed) for seed in args.seeds]
             for name in ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement"]
         }
     if args.from_runs:
-        out["time_to_99_from_runs"] = {name: time_to_99_from_run(name)
-                                       for name in ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement"]}
+        out["time_to_99_from_runs"] = {
+            name: time_to_99_from_run(name) for name in ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement"]
+        }
     print(json.dumps(out))
 
 

@@ -1,4 +1,5 @@
 """`deltalens app [--checkpoints DIR] [--port N] [--host H] [--headless]`: start the dashboard."""
+
 from __future__ import annotations
 
 import os
@@ -10,19 +11,21 @@ import webbrowser
 from pathlib import Path
 
 from deltalens.cli import arguments
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 
 HOME = Path(__file__).resolve().parents[1] / "app" / "Home.py"
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "app", help="start the Streamlit dashboard over the shipped checkpoints (or a folder of your own)",
+        "app",
+        help="start the Streamlit dashboard over the shipped checkpoints (or a folder of your own)",
         description="Start the deltalens dashboard (Streamlit): checkpoints, trace explorer, heads, interventions "
         "and beliefs. It serves on 127.0.0.1 unless --host says otherwise; stop it with Ctrl-C.",
     )
-    parser.add_argument("--checkpoints", metavar="DIR",
-                        help="folder of checkpoints (default: the shipped checkpoints/)")
+    parser.add_argument(
+        "--checkpoints", metavar="DIR", help="folder of checkpoints (default: the shipped checkpoints/)"
+    )
     parser.add_argument("--port", type=arguments.whole(1, 65535), default=8501, help="port to serve on (default 8501)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--headless", action="store_true", help="do not open a browser")
@@ -32,9 +35,23 @@ def register(subparsers) -> None:
 def command(args) -> list[str]:
     # Always headless for Streamlit itself: otherwise its first run on a machine stops to ask for an
     # e-mail address on stdin. The browser is opened by `run` instead (unless --headless).
-    return [sys.executable, "-m", "streamlit", "run", str(HOME), "--server.address", args.host,
-            "--server.port", str(args.port), "--server.headless", "true",
-            "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"]
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(HOME),
+        "--server.address",
+        args.host,
+        "--server.port",
+        str(args.port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--client.toolbarMode",
+        "viewer",
+    ]
 
 
 def run(args) -> int:

@@ -1,5 +1,6 @@
 """Argument types shared by every command: each number is checked here, once, for being a number,
 finite and in range; argparse puts the option's name in front of the message."""
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,10 @@ PROBABILITY = real(0.0, 1.0)
 def add_reveal_schedule(parser, default_spacing: int) -> None:
     """--spacing K | --reveal-prob P | --no-reveals: when a trace prints (trace and ptrace)."""
     schedule = parser.add_mutually_exclusive_group()
-    schedule.add_argument("--spacing", type=ACTIONS, default=None,
-                          help=f"reveal after every k-th action (default {default_spacing})")
-    schedule.add_argument("--reveal-prob", type=PROBABILITY, default=None,
-                          help="reveal after each action with probability p")
+    schedule.add_argument(
+        "--spacing", type=ACTIONS, default=None, help=f"reveal after every k-th action (default {default_spacing})"
+    )
+    schedule.add_argument(
+        "--reveal-prob", type=PROBABILITY, default=None, help="reveal after each action with probability p"
+    )
     schedule.add_argument("--no-reveals", action="store_true", help="never reveal")

@@ -24,6 +24,7 @@ exact joint filter b_t of the PFSA-SR (tasks/pfsa.py).
 ``FILE`` may be ``-`` for stdin. A malformed or inconsistent trace (a printed value no outcome
 allows) is one line on stderr naming the line, exit status 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,14 +32,15 @@ import json
 import sys
 from pathlib import Path
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.pfsa import FilterResult, joint_filter, marginal_filter
 from deltalens.tasks.probabilistic import parse_prob_trace
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "belief", help="exact posterior predictive of every printed value of a probabilistic trace",
+        "belief",
+        help="exact posterior predictive of every printed value of a probabilistic trace",
         description="For every value a probabilistic REPL trace prints, the posterior predictive of that "
         "variable given everything before the value (exact Bayesian filtering over the n! states). "
         "A print of several variables gives one entry each, conditioned on the values printed before it "
@@ -46,8 +48,12 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--trace", required=True, help="the trace file (code-format REPL text), or - for stdin")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--representation", choices=["joint", "marginal"], default="joint",
-                        help="joint: exact (default); marginal: the n x n Sinkhorn filter (approximate)")
+    parser.add_argument(
+        "--representation",
+        choices=["joint", "marginal"],
+        default="joint",
+        help="joint: exact (default); marginal: the n x n Sinkhorn filter (approximate)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -83,13 +89,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(report) + "\n")
         return 0
-    print(f"# {report['n']} variables, {len(report['reveals'])} printed values, "
-          f"log-likelihood {report['log_likelihood']:.4f} ({args.representation} filter)")
+    print(
+        f"# {report['n']} variables, {len(report['reveals'])} printed values, "
+        f"log-likelihood {report['log_likelihood']:.4f} ({args.representation} filter)"
+    )
     for entry in report["reveals"]:
         x = entry["variable"]
         probs = "  ".join(f"{v}: {p:.4f}" for v, p in entry["predictive"].items())
         chance = entry["predictive"][str(entry["revealed"])]
-        print(f"line {entry['line']:>4}  {x} = {entry['revealed']:<3} P({x} = v | before): {probs}   "
-              f"-> P(shown) = {chance:.4f}")
+        print(
+            f"line {entry['line']:>4}  {x} = {entry['revealed']:<3} P({x} = v | before): {probs}   "
+            f"-> P(shown) = {chance:.4f}"
+        )
     return 0
-

@@ -3,12 +3,13 @@
 Prints the transcript, then what it contains (actions, reveals, tokens under both tokenizers) and
 whether Python's own REPL prints exactly the trace's output lines. Takes well under a second.
 """
+
 from __future__ import annotations
 
 import argparse
 
 from deltalens.cli import arguments
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import VARIABLE_NAMES
 from deltalens.tasks.tokenizers import TRACE_SPEC_KINDS, make_tokenizer
 from deltalens.tasks.traces import TraceSpec, generate_trace, replay_transcript
@@ -16,7 +17,8 @@ from deltalens.tasks.traces import TraceSpec, generate_trace, replay_transcript
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "demo", help="print one S5 trace and its statistics",
+        "demo",
+        help="print one S5 trace and its statistics",
         description="Print one S5 swaps REPL trace, check it in a real Python REPL, and count its tokens.",
     )
     parser.add_argument("--seed", type=arguments.SEED, default=0, help="trace seed (default 0)")

@@ -1,11 +1,12 @@
 """`deltalens eval CKPT [--lengths ...] [--spacing K] [--traces FILE] [--json]`."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from deltalens.cli import arguments
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 
 
 def register(subparsers) -> None:
@@ -37,8 +38,13 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from deltalens.training.evaluate import evaluate_checkpoint, evaluate_text_file
 
-    generation = {"--lengths": args.lengths, "--spacing": args.spacing, "--reveal": args.reveal,
-                  "--n-traces": args.n_traces, "--seed": args.seed}
+    generation = {
+        "--lengths": args.lengths,
+        "--spacing": args.spacing,
+        "--reveal": args.reveal,
+        "--n-traces": args.n_traces,
+        "--seed": args.seed,
+    }
     if args.traces:
         given = [flag for flag, value in generation.items() if value is not None]
         if given:
@@ -59,11 +65,15 @@ def run(args) -> int:
         print(json.dumps(report))
         return 0
     if args.traces:
-        print(f"{report['n_traces']} traces from {args.traces}: reveal accuracy {report['reveal_accuracy']:.4f}, "
-              f"trace accuracy {report['trace_accuracy']:.4f} ({report['n_reveals']} reveals)")
+        print(
+            f"{report['n_traces']} traces from {args.traces}: reveal accuracy {report['reveal_accuracy']:.4f}, "
+            f"trace accuracy {report['trace_accuracy']:.4f} ({report['n_reveals']} reveals)"
+        )
         return 0
-    print(f"{args.checkpoint}  (spacing {report['spacing']}, reveal {report['reveal']}, "
-          f"{report['n_traces']} traces per length)")
+    print(
+        f"{args.checkpoint}  (spacing {report['spacing']}, reveal {report['reveal']}, "
+        f"{report['n_traces']} traces per length)"
+    )
     print(f"{'actions':>8} {'reveal acc':>11} {'trace acc':>10}")
     for row in report["lengths"]:
         print(f"{row['actions']:>8} {row['reveal_accuracy']:>11.4f} {row['trace_accuracy']:>10.4f}")

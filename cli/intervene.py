@@ -12,13 +12,14 @@
 `--json` prints {"baseline": accuracy, "heads": [{"layer", "head", "accuracy", ...}, ...]} for a
 sweep and {"baseline", "accuracy", "layer", "head", "intervention", ...} for one head.
 """
+
 from __future__ import annotations
 
 import json
 
 from deltalens.cli import arguments
+from deltalens.core.errors import DeltalensError
 from deltalens.interp.intervention_names import INTERVENTIONS
-from deltalens.tasks.errors import DeltalensError
 
 
 def register(subparsers) -> None:
@@ -35,16 +36,33 @@ def register(subparsers) -> None:
     parser.add_argument("--head", type=arguments.whole(0), help="head to intervene on")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--beta-scale", type=arguments.real(), metavar="F", help="multiply the head's beta by F")
-    what.add_argument("--beta-range", type=arguments.real(), nargs=2, metavar=("LO", "HI"),
-                      help="map the head's beta range onto [LO, HI] (default intervention: 0 1)")
+    what.add_argument(
+        "--beta-range",
+        type=arguments.real(),
+        nargs=2,
+        metavar=("LO", "HI"),
+        help="map the head's beta range onto [LO, HI] (default intervention: 0 1)",
+    )
     what.add_argument("--ablate", choices=("zero", "mean"), help="ablate the head (see --site)")
-    what.add_argument("--gate-range", type=arguments.real(), nargs=2, metavar=("LO", "HI"),
-                      help="clamp the head's decay alpha_t into [LO, HI] (gated models; 1 1 = no forgetting)")
-    parser.add_argument("--factor", type=arguments.whole(0), metavar="J",
-                        help="with --beta-scale/--beta-range/--sweep beta-range: only Householder factor J of a "
-                             "DeltaProduct")
-    parser.add_argument("--site", choices=("z", "state"), default="z",
-                        help="what --ablate replaces: the head's read-out z (default) or its state S_t")
+    what.add_argument(
+        "--gate-range",
+        type=arguments.real(),
+        nargs=2,
+        metavar=("LO", "HI"),
+        help="clamp the head's decay alpha_t into [LO, HI] (gated models; 1 1 = no forgetting)",
+    )
+    parser.add_argument(
+        "--factor",
+        type=arguments.whole(0),
+        metavar="J",
+        help="with --beta-scale/--beta-range/--sweep beta-range: only Householder factor J of a DeltaProduct",
+    )
+    parser.add_argument(
+        "--site",
+        choices=("z", "state"),
+        default="z",
+        help="what --ablate replaces: the head's read-out z (default) or its state S_t",
+    )
     parser.add_argument("--n-traces", type=arguments.COUNT, default=128, help="held-out traces (default 128)")
     parser.add_argument("--seed", type=arguments.SEED, default=0, help="evaluation seed (eval split)")
     parser.add_argument(
@@ -59,8 +77,10 @@ def run(args) -> int:
 
     single = any(x is not None for x in (args.beta_scale, args.beta_range, args.ablate, args.gate_range))
     if args.factor is not None and (args.sweep not in (None, "beta-range") or args.ablate or args.gate_range):
-        raise DeltalensError("--factor picks the factor whose beta --beta-scale, --beta-range or --sweep beta-range "
-                             "changes; use it with one of those.")
+        raise DeltalensError(
+            "--factor picks the factor whose beta --beta-scale, --beta-range or --sweep beta-range "
+            "changes; use it with one of those."
+        )
     if args.sweep and (single or args.layer is not None or args.head is not None):
         raise DeltalensError("--sweep applies its intervention to every head; drop --layer/--head/--beta-*/--ablate.")
     if not args.sweep and (args.layer is None or args.head is None):
@@ -83,8 +103,11 @@ def _sweep(args, model, batch) -> int:
         return 0
     print(f"{args.checkpoint}: {result.intervention} on each head, {result.n_traces} held-out traces")
     print(f"baseline reveal accuracy {result.baseline:.4f}")
-    print(result.frame[["layer", "head", "accuracy", "trace_accuracy", "drop"]]
-          .to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(
+        result.frame[["layer", "head", "accuracy", "trace_accuracy", "drop"]].to_string(
+            index=False, float_format=lambda x: f"{x:.4f}"
+        )
+    )
     return 0
 
 
@@ -92,8 +115,14 @@ def _single(args, model, batch) -> int:
     from deltalens.interp.interventions import ablate_head, clamp_gate, rescale_beta, reveal_accuracy
 
     if args.ablate:
-        iv = ablate_head(model, args.layer, args.head, args.ablate, site=args.site,
-                         reference=batch if args.ablate == "mean" else None)
+        iv = ablate_head(
+            model,
+            args.layer,
+            args.head,
+            args.ablate,
+            site=args.site,
+            reference=batch if args.ablate == "mean" else None,
+        )
     elif args.gate_range is not None:
         iv = clamp_gate(model, args.layer, args.head, *args.gate_range)
     elif args.beta_scale is not None:
@@ -103,14 +132,22 @@ def _single(args, model, batch) -> int:
     baseline = reveal_accuracy(model, batch)
     after = reveal_accuracy(model, batch, iv)
     report = {
-        "checkpoint": args.checkpoint, "layer": args.layer, "head": args.head, "intervention": iv.label,
-        "n_traces": after.n_traces, "baseline": baseline.reveal_accuracy, "accuracy": after.reveal_accuracy,
-        "baseline_trace_accuracy": baseline.trace_accuracy, "trace_accuracy": after.trace_accuracy,
+        "checkpoint": args.checkpoint,
+        "layer": args.layer,
+        "head": args.head,
+        "intervention": iv.label,
+        "n_traces": after.n_traces,
+        "baseline": baseline.reveal_accuracy,
+        "accuracy": after.reveal_accuracy,
+        "baseline_trace_accuracy": baseline.trace_accuracy,
+        "trace_accuracy": after.trace_accuracy,
     }
     if args.json:
         print(json.dumps(report))
         return 0
     print(f"{args.checkpoint}: {iv.label}, {after.n_traces} held-out traces")
-    print(f"reveal accuracy {baseline.reveal_accuracy:.4f} -> {after.reveal_accuracy:.4f}; "
-          f"trace accuracy {baseline.trace_accuracy:.4f} -> {after.trace_accuracy:.4f}")
+    print(
+        f"reveal accuracy {baseline.reveal_accuracy:.4f} -> {after.reveal_accuracy:.4f}; "
+        f"trace accuracy {baseline.trace_accuracy:.4f} -> {after.trace_accuracy:.4f}"
+    )
     return 0

@@ -3,6 +3,7 @@
 Each command module exposes `register(subparsers)`, which adds its parser and sets `func`.
 User errors (DeltalensError) print one line on stderr and exit 2; `--debug` shows the traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -10,7 +11,7 @@ import importlib
 import os
 import sys
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 
 # Subcommands in the order `--help` lists them, one module of this package each.
 COMMANDS = ["app", "demo", "trace", "ptrace", "train", "eval", "reproduce", "probe", "intervene", "belief"]
@@ -60,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # a bug or an unforeseen input: still one line unless --debug
         if args.debug:
             raise
-        print(f"deltalens: unexpected {type(err).__name__}: {err} (rerun with --debug for the traceback)",
-              file=sys.stderr)
+        print(
+            f"deltalens: unexpected {type(err).__name__}: {err} (rerun with --debug for the traceback)", file=sys.stderr
+        )
         return 1
 
 

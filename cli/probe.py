@@ -3,13 +3,14 @@
 The measurements are probes/summary.py's `probe_summary` (the same report as data, for notebooks
 and the app); this module parses and prints.
 """
+
 from __future__ import annotations
 
 import json
 import sys
 
 from deltalens.cli import arguments
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 
 
 def register(subparsers) -> None:
@@ -29,9 +30,12 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--actions", type=arguments.ACTIONS, help="actions per trace (default: the checkpoint's eval length)"
     )
-    parser.add_argument("--probe-at", default="readout",
-                        help="tokens the probes read: readout (before each revealed value, default), all, or a "
-                        "token kind (init, action, print, reveal, other)")
+    parser.add_argument(
+        "--probe-at",
+        default="readout",
+        help="tokens the probes read: readout (before each revealed value, default), all, or a "
+        "token kind (init, action, print, reveal, other)",
+    )
     parser.add_argument("--no-probes", action="store_true", help="skip the linear probes (faster)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
@@ -48,8 +52,9 @@ def run(args) -> int:
     checkpoint = open_checkpoint(args.checkpoint)
     batch = checkpoint.batch(args.n_traces, seed=args.seed, actions=args.actions)
     with torch.no_grad():
-        summary = probe_summary(checkpoint.model, batch, probes=not args.no_probes, probe_at=args.probe_at,
-                                seed=args.seed, progress=True)
+        summary = probe_summary(
+            checkpoint.model, batch, probes=not args.no_probes, probe_at=args.probe_at, seed=args.seed, progress=True
+        )
     for reason in summary.skipped:
         if not reason.startswith("linear probes"):
             print(f"deltalens: note: skipped {reason}", file=sys.stderr)
@@ -62,10 +67,15 @@ def run(args) -> int:
         print(summary.heads[columns].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         layer, head = summary.tracking_head
         row = summary.heads[(summary.heads["layer"] == layer) & (summary.heads["head"] == head)].iloc[0]
-        print(f"tracking head: layer {layer} head {head} (reflection fraction {row['reflection_fraction']:.3f}, "
-              f"mean beta on actions {row['mean_beta_action']:.3f})")
+        print(
+            f"tracking head: layer {layer} head {head} (reflection fraction {row['reflection_fraction']:.3f}, "
+            f"mean beta on actions {row['mean_beta_action']:.3f})"
+        )
     if not summary.layers.empty:
         print("residual-stream probes (mean over variables; control = shuffled labels):")
-        print(summary.layers[["site", "target", "accuracy", "control_accuracy", "chance"]]
-              .to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        print(
+            summary.layers[["site", "target", "accuracy", "control_accuracy", "chance"]].to_string(
+                index=False, float_format=lambda x: f"{x:.3f}"
+            )
+        )
     return 0

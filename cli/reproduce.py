@@ -9,6 +9,7 @@ every other cell is trained, evaluated and recorded (training/grid.py), `--lanes
 reports/reproduce.py writes OUT/reproduce.md: the search, a table per setting with the spread over
 seeds, the paper's claims judged from it, wall times, and the figures.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 from deltalens.cli import arguments
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 
 
 def _add(total, outcome) -> None:
@@ -38,11 +39,19 @@ def register(subparsers) -> None:
     parser.add_argument("--results", default="reports/sweep", help="one JSON per finished cell (default reports/sweep)")
     parser.add_argument("--out", default="reports", help="where reproduce.md and figures/ go (default reports)")
     parser.add_argument("--runs", default="runs/sweep", help="training run directories, resumable (default runs/sweep)")
-    parser.add_argument("--only", nargs="+", metavar="CELL_GLOB",
-                        help="train only runs whose name matches, e.g. 's3-*-k4-*' (cells look like "
-                        "s3-deltanet-neg-statement-k4-s0, search runs like search-s3-lstm-lr0.001)")
-    parser.add_argument("--lanes", type=arguments.COUNT, default=1,
-                        help="train this many runs at once, each in its own process with one thread (default 1)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="CELL_GLOB",
+        help="train only runs whose name matches, e.g. 's3-*-k4-*' (cells look like "
+        "s3-deltanet-neg-statement-k4-s0, search runs like search-s3-lstm-lr0.001)",
+    )
+    parser.add_argument(
+        "--lanes",
+        type=arguments.COUNT,
+        default=1,
+        help="train this many runs at once, each in its own process with one thread (default 1)",
+    )
     parser.add_argument("--no-train", action="store_true", help="write the report from the results that exist")
     parser.add_argument(
         "--steps",
@@ -50,8 +59,11 @@ def register(subparsers) -> None:
         help="training budget per cell (default: the sweep file's); results "
         "from another budget count as missing and are replaced",
     )
-    parser.add_argument("--checkpoints", default="checkpoints",
-                        help="where the PFSA-SR section finds probabilistic checkpoints (default checkpoints)")
+    parser.add_argument(
+        "--checkpoints",
+        default="checkpoints",
+        help="where the PFSA-SR section finds probabilistic checkpoints (default checkpoints)",
+    )
     parser.add_argument("--no-pfsa", action="store_true", help="leave out the PFSA-SR section (belief decay and KL)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.set_defaults(func=run)
@@ -78,8 +90,9 @@ def run(args) -> int:
     progress, lanes, total = not args.no_progress, args.lanes, SweepOutcome()
     names = [r.name for r in search_runs(sweep)] + [c.name for c in sweep.cells]
     if args.only and not any(fnmatch.fnmatchcase(n, g) for n in names for g in args.only):
-        raise DeltalensError(f"--only {' '.join(args.only)} matches no run of {args.sweep}; names look like "
-                             f"{', '.join(names[:2])}")
+        raise DeltalensError(
+            f"--only {' '.join(args.only)} matches no run of {args.sweep}; names look like {', '.join(names[:2])}"
+        )
     # the search first: its choices are part of every cell's config
     searches = read_search(sweep, args.results)
     todo = select_cells(searches, args.only, args.sweep, require_match=False)
@@ -89,25 +102,35 @@ def run(args) -> int:
     sweep = with_choices(sweep, choose_lrs(sweep, searches))
     statuses = read_results(sweep, args.results)
     todo = select_cells(statuses, args.only, args.sweep, require_match=False)
-    waiting = [s for s in statuses if s.short == "waiting for the lr search"
-               and (not args.only or any(fnmatch.fnmatchcase(s.cell.name, g) for g in args.only))]
+    waiting = [
+        s
+        for s in statuses
+        if s.short == "waiting for the lr search"
+        and (not args.only or any(fnmatch.fnmatchcase(s.cell.name, g) for g in args.only))
+    ]
     if waiting and not args.no_train:
-        print(f"deltalens: note: {len(waiting)} selected cell(s) wait for the learning-rate search of their "
-              "architecture; run it first (e.g. --only 'search-*')", file=sys.stderr)
+        print(
+            f"deltalens: note: {len(waiting)} selected cell(s) wait for the learning-rate search of their "
+            "architecture; run it first (e.g. --only 'search-*')",
+            file=sys.stderr,
+        )
     if args.no_train:
         for status in todo:
             status.reason = f"{status.reason} (--no-train)"
         todo = []
     if not total.interrupted:
         _add(total, train_missing(sweep, todo, args.runs, args.results, progress=progress, lanes=lanes))
-    report = write_report(sweep, statuses, Path(args.out), None if args.no_pfsa else Path(args.checkpoints),
-                          searches=searches)
+    report = write_report(
+        sweep, statuses, Path(args.out), None if args.no_pfsa else Path(args.checkpoints), searches=searches
+    )
     done = sum(s.result is not None for s in statuses)
     verdicts = [c.verdict for c in report.claims]
     outcome = total
     print(f"trained {outcome.trained} run(s), {outcome.failed} failed; {done} of {len(statuses)} cells measured")
-    print(f"{report.markdown}: claims {verdicts.count('holds')} hold, {verdicts.count('does not hold')} do not hold, "
-          f"{verdicts.count('not measured')} not measured, {verdicts.count('not testable')} not testable")
+    print(
+        f"{report.markdown}: claims {verdicts.count('holds')} hold, {verdicts.count('does not hold')} do not hold, "
+        f"{verdicts.count('not measured')} not measured, {verdicts.count('not testable')} not testable"
+    )
     for figure in report.figures:
         print(f"  {figure.html}" + (f", {figure.png}" if figure.png else ""))
     if report.png_error:

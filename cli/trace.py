@@ -14,6 +14,7 @@ Output formats:
 * ``--json``: one JSON object: the spec, seed, text, and for the chosen tokenizer the token ids,
   token strings and labels (kind, action_pos, perm_id, is_reveal, answer, reveal_var, state).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,12 +29,18 @@ from deltalens.tasks.traces import Trace, TraceSpec, generate_trace, parse_actio
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     """The options that define a TraceSpec (shared with commands that generate traces)."""
     parser.add_argument("--group", default="S5", help="S<n>, A<n>, Z<n> or D<n>, n up to 10 (default S5)")
-    parser.add_argument("--actions-set", "--action-set", dest="action_set", default="swaps",
-                        help="swaps | cycles | full | generators (default swaps)")
+    parser.add_argument(
+        "--actions-set",
+        "--action-set",
+        dest="action_set",
+        default="swaps",
+        help="swaps | cycles | full | generators (default swaps)",
+    )
     parser.add_argument("--actions", default="24", help="number of actions, e.g. 24, or a range 16-32 (default 24)")
     arguments.add_reveal_schedule(parser, default_spacing=4)
-    parser.add_argument("--reveal", choices=["one", "all"], default="one",
-                        help="print one random variable (default) or all of them")
+    parser.add_argument(
+        "--reveal", choices=["one", "all"], default="one", help="print one random variable (default) or all of them"
+    )
     parser.add_argument("--identity-init", action="store_true", help="start from a = 1, b = 2, ...")
 
 
@@ -54,13 +61,18 @@ def spec_from_args(args: argparse.Namespace) -> TraceSpec:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "trace", help="print one REPL trace",
+        "trace",
+        help="print one REPL trace",
         description="Print one permutation-composition REPL trace (real Python).",
     )
     add_trace_arguments(parser)
     parser.add_argument("--seed", type=arguments.SEED, default=0, help="trace seed (default 0)")
-    parser.add_argument("--format", choices=["code", "statement"], default="code",
-                        help="code: the transcript itself; statement: bracketed statement tokens")
+    parser.add_argument(
+        "--format",
+        choices=["code", "statement"],
+        default="code",
+        help="code: the transcript itself; statement: bracketed statement tokens",
+    )
     parser.add_argument("--json", action="store_true", help="print token ids and labels as one JSON object")
     parser.set_defaults(func=run)
 

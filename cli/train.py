@@ -1,4 +1,5 @@
 """`deltalens train CONFIG [table.key=value ...] --out DIR [--resume]`."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,11 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--export", metavar="DIR", help="when done, write the model, its config and a model card to DIR"
     )
-    parser.add_argument("--replace", action="store_true",
-                        help="let --export overwrite an existing checkpoint folder (e.g. a shipped one)")
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="let --export overwrite an existing checkpoint folder (e.g. a shipped one)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--json", action="store_true", help="print the final result as one JSON object")
     parser.set_defaults(func=run)
@@ -46,9 +50,19 @@ def run(args) -> int:
         report = export_run(args.out, args.export, text, command, replace=args.replace)
         final = {**final, "exported": args.export, "eval": report["lengths"]}
     if args.json:
-        print(json.dumps({"checkpoint": str(result.checkpoint), "step": result.step,
-                          "wall_time_s": round(result.wall_time_s, 1), **final}))
+        print(
+            json.dumps(
+                {
+                    "checkpoint": str(result.checkpoint),
+                    "step": result.step,
+                    "wall_time_s": round(result.wall_time_s, 1),
+                    **final,
+                }
+            )
+        )
     else:
-        print(f"checkpoint {result.checkpoint}: step {result.step}, {result.wall_time_s:.0f} s, "
-              f"held-out reveal accuracy {final['reveal_accuracy']:.4f}")
+        print(
+            f"checkpoint {result.checkpoint}: step {result.step}, {result.wall_time_s:.0f} s, "
+            f"held-out reveal accuracy {final['reveal_accuracy']:.4f}"
+        )
     return 0

@@ -20,6 +20,7 @@ The rooms are top-level folders of the repository, mapped under this name by pyp
 each importing only the rooms before it: deltalens.tasks, .models, .training, .interp, .probes,
 .reports, .cli, .app.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -29,15 +30,30 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _API = {
     **dict.fromkeys(("load", "list_checkpoints", "open_checkpoint", "Checkpoint"), "deltalens.training.opened"),
-    **dict.fromkeys(("act_name", "ACT_NAMES"), "deltalens.models.hook_names"),
+    **dict.fromkeys(("act_name", "ACT_NAMES"), "deltalens.models.lm.hook_names"),
     **dict.fromkeys(("capture", "Capture"), "deltalens.interp.capture"),
-    **dict.fromkeys(("Intervention", "rescale_beta", "clamp_gate", "ablate_head", "patch_activation", "patch_state",
-                     "head_means", "reveal_accuracy", "accuracy_under"), "deltalens.interp.interventions"),
+    **dict.fromkeys(
+        (
+            "Intervention",
+            "rescale_beta",
+            "clamp_gate",
+            "ablate_head",
+            "patch_activation",
+            "patch_state",
+            "head_means",
+            "reveal_accuracy",
+            "accuracy_under",
+        ),
+        "deltalens.interp.interventions",
+    ),
     **dict.fromkeys(("sweep", "sweep_figure", "SweepResult"), "deltalens.interp.head_sweep"),
-    **dict.fromkeys(("eigenvalue_report", "EigenvalueReport", "beta_heatmap", "eigenvalue_histogram",
-                     "product_eigenvalue_figure"), "deltalens.probes.eigenvalues"),
-    **dict.fromkeys(("subspace_report", "SubspaceReport", "singular_value_figure", "pca_figure"),
-                    "deltalens.probes.subspace"),
+    **dict.fromkeys(
+        ("eigenvalue_report", "EigenvalueReport", "beta_heatmap", "eigenvalue_histogram", "product_eigenvalue_figure"),
+        "deltalens.probes.eigenvalues",
+    ),
+    **dict.fromkeys(
+        ("subspace_report", "SubspaceReport", "singular_value_figure", "pca_figure"), "deltalens.probes.subspace"
+    ),
     **dict.fromkeys(("linear_probes", "ProbeReport", "probe_accuracy_figure"), "deltalens.probes.linear_probes"),
     **dict.fromkeys(("probe_summary", "ProbeSummary"), "deltalens.probes.summary"),
     **dict.fromkeys(("product_report", "ProductReport", "product_decoding_figure"), "deltalens.probes.products"),
@@ -50,8 +66,8 @@ _API = {
     **dict.fromkeys(("make_tokenizer",), "deltalens.tasks.tokenizers"),
     **dict.fromkeys(("ProbTraceSpec", "generate_prob_trace", "parse_prob_trace"), "deltalens.tasks.probabilistic"),
     **dict.fromkeys(("joint_filter", "marginal_filter"), "deltalens.tasks.pfsa"),
-    **dict.fromkeys(("set_progress",), "deltalens.tasks.display"),
-    **dict.fromkeys(("DeltalensError",), "deltalens.tasks.errors"),
+    **dict.fromkeys(("set_progress",), "deltalens.core.display"),
+    **dict.fromkeys(("DeltalensError",), "deltalens.core.errors"),
 }
 
 __all__ = sorted(_API)

@@ -13,6 +13,7 @@ Steps, each a call you can make in a notebook:
 
 Runs in well under a minute on a laptop CPU (most of it is importing torch and fla).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,20 +30,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if not (Path(args.checkpoint) / "model.safetensors").is_file():
-        print(f"{args.checkpoint} holds no trained model yet (no model.safetensors). Train it with\n"
-              f"  deltalens train checkpoints/s3-deltanet-neg-statement/train.toml --out runs/s3 "
-              f"--export checkpoints/s3-deltanet-neg-statement\n"
-              f"or pass the path of another DeltaNet checkpoint: python {sys.argv[0]} PATH", file=sys.stderr)
+        print(
+            f"{args.checkpoint} holds no trained model yet (no model.safetensors). Train it with\n"
+            f"  deltalens train checkpoints/s3-deltanet-neg-statement/train.toml --out runs/s3 "
+            f"--export checkpoints/s3-deltanet-neg-statement\n"
+            f"or pass the path of another DeltaNet checkpoint: python {sys.argv[0]} PATH",
+            file=sys.stderr,
+        )
         return 1
 
     import torch
 
     torch.set_num_threads(1)
+    from deltalens.core.errors import DeltalensError
     from deltalens.interp.capture import capture
     from deltalens.interp.head_sweep import sweep
     from deltalens.probes.eigenvalues import eigenvalue_report
     from deltalens.probes.subspace import subspace_report
-    from deltalens.tasks.errors import DeltalensError
     from deltalens.training.opened import open_checkpoint
 
     try:
@@ -57,14 +61,25 @@ def main(argv: list[str] | None = None) -> int:
     heads = eig.heads.merge(sub.heads, on=["layer", "head"])
     print(f"{args.checkpoint}: {args.n_traces} held-out traces of {checkpoint.spec.describe()}\n")
     print("per head, on action tokens (eigenvalue of I - beta k k^T along k is 1 - beta):")
-    columns = ["layer", "head", "mean_beta_action", "neg_eig_fraction", "reflection_fraction", "effective_rank",
-               "pca_dim_99", "key_rank", "key_dim_90"]
+    columns = [
+        "layer",
+        "head",
+        "mean_beta_action",
+        "neg_eig_fraction",
+        "reflection_fraction",
+        "effective_rank",
+        "pca_dim_99",
+        "key_rank",
+        "key_dim_90",
+    ]
     print(heads[columns].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
     layer, head = eig.tracking_head()
     row = eig.head(layer, head)
-    print(f"\ntracking head: layer {layer}, head {head}: mean beta on actions {row['mean_beta_action']:.3f}, "
-          f"{100 * row['reflection_fraction']:.1f}% of action transitions are reflections (eigenvalue < -0.9)")
+    print(
+        f"\ntracking head: layer {layer}, head {head}: mean beta on actions {row['mean_beta_action']:.3f}, "
+        f"{100 * row['reflection_fraction']:.1f}% of action transitions are reflections (eigenvalue < -0.9)"
+    )
 
     result = sweep(checkpoint.model, batch, "beta-range", progress=False)
     print(f"\nbeta range [0, 2] -> [0, 1] on one head at a time (baseline reveal accuracy {result.baseline:.3f}):")

@@ -21,6 +21,7 @@ hook_beta and hook_k carry a factor axis (B, T, H, n_h[, d_k]).
 Batches of held-out traces for a checkpoint come from training/opened.py (`open_checkpoint(path)
 .batch(n)`), or from any `tasks.dataset.make_batch`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
@@ -30,6 +31,8 @@ from typing import Union
 import pandas as pd
 import torch
 
+from deltalens.core.display import Summary
+from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import (
     ARTICLE,
     architecture_of,
@@ -38,17 +41,20 @@ from deltalens.models.architecture import (
     n_layers_of,
     require_delta_rule,
 )
-from deltalens.tasks.display import Summary
-from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.tokenizers import TokenKind
 
-__all__ = ["ATTN_SHORTHANDS", "DELTANET_ONLY", "Capture", "capture", "expand_names", "residual_names"]
+__all__ = ["ATTN_SHORTHANDS", "DELTA_RULE_ONLY", "Capture", "capture", "expand_names", "residual_names"]
 
 ATTN_SHORTHANDS = ("beta", "beta_logit", "gate", "state", "k", "q", "v", "z")
-DELTANET_ONLY = ("beta", "beta_logit", "gate", "state")  # the delta rule's write strength, decay and matrix state
+DELTA_RULE_ONLY = ("beta", "beta_logit", "gate", "state")  # the delta rule's write strength, decay and matrix state
 _DELTA_HEADED = ("beta", "beta_logit", "gate", "state", "k", "q", "v", "z")
-_HEADED = {"deltanet": _DELTA_HEADED, "gated_deltanet": _DELTA_HEADED, "deltaproduct": _DELTA_HEADED,
-           "transformer": ("k", "q", "v", "z"), "lstm": ()}
+_HEADED = {
+    "deltanet": _DELTA_HEADED,
+    "gated_deltanet": _DELTA_HEADED,
+    "deltaproduct": _DELTA_HEADED,
+    "transformer": ("k", "q", "v", "z"),
+    "lstm": (),
+}
 KIND_NAMES = {int(kind): kind.name.lower() for kind in TokenKind}
 LABELS = ("trace", "position", "token", "kind", "action_pos", "perm_id", "answer", "reveal_var", "state_step")
 
@@ -71,18 +77,22 @@ def expand_names(model, names: Iterable[str]) -> list[str]:
             out += residual_names(model)
         elif name in ATTN_SHORTHANDS:
             if name not in _HEADED[arch]:
-                if name in DELTANET_ONLY:
+                if name in DELTA_RULE_ONLY:
                     require_delta_rule(model, f"{name} (hook_{name})")
-                raise DeltalensError(f"{ARTICLE.get(arch, arch)} has no attention heads, so there is no "
-                                     f"hook_{name}; capture 'resid' instead.")
+                raise DeltalensError(
+                    f"{ARTICLE.get(arch, arch)} has no attention heads, so there is no "
+                    f"hook_{name}; capture 'resid' instead."
+                )
             if arch == "deltanet" and name == "beta_logit" and not model.config.use_beta:
                 raise DeltalensError("this DeltaNet was built with use_beta=False: beta is constant and has no logit.")
             if name == "gate" and not getattr(model, "gated", False):
-                raise DeltalensError(f"{ARTICLE.get(arch, arch)} without a decay gate has no hook_gate (DeltaNet, or "
-                                     "a DeltaProduct built with use_forget_gate=False).")
+                raise DeltalensError(
+                    f"{ARTICLE.get(arch, arch)} without a decay gate has no hook_gate (DeltaNet, or "
+                    "a DeltaProduct built with use_forget_gate=False)."
+                )
             out += [f"blocks.{layer}.attn.hook_{name}" for layer in range(n_layers_of(model))]
         else:
-            if not is_delta_rule(arch) and any(name.endswith(f"hook_{x}") for x in DELTANET_ONLY):
+            if not is_delta_rule(arch) and any(name.endswith(f"hook_{x}") for x in DELTA_RULE_ONLY):
                 require_delta_rule(model, name)
             out.append(name)
     return list(dict.fromkeys(out))  # keep order, drop repeats
@@ -112,12 +122,16 @@ class Capture(Summary):
         return int(self.states.shape[0])
 
     def title(self) -> str:
-        return (f"Capture of {ARTICLE.get(self.arch, self.arch)}: {len(self)} real tokens from {self.n_traces} "
-                f"traces, {self.n_vars} variables; activations (one row per token):")
+        return (
+            f"Capture of {ARTICLE.get(self.arch, self.arch)}: {len(self)} real tokens from {self.n_traces} "
+            f"traces, {self.n_vars} variables; activations (one row per token):"
+        )
 
     def display_frame(self) -> pd.DataFrame:
-        rows = [{"name": name, "shape": tuple(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
-                for name, value in self.acts.items()]
+        rows = [
+            {"name": name, "shape": tuple(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
+            for name, value in self.acts.items()
+        ]
         return pd.DataFrame(rows, columns=["name", "shape", "dtype"])
 
     def __getitem__(self, name: str) -> torch.Tensor:
@@ -165,8 +179,13 @@ class Capture(Summary):
 
 
 @torch.no_grad()
-def capture(model, batch: dict[str, torch.Tensor], names: Names = ("resid",), with_logits: bool = False,
-            hooks: Sequence[tuple[str, Callable]] = ()) -> Capture:
+def capture(
+    model,
+    batch: dict[str, torch.Tensor],
+    names: Names = ("resid",),
+    with_logits: bool = False,
+    hooks: Sequence[tuple[str, Callable]] = (),
+) -> Capture:
     """Run `model` on `batch["tokens"]` and keep the named activations at every real token.
 
     names: shorthands or hook names (see the module docstring), or a callable filter on hook names.
@@ -204,30 +223,44 @@ def capture(model, batch: dict[str, torch.Tensor], names: Names = ("resid",), wi
     trace, position = real.nonzero(as_tuple=True)
     acts = {name: value.detach().float().cpu()[trace, position] for name, value in cache.items()}
     labels = {"trace": trace, "position": position, "token": tokens.cpu()[trace, position]}
-    for key, source in (("kind", "kinds"), ("action_pos", "action_pos"), ("perm_id", "perm_ids"),
-                        ("answer", "answers"), ("reveal_var", "reveal_vars"), ("state_step", "state_steps")):
+    for key, source in (
+        ("kind", "kinds"),
+        ("action_pos", "action_pos"),
+        ("perm_id", "perm_ids"),
+        ("answer", "answers"),
+        ("reveal_var", "reveal_vars"),
+        ("state_step", "state_steps"),
+    ):
         value = batch.get(source)
         labels[key] = value.cpu()[trace, position] if value is not None else torch.full_like(trace, -1)
     states = (
         batch["states"].cpu()[trace, position] if "states" in batch else torch.zeros(len(trace), 0, dtype=torch.long)
     )
     return Capture(
-        arch=arch, acts=acts, labels=labels, states=states, n_traces=B, n_layers=n_layers_of(model),
-        n_heads=n_heads_of(model), lengths=lengths.cpu(),
+        arch=arch,
+        acts=acts,
+        labels=labels,
+        states=states,
+        n_traces=B,
+        n_layers=n_layers_of(model),
+        n_heads=n_heads_of(model),
+        lengths=lengths.cpu(),
         logits=logits.detach().float().cpu()[trace, position] if with_logits else None,
     )
 
 
-def deltanet_capture(source, batch, names) -> Capture:
+def delta_rule_capture(source, batch, names) -> Capture:
     """A Capture of a delta-rule model: `source` itself when it is one, else `capture(source, batch, names)`.
 
     The probes that read beta or the state S_t take either a Capture or a model with a batch.
     """
     if isinstance(source, Capture):
         if not is_delta_rule(source.arch):
-            raise DeltalensError(f"this capture comes from a {source.arch} model, which has no beta; the "
-                                 "eigenvalue and subspace probes need a delta-rule model (DeltaNet, Gated DeltaNet, "
-                                 "DeltaProduct).")
+            raise DeltalensError(
+                f"this capture comes from a {source.arch} model, which has no beta; the "
+                "eigenvalue and subspace probes need a delta-rule model (DeltaNet, Gated DeltaNet, "
+                "DeltaProduct)."
+            )
         return source
     if batch is None:
         raise DeltalensError("pass a Capture, or a model together with a batch of traces.")

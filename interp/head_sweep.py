@@ -9,6 +9,7 @@ skip the heads it already has.
 
 Named interventions: `INTERVENTIONS` (interp/intervention_names.py).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -18,13 +19,13 @@ from typing import Any, Union
 import pandas as pd
 import plotly.graph_objects as go
 
+from deltalens.core.display import Summary
+from deltalens.core.display import progress as progress_bar
+from deltalens.core.errors import DeltalensError
 from deltalens.interp.intervention_names import INTERVENTIONS
 from deltalens.interp.interventions import ablate_head, check_factor, head_means, rescale_beta, reveal_accuracy
 from deltalens.models.architecture import architecture_of, n_heads_of, n_layers_of, require_delta_rule
 from deltalens.tasks.dataset import split_batch
-from deltalens.tasks.display import Summary
-from deltalens.tasks.display import progress as progress_bar
-from deltalens.tasks.errors import DeltalensError
 
 __all__ = ["INTERVENTIONS", "SweepResult", "sweep", "sweep_figure"]
 
@@ -40,14 +41,17 @@ class SweepResult(Summary):
 
     def to_dict(self) -> dict[str, Any]:
         """{"baseline", "intervention", "n_traces", "heads": [{"layer", "head", "accuracy", ...}]}."""
-        heads = [{key: (int(v) if key in ("layer", "head") else v) for key, v in row.items()}
-                 for row in self.frame.to_dict(orient="records")]
-        return {"baseline": self.baseline, "intervention": self.intervention, "n_traces": self.n_traces,
-                "heads": heads}
+        heads = [
+            {key: (int(v) if key in ("layer", "head") else v) for key, v in row.items()}
+            for row in self.frame.to_dict(orient="records")
+        ]
+        return {"baseline": self.baseline, "intervention": self.intervention, "n_traces": self.n_traces, "heads": heads}
 
     def title(self) -> str:
-        return (f"SweepResult: reveal accuracy with {self.intervention} on one head at a time "
-                f"(baseline {self.baseline:.3f}, {self.n_traces} traces)")
+        return (
+            f"SweepResult: reveal accuracy with {self.intervention} on one head at a time "
+            f"(baseline {self.baseline:.3f}, {self.n_traces} traces)"
+        )
 
     def display_frame(self) -> pd.DataFrame:
         return self.frame
@@ -62,8 +66,10 @@ class SweepResult(Summary):
 
 def _builder(model, intervention: Union[str, Builder], batches, factor: int | None = None) -> tuple[str, Builder]:
     if factor is not None and intervention != "beta-range":
-        raise DeltalensError("factor picks the Householder factor whose beta the beta-range sweep rescales; "
-                             f"it does not apply to {intervention!r}.")
+        raise DeltalensError(
+            "factor picks the Householder factor whose beta the beta-range sweep rescales; "
+            f"it does not apply to {intervention!r}."
+        )
     if callable(intervention):
         return getattr(intervention, "__name__", "custom"), intervention
     if intervention not in INTERVENTIONS:
@@ -73,14 +79,16 @@ def _builder(model, intervention: Union[str, Builder], batches, factor: int | No
         if factor is not None:
             check_factor(model, factor)  # before any head is run
             return f"{intervention} (factor {factor})", lambda m, layer, head: rescale_beta(
-                m, layer, head, to=(0.0, 1.0), factor=factor)
+                m, layer, head, to=(0.0, 1.0), factor=factor
+            )
         return intervention, lambda m, layer, head: rescale_beta(m, layer, head, to=(0.0, 1.0))
     method, site = intervention.split("-")
     if site == "state":
         require_delta_rule(model, "matrix state S_t")
     if architecture_of(model) == "lstm":
-        raise DeltalensError("an LSTM has no attention heads to sweep; per-head interventions need a DeltaNet "
-                             "or a Transformer.")
+        raise DeltalensError(
+            "an LSTM has no attention heads to sweep; per-head interventions need a DeltaNet or a Transformer."
+        )
     means = None
     if method == "mean":
         # one pass for every layer's means (over all batches' real tokens, weighted by count)
@@ -92,12 +100,19 @@ def _builder(model, intervention: Union[str, Builder], batches, factor: int | No
             count += n
         means = {layer: total / count for layer, total in sums.items()}
     return intervention, lambda m, layer, head: ablate_head(
-        m, layer, head, method, site=site, mean=None if means is None else means[layer])
+        m, layer, head, method, site=site, mean=None if means is None else means[layer]
+    )
 
 
-def sweep(model, batch: Union[dict, list], intervention: Union[str, Builder] = "beta-range",
-          batch_size: int = 64, progress: bool = True, done: pd.DataFrame | None = None,
-          factor: int | None = None) -> SweepResult:
+def sweep(
+    model,
+    batch: Union[dict, list],
+    intervention: Union[str, Builder] = "beta-range",
+    batch_size: int = 64,
+    progress: bool = True,
+    done: pd.DataFrame | None = None,
+    factor: int | None = None,
+) -> SweepResult:
     """Reveal accuracy with `intervention` applied to each (layer, head), ranked (module docstring).
 
     batch: a batch of held-out traces (split into pieces of `batch_size`) or a list of batches.
@@ -136,9 +151,20 @@ def sweep_figure(result: SweepResult, ranked: bool = False):
     (heads in model order, or `ranked` from the largest drop)."""
     frame = result.frame if ranked else result.frame.sort_values(["layer", "head"])
     labels = [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])]
-    fig = go.Figure(go.Bar(x=labels, y=frame["accuracy"], name=result.intervention,
-                           text=[f"{a:.2f}" for a in frame["accuracy"]], textposition="outside"))
+    fig = go.Figure(
+        go.Bar(
+            x=labels,
+            y=frame["accuracy"],
+            name=result.intervention,
+            text=[f"{a:.2f}" for a in frame["accuracy"]],
+            textposition="outside",
+        )
+    )
     fig.add_hline(y=result.baseline, line_dash="dash", annotation_text=f"baseline {result.baseline:.3f}")
-    fig.update_layout(title=f"reveal accuracy with {result.intervention} applied to one head at a time",
-                      xaxis_title="head", yaxis_title="reveal accuracy", yaxis={"range": [0, 1.08]})
+    fig.update_layout(
+        title=f"reveal accuracy with {result.intervention} applied to one head at a time",
+        xaxis_title="head",
+        yaxis_title="reveal accuracy",
+        yaxis={"range": [0, 1.08]},
+    )
     return fig

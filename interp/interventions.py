@@ -28,6 +28,7 @@ Paper notation -> code:
   is the same on a head's S_t, the experiment that moves a tracked value from one trace into
   another.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -37,6 +38,7 @@ from typing import Any, Union
 
 import torch
 
+from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import Capture, capture, expand_names
 from deltalens.models.architecture import (
     architecture_of,
@@ -45,11 +47,19 @@ from deltalens.models.architecture import (
     n_layers_of,
     require_delta_rule,
 )
-from deltalens.tasks.errors import DeltalensError
 from deltalens.training.evaluate import score_batch, summarise
 
-__all__ = ["Intervention", "rescale_beta", "clamp_gate", "ablate_head", "patch_activation", "patch_state", "head_means",
-           "reveal_accuracy", "accuracy_under"]
+__all__ = [
+    "Intervention",
+    "rescale_beta",
+    "clamp_gate",
+    "ablate_head",
+    "patch_activation",
+    "patch_state",
+    "head_means",
+    "reveal_accuracy",
+    "accuracy_under",
+]
 
 Hook = tuple[str, Callable]
 Positions = Union[None, int, Sequence[int], torch.Tensor]
@@ -142,15 +152,23 @@ def check_factor(model, factor: int | None, layer: int = 0) -> int:
     layer's number of factors when its beta has a factor axis (DeltaProduct), else 0."""
     mixer = model.blocks[layer].attn
     n_factors = mixer.n_factors if getattr(mixer, "factor_axis", False) else 0
-    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int)
-                               or not 0 <= factor < (n_factors or 1)):
-        raise DeltalensError(f"factor {factor!r} is out of range: this model applies "
-                             f"{n_factors or 1} factor(s) per token.")
+    if factor is not None and (
+        isinstance(factor, bool) or not isinstance(factor, int) or not 0 <= factor < (n_factors or 1)
+    ):
+        raise DeltalensError(
+            f"factor {factor!r} is out of range: this model applies {n_factors or 1} factor(s) per token."
+        )
     return n_factors
 
 
-def rescale_beta(model, layer: int, head: int | None, to: tuple[float, float] | None = None,
-                 scale: float | None = None, factor: int | None = None) -> Intervention:
+def rescale_beta(
+    model,
+    layer: int,
+    head: int | None,
+    to: tuple[float, float] | None = None,
+    scale: float | None = None,
+    factor: int | None = None,
+) -> Intervention:
     """Map a head's beta range to `to` (default (0, 1)), or multiply beta by `scale` (module docstring).
 
     head None rescales every head of the layer; `factor` picks one Householder factor of a
@@ -168,8 +186,9 @@ def rescale_beta(model, layer: int, head: int | None, to: tuple[float, float] | 
     lo = mixer.beta_lo[where_index[2:]].detach().clone()
     hi = mixer.beta_hi[where_index[2:]].detach().clone()
     name = f"blocks.{layer}.attn.hook_beta"
-    where = f"L{layer}" + ("" if head is None else f"H{head}") + (f"F{factor}" if n_factors and factor is not None
-                                                                 else "")
+    where = (
+        f"L{layer}" + ("" if head is None else f"H{head}") + (f"F{factor}" if n_factors and factor is not None else "")
+    )
     if scale is not None:
         multiplier = float(scale)
 
@@ -202,8 +221,10 @@ def clamp_gate(model, layer: int, head: int | None, lo: float = 1.0, hi: float =
     require_delta_rule(model, "decay gate")
     _check_head(model, layer, head)
     if not getattr(model, "gated", False):
-        raise DeltalensError("this model's state does not decay (no hook_gate): DeltaNet, or a DeltaProduct built "
-                             "with use_forget_gate=False.")
+        raise DeltalensError(
+            "this model's state does not decay (no hook_gate): DeltaNet, or a DeltaProduct built "
+            "with use_forget_gate=False."
+        )
     if not 0.0 <= lo <= hi <= 1.0:
         raise DeltalensError(f"the gate range needs 0 <= lo <= hi <= 1, got [{lo}, {hi}].")
     heads = slice(None) if head is None else head
@@ -227,9 +248,16 @@ def head_means(model, batch: dict[str, torch.Tensor], site: str = "z") -> dict[i
     return {layer: cap.layer(site, layer).mean(0) for layer in range(cap.n_layers)}
 
 
-def ablate_head(model, layer: int, head: int, method: str = "zero", site: str = "z",
-                reference: dict[str, torch.Tensor] | None = None, mean: torch.Tensor | None = None,
-                positions: Positions = None) -> Intervention:
+def ablate_head(
+    model,
+    layer: int,
+    head: int,
+    method: str = "zero",
+    site: str = "z",
+    reference: dict[str, torch.Tensor] | None = None,
+    mean: torch.Tensor | None = None,
+    positions: Positions = None,
+) -> Intervention:
     """Zero- or mean-ablate one head's read-out (site "z") or state (site "state").
 
     Mean ablation uses `mean` ((H, ...) or the head's own (...)) or computes it from the real tokens
@@ -258,8 +286,12 @@ def ablate_head(model, layer: int, head: int, method: str = "zero", site: str = 
         return _edit(act, fill, head, mask)
 
     arch = architecture_of(model)
-    return Intervention(f"L{layer}H{head} {method}-ablate {site}" + ("" if is_delta_rule(arch) else f" ({arch})"),
-                        [(name, hook)], layer, head)
+    return Intervention(
+        f"L{layer}H{head} {method}-ablate {site}" + ("" if is_delta_rule(arch) else f" ({arch})"),
+        [(name, hook)],
+        layer,
+        head,
+    )
 
 
 # ---- patching -------------------------------------------------------------------------------
@@ -276,8 +308,9 @@ def _source_tensor(source: Any, name: str) -> torch.Tensor:
         raise DeltalensError(f"the patch source has no {name!r}; run the source with that hook cached.") from None
 
 
-def patch_activation(name: str, source: Any, positions: Positions = None, head: int | None = None,
-                     label: str | None = None) -> Intervention:
+def patch_activation(
+    name: str, source: Any, positions: Positions = None, head: int | None = None, label: str | None = None
+) -> Intervention:
     """Replace activation `name` by the source run's at `positions` (and only head `head`).
 
     source: a tensor shaped like the activation (B, T, ...), a cache from run_with_cache (or any
@@ -289,8 +322,10 @@ def patch_activation(name: str, source: Any, positions: Positions = None, head: 
     def hook(act, hook):
         B, T = act.shape[:2]
         if tensor.shape[0] != B or tensor.shape[2:] != act.shape[2:] or tensor.shape[1] < T:
-            raise DeltalensError(f"the patch source for {name} has shape {tuple(tensor.shape)}, the run "
-                                 f"{tuple(act.shape)}; patch between runs of the same batch size and length.")
+            raise DeltalensError(
+                f"the patch source for {name} has shape {tuple(tensor.shape)}, the run "
+                f"{tuple(act.shape)}; patch between runs of the same batch size and length."
+            )
         src = tensor[:, :T]
         if head is not None:
             src = src[:, :, head]

@@ -16,12 +16,12 @@ Every model carries `arch` (one of ARCHITECTURES) and `model_config`, a JSON-abl
 `build(model.arch, **model.model_config)` rebuilding it. Config keys per architecture:
 
 * deltanet: fla's `DeltaNetConfig` arguments (vocab_size, hidden_size, num_hidden_layers,
-  num_heads, allow_neg_eigval, ...; held by models/fla_config.py, so fla is not imported)
+  num_heads, allow_neg_eigval, ...; held by models/io/configs.py, so fla is not imported)
   plus deltalens's extension `state_norm_every` (int, default
   0 = off: renormalise each head's state to unit Frobenius norm after every that many tokens; see
-  models/deltanet_mixer.py); the model is `models.deltanet.HookedDeltaNet`.
+  models/layers/deltanet_mixer.py); the model is `models.deltanet.HookedDeltaNet`.
 * gated_deltanet, deltaproduct: fla's `GatedDeltaNetConfig` / `GatedDeltaProductConfig` arguments
-  (head_dim, num_heads, num_householder, use_forget_gate, allow_neg_eigval, ...; models/fla_config.py);
+  (head_dim, num_heads, num_householder, use_forget_gate, allow_neg_eigval, ...; models/io/configs.py);
   the models are `models.gated_deltanet.HookedGatedDeltaNet` and `models.deltaproduct.HookedDeltaProduct`.
 * transformer: `models.transformer.TransformerConfig`; the model is TransformerLens's own
   native Transformer (a `TransformerBridge`).
@@ -34,12 +34,20 @@ configs without fla), delta_lm.py (the LM around every delta-rule mixer), deltan
 gated_deltanet.py and deltaproduct.py with their mixers, kernels (delta_rule.py, gated_delta_rule.py),
 norms and short convolution, transformer.py, lstm.py.
 """
+
 from deltalens.models.architecture import ARCHITECTURES
 from deltalens.models.build import DELTANET_EXTENSION_KEYS, build, deltanet_model_config, fla_model_config
 from deltalens.models.checkpoint import load_checkpoint as load
 from deltalens.models.checkpoint import read_checkpoint_meta
 from deltalens.models.checkpoint import save_checkpoint as save
 
-__all__ = ["ARCHITECTURES", "DELTANET_EXTENSION_KEYS", "build", "deltanet_model_config", "fla_model_config",
-           "load", "read_checkpoint_meta",
-           "save"]
+__all__ = [
+    "ARCHITECTURES",
+    "DELTANET_EXTENSION_KEYS",
+    "build",
+    "deltanet_model_config",
+    "fla_model_config",
+    "load",
+    "read_checkpoint_meta",
+    "save",
+]

@@ -8,18 +8,34 @@
 The family table (`FAMILY`) says which hooks and probes apply to each architecture; the report and
 the dashboard print it instead of special-casing names.
 """
+
 from __future__ import annotations
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 
 DELTA_RULE = ("deltanet", "gated_deltanet", "deltaproduct")
 ARCHITECTURES = (*DELTA_RULE, "transformer", "lstm")
-ARTICLE = {"deltanet": "a DeltaNet", "gated_deltanet": "a Gated DeltaNet", "deltaproduct": "a DeltaProduct",
-           "transformer": "a Transformer", "lstm": "an LSTM"}
-DISPLAY = {"deltanet": "DeltaNet", "gated_deltanet": "Gated DeltaNet", "deltaproduct": "DeltaProduct",
-           "transformer": "Transformer", "lstm": "LSTM"}
-_CLASS_ARCH = {"HookedDeltaNet": "deltanet", "HookedGatedDeltaNet": "gated_deltanet",
-               "HookedDeltaProduct": "deltaproduct", "HookedLSTM": "lstm", "TransformerBridge": "transformer"}
+ARTICLE = {
+    "deltanet": "a DeltaNet",
+    "gated_deltanet": "a Gated DeltaNet",
+    "deltaproduct": "a DeltaProduct",
+    "transformer": "a Transformer",
+    "lstm": "an LSTM",
+}
+DISPLAY = {
+    "deltanet": "DeltaNet",
+    "gated_deltanet": "Gated DeltaNet",
+    "deltaproduct": "DeltaProduct",
+    "transformer": "Transformer",
+    "lstm": "LSTM",
+}
+_CLASS_ARCH = {
+    "HookedDeltaNet": "deltanet",
+    "HookedGatedDeltaNet": "gated_deltanet",
+    "HookedDeltaProduct": "deltaproduct",
+    "HookedLSTM": "lstm",
+    "TransformerBridge": "transformer",
+}
 
 _DELTA_HOOKS = "q, k, v, beta_logit, beta, state, z"
 _DELTA_PROBES = "eigenvalues, state rank and subspaces, linear probes, belief decay"
@@ -28,9 +44,11 @@ _DELTA_INTERVENTIONS = "beta range, head ablation, state patching"
 FAMILY: dict[str, tuple[str, str, str]] = {
     "deltanet": (_DELTA_HOOKS, _DELTA_PROBES, _DELTA_INTERVENTIONS),
     "gated_deltanet": (_DELTA_HOOKS + ", gate", _DELTA_PROBES, _DELTA_INTERVENTIONS + ", gate clamp"),
-    "deltaproduct": (_DELTA_HOOKS + "; k, v and beta per factor; gate when gated",
-                     _DELTA_PROBES + ", per-token product (eigenvalues, the permutation it applies)",
-                     "beta range (per factor), head ablation, state patching, gate clamp when gated"),
+    "deltaproduct": (
+        _DELTA_HOOKS + "; k, v and beta per factor; gate when gated",
+        _DELTA_PROBES + ", per-token product (eigenvalues, the permutation it applies)",
+        "beta range (per factor), head ablation, state patching, gate clamp when gated",
+    ),
     "transformer": ("q, k, v, attn_scores, pattern, z", "linear probes", "head ablation"),
     "lstm": ("hidden, cell", "linear probes", "unit ablation"),
 }

@@ -2,16 +2,17 @@
 
 Each architecture's module is imported when a model of it is first built: TransformerLens takes
 ~3 s to import on top of torch (measured on a 2-core CPU), and reading a checkpoint's metadata or
-writing traces needs none. The delta-rule family's configs are models/fla_config.py's, so building
+writing traces needs none. The delta-rule family's configs are models/io/configs.py's, so building
 one on a CPU never imports fla (~6 s more).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
+from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import ARCHITECTURES
-from deltalens.models.fla_config import SETTINGS
-from deltalens.tasks.errors import DeltalensError
+from deltalens.models.io.configs import SETTINGS
 
 
 def build(arch: str, **config: Any):
@@ -25,11 +26,11 @@ def build(arch: str, **config: Any):
         config = {**config, "d_vocab": config["vocab_size"]}
         del config["vocab_size"]
     if arch == "transformer":
-        from deltalens.models.transformer import build_transformer, transformer_config_from_dict  # lazy: see above
+        from deltalens.models.lm.transformer import build_transformer, transformer_config_from_dict  # lazy: see above
 
         return build_transformer(transformer_config_from_dict(config))
     if arch == "lstm":
-        from deltalens.models.lstm import HookedLSTM, lstm_config_from_dict  # lazy: see above
+        from deltalens.models.lm.lstm import HookedLSTM, lstm_config_from_dict  # lazy: see above
 
         return HookedLSTM(lstm_config_from_dict(config))
     if arch in SETTINGS:
@@ -41,7 +42,9 @@ def build(arch: str, **config: Any):
 # attributes and write them to config.json, so these ride along in the same config object; fla
 # itself ignores them (its DeltaNetForCausalLM runs the plain delta rule on the same weights).
 EXTENSION_KEYS: dict[str, tuple[str, ...]] = {
-    "deltanet": ("state_norm_every",), "gated_deltanet": (), "deltaproduct": (),
+    "deltanet": ("state_norm_every",),
+    "gated_deltanet": (),
+    "deltaproduct": (),
 }
 DELTANET_EXTENSION_KEYS = EXTENSION_KEYS["deltanet"]
 
@@ -63,11 +66,11 @@ def deltanet_model_config(config) -> dict[str, Any]:
 
 def _build_delta_family(arch: str, config: dict[str, Any]):
     if arch == "deltanet":
-        from deltalens.models.deltanet import HookedDeltaNet as cls  # lazy: see above
+        from deltalens.models.lm.deltanet import HookedDeltaNet as cls  # lazy: see above
     elif arch == "gated_deltanet":
-        from deltalens.models.gated_deltanet import HookedGatedDeltaNet as cls
+        from deltalens.models.lm.gated_deltanet import HookedGatedDeltaNet as cls
     else:
-        from deltalens.models.deltaproduct import HookedDeltaProduct as cls
+        from deltalens.models.lm.deltaproduct import HookedDeltaProduct as cls
 
     known = set(_config_keys(arch))
     unknown = sorted(set(config) - known)

@@ -26,7 +26,7 @@ the LSTM. Tensors that share storage (tied weights) are written once; loading ac
 name when the model ties it to one that is present.
 
 Atomic writes: everything goes into a hidden temp directory beside the target
-(`.NAME.saving-XXXX`), is flushed to disk, and then swapped into place by models/atomic.py: an
+(`.NAME.saving-XXXX`), is flushed to disk, and then swapped into place by core/atomic.py: an
 existing checkpoint is first renamed aside (`.NAME.old`) and removed only after the new one is
 in place, so a failure at any point leaves either the old or the new checkpoint under NAME
 (after a hard crash between the two renames, the old one survives as `.NAME.old`). Listing code
@@ -50,11 +50,11 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from deltalens.core.atomic import fsync_dir, fsync_file, replace_dir
+from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import ARCHITECTURES, is_delta_rule
-from deltalens.models.atomic import fsync_dir, fsync_file, replace_dir
 from deltalens.models.build import build, fla_model_config
-from deltalens.models.fla_config import ARCH_OF_MODEL_TYPE, SETTINGS
-from deltalens.tasks.errors import DeltalensError
+from deltalens.models.io.configs import ARCH_OF_MODEL_TYPE, SETTINGS
 
 
 class MissingCheckpointFile(DeltalensError, FileNotFoundError):
@@ -69,16 +69,20 @@ EXTRA_KEYS = ("tokenizer", "task", "training", "metrics")
 _RESERVED_KEYS = ("format_version", "architecture", "model_config")
 # HF bookkeeping in an fla config.json that is not a DeltaNetConfig argument.
 _HF_BOOKKEEPING = (
-    "architectures", "transformers_version", "model_type", "dtype", "torch_dtype", "_name_or_path", SECTION,
+    "architectures",
+    "transformers_version",
+    "model_type",
+    "dtype",
+    "torch_dtype",
+    "_name_or_path",
+    SECTION,
 )
 
 
 # ----------------------------------------------------------------------------- save
 
 
-def save_checkpoint(
-    model, path, extra: dict[str, Any] | None = None, files: dict[str, str] | None = None
-) -> Path:
+def save_checkpoint(model, path, extra: dict[str, Any] | None = None, files: dict[str, str] | None = None) -> Path:
     """Write `model` and its metadata to directory `path`, replacing an existing checkpoint atomically.
 
     `extra` holds the JSON-able "tokenizer", "task", "training" and "metrics" entries (dataclasses,
@@ -116,8 +120,7 @@ def _arch_of(model) -> str:
     arch = getattr(model, "arch", None)
     if arch not in ARCHITECTURES:
         raise DeltalensError(
-            f"cannot save a {type(model).__name__}: it has no known `arch` attribute; "
-            f"build it with models.build(...)"
+            f"cannot save a {type(model).__name__}: it has no known `arch` attribute; build it with models.build(...)"
         )
     return arch
 
@@ -182,8 +185,11 @@ def _write_checkpoint(model, arch: str, section: dict[str, Any], directory: Path
     if is_delta_rule(arch):
         # A delta-rule model without save_pretrained: still write fla's fields so fla can read the folder.
         settings = SETTINGS[arch]
-        config = {**model.config.to_diff_dict(), "model_type": settings.model_type,
-                  "architectures": [settings.fla_model]}
+        config = {
+            **model.config.to_diff_dict(),
+            "model_type": settings.model_type,
+            "architectures": [settings.fla_model],
+        }
     _write_json(directory / CONFIG_NAME, {**config, SECTION: section})
 
 
@@ -208,8 +214,6 @@ def _unique_tensors(state_dict) -> dict[str, Any]:
     return out
 
 
-
-
 def _write_json(file: Path, data: dict[str, Any]) -> None:
     """Plain write: the file is inside the staging folder, which replace_dir swaps in atomically."""
     with open(file, "w", encoding="utf-8") as handle:
@@ -229,18 +233,12 @@ def _apply_umask(directory: Path) -> None:
         os.chmod(entry, (0o777 if entry.is_dir() else 0o666) & ~umask)
 
 
-
-
-
-
 def is_replaceable(target: Path, rewritten: set[str] = frozenset()) -> bool:
     """Only a checkpoint directory may be replaced, or a folder holding nothing but files this save
     rewrites (e.g. the train.toml a checkpoint is exported beside); never a file or other folder."""
     if not target.is_dir():
         return False
     return (target / CONFIG_NAME).exists() or all(entry.name in rewritten for entry in target.iterdir())
-
-
 
 
 # ----------------------------------------------------------------------------- read
@@ -391,8 +389,12 @@ def _read_weights(weights_file: Path) -> dict[str, Any]:
     for file in files:
         if not file.is_file():
             pickled = [p.name for p in file.parent.glob("*.bin")] + [p.name for p in file.parent.glob("*.pt")]
-            hint = (f"; only safetensors weights are loaded, never pickle files such as {pickled[0]}: re-save the "
-                    "model with save_pretrained" if pickled else "; the checkpoint is incomplete, so re-save it")
+            hint = (
+                f"; only safetensors weights are loaded, never pickle files such as {pickled[0]}: re-save the "
+                "model with save_pretrained"
+                if pickled
+                else "; the checkpoint is incomplete, so re-save it"
+            )
             raise MissingCheckpointFile(f"{file} is missing{hint}")
         try:
             state.update(load_file(str(file), device="cpu"))
@@ -415,9 +417,7 @@ def _check_tensors(model, arch: str, saved: dict[str, Any], weights_file: Path, 
     tied_to = {name: names for names in groups.values() if len(names) > 1 for name in names}
 
     missing = [
-        name
-        for name in expected
-        if name not in saved and not any(alias in saved for alias in tied_to.get(name, ()))
+        name for name in expected if name not in saved and not any(alias in saved for alias in tied_to.get(name, ()))
     ]
     unexpected = [name for name in saved if name not in expected]
     if missing:

@@ -31,6 +31,7 @@ All arithmetic runs in torch in each dtype (``DTYPES``); masses are summed in fl
 so the sum itself never underflows. Each measurement returns a dataclass with a pandas frame;
 ``joint_decay_figure`` / ``marginal_decay_figure`` draw them with plotly.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,9 +44,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
+from deltalens.core.display import Summary
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.adversary import adversarial_sequence, predicted_underflow_cycle
-from deltalens.tasks.display import Summary
-from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.pfsa import (
     PFSA,
     Action,
@@ -79,6 +80,7 @@ def predicted_halving_underflow(name: str) -> int:
 
 
 # --- sequences ------------------------------------------------------------------------------------
+
 
 def halving_sequence(reveals: int, n: int = 3, p: float = 0.5, seed: int = 0) -> tuple[tuple[int, ...], list[Event]]:
     """From q0 = (1..n): ``reveals`` times a swap of a and b with probability p, then print a.
@@ -121,11 +123,12 @@ def _log2_law(pfsa: PFSA, events: Sequence[Event]) -> np.ndarray:
 
 # --- (a) the joint representation ---------------------------------------------------------------------
 
+
 @dataclass(repr=False)
 class JointDecay(Summary):
     """Unnormalised joint mass after every partial reveal, per dtype."""
 
-    frame: pd.DataFrame               # dtype, reveal (1..K), mass, law, log2_law, max_entry
+    frame: pd.DataFrame  # dtype, reveal (1..K), mass, law, log2_law, max_entry
     underflow: dict[str, int | None]  # first partial reveal with mass exactly 0 (None: not within K)
     predicted: dict[str, int | None]  # where the float64 law says it should be
     lost: dict[str, int | None] = field(default_factory=dict)  # first reveal off the law by > 50 %
@@ -138,8 +141,9 @@ class JointDecay(Summary):
         return pd.DataFrame({"underflow": self.underflow, "predicted": self.predicted, "lost": self.lost})
 
 
-def joint_decay(q0: Sequence[int], events: Sequence[Event], dtypes: Sequence[str] = DTYPES,
-                description: str = "") -> JointDecay:
+def joint_decay(
+    q0: Sequence[int], events: Sequence[Event], dtypes: Sequence[str] = DTYPES, description: str = ""
+) -> JointDecay:
     """Run the unnormalised joint filter in every dtype and compare with the exact law.
 
     The prediction: the mass is 0 from the first event whose float64 largest entry is at most
@@ -154,8 +158,16 @@ def joint_decay(q0: Sequence[int], events: Sequence[Event], dtypes: Sequence[str
     for name in dtypes:
         run = run_linear_joint(pfsa, events, b0=torch.from_numpy(pfsa.initial_belief()).to(torch_dtype(name)))
         for k, e in enumerate(rows, start=1):
-            records.append({"dtype": name, "reveal": k, "mass": run.mass[e + 1], "law": 2.0 ** log2_law[e + 1],
-                            "log2_law": log2_law[e + 1], "max_entry": run.max_entry[e + 1]})
+            records.append(
+                {
+                    "dtype": name,
+                    "reveal": k,
+                    "mass": run.mass[e + 1],
+                    "law": 2.0 ** log2_law[e + 1],
+                    "log2_law": log2_law[e + 1],
+                    "max_entry": run.max_entry[e + 1],
+                }
+            )
         underflow[name] = next((k for k, e in enumerate(rows, start=1) if run.mass[e + 1] == 0.0), None)
         predicted[name] = _first_below(exact.max_entry, rows, smallest_subnormal(name) / 2)
         lost[name] = _first_lost([run.mass[e + 1] for e in rows], [log2_law[e + 1] for e in rows])
@@ -185,26 +197,29 @@ def halving_decay(reveals: int = 1100, n: int = 3, dtypes: Sequence[str] = DTYPE
     return out
 
 
-def random_joint_decay(reveals: int = 200, spec: ProbTraceSpec | None = None, seed: int = 0,
-                       dtypes: Sequence[str] = DTYPES) -> JointDecay:
+def random_joint_decay(
+    reveals: int = 200, spec: ProbTraceSpec | None = None, seed: int = 0, dtypes: Sequence[str] = DTYPES
+) -> JointDecay:
     """(a) on a random probabilistic trace with partial reveals only (law = its likelihood)."""
-    spec = spec or ProbTraceSpec(group="S3", actions=reveals * 2, spacing=2, full_reveal_prob=0.0,
-                                 mix=(0.2, 0.5, 0.3), swap_prob=0.3)
+    spec = spec or ProbTraceSpec(
+        group="S3", actions=reveals * 2, spacing=2, full_reveal_prob=0.0, mix=(0.2, 0.5, 0.3), swap_prob=0.3
+    )
     trace = generate_prob_trace(spec, seed)
     return joint_decay(trace.q0, trace.events, dtypes, description=f"random {spec.group} trace, seed {seed}")
 
 
 # --- (b) the marginal representation -------------------------------------------------------------------
 
+
 @dataclass(repr=False)
 class MarginalDecay(Summary):
     """Unnormalised marginal mass after every partial reveal, per sequence and dtype."""
 
-    frame: pd.DataFrame   # sequence, dtype, reveal, min_row_mass, total_mass, chosen_mass, law
-    underflow: dict[tuple[str, str], int | None]   # (sequence, dtype) -> first reveal with tracked mass 0
+    frame: pd.DataFrame  # sequence, dtype, reveal, min_row_mass, total_mass, chosen_mass, law
+    underflow: dict[tuple[str, str], int | None]  # (sequence, dtype) -> first reveal with tracked mass 0
     predicted: dict[tuple[str, str], int | None]
-    lost: dict[tuple[str, str], int | None]        # adversarial: first reveal off the law by > 50 %
-    rate: float           # the adversary's stated decay per reveal (1 - p/h)
+    lost: dict[tuple[str, str], int | None]  # adversarial: first reveal off the law by > 50 %
+    rate: float  # the adversary's stated decay per reveal (1 - p/h)
     measured_rate: float  # geometric mean of chosen_mass ratios in float64
     notes: dict[str, str] = field(default_factory=dict)
 
@@ -213,10 +228,14 @@ class MarginalDecay(Summary):
 
     def summary(self) -> pd.DataFrame:
         keys = sorted(self.underflow)
-        return pd.DataFrame({"underflow": [self.underflow[k] for k in keys],
-                             "predicted": [self.predicted[k] for k in keys],
-                             "lost": [self.lost.get(k) for k in keys]},
-                            index=pd.MultiIndex.from_tuples(keys, names=["sequence", "dtype"]))
+        return pd.DataFrame(
+            {
+                "underflow": [self.underflow[k] for k in keys],
+                "predicted": [self.predicted[k] for k in keys],
+                "lost": [self.lost.get(k) for k in keys],
+            },
+            index=pd.MultiIndex.from_tuples(keys, names=["sequence", "dtype"]),
+        )
 
 
 def _marginal_records(name: str, sequence: str, n: int, q0, events, chosen=None, law=None):
@@ -226,18 +245,29 @@ def _marginal_records(name: str, sequence: str, n: int, q0, events, chosen=None,
     records = []
     for k, e in enumerate(rows, start=1):
         m = run.marginals[e + 1]
-        records.append({
-            "sequence": sequence, "dtype": name, "reveal": k,
-            "min_row_mass": float(m.sum(axis=1).min()),
-            "total_mass": float(m.sum() / n),
-            "chosen_mass": float(sum(m[i, v - 1] for i, v in chosen)) if chosen else np.nan,
-            "law": float(law[k - 1]) if law is not None else np.nan,
-        })
+        records.append(
+            {
+                "sequence": sequence,
+                "dtype": name,
+                "reveal": k,
+                "min_row_mass": float(m.sum(axis=1).min()),
+                "total_mass": float(m.sum() / n),
+                "chosen_mass": float(sum(m[i, v - 1] for i, v in chosen)) if chosen else np.nan,
+                "law": float(law[k - 1]) if law is not None else np.nan,
+            }
+        )
     return records
 
 
-def marginal_decay(cycles: int = 400, n: int = 3, block: int = 2, p: float = 0.75,
-                   random_reveals: int = 400, seed: int = 0, dtypes: Sequence[str] = DTYPES) -> MarginalDecay:
+def marginal_decay(
+    cycles: int = 400,
+    n: int = 3,
+    block: int = 2,
+    p: float = 0.75,
+    random_reveals: int = 400,
+    seed: int = 0,
+    dtypes: Sequence[str] = DTYPES,
+) -> MarginalDecay:
     """(b): the linear marginal filter on a random trace vs on the adversary.
 
     Tracked mass: the adversary's chosen entries (law h (1 - p/h)^k); for the random trace the
@@ -252,8 +282,15 @@ def marginal_decay(cycles: int = 400, n: int = 3, block: int = 2, p: float = 0.7
     adv = adversarial_sequence(n=n, block=block, p=p, cycles=cycles)
     ks = np.arange(1, cycles + 1)
     law = adv.predicted_mass(ks)
-    spec = ProbTraceSpec(group=f"S{n}", actions=random_reveals * 2, spacing=2, full_reveal_prob=0.0,
-                         mix=(0.2, 0.5, 0.3), swap_prob=0.3, choice_size=min(3, n))
+    spec = ProbTraceSpec(
+        group=f"S{n}",
+        actions=random_reveals * 2,
+        spacing=2,
+        full_reveal_prob=0.0,
+        mix=(0.2, 0.5, 0.3),
+        swap_prob=0.3,
+        choice_size=min(3, n),
+    )
     trace = generate_prob_trace(spec, seed)
     records, underflow, predicted, lost = [], {}, {}, {}
     for name in dtypes:
@@ -289,8 +326,13 @@ def _underflow_markers(fig: go.Figure, underflow: dict, label: str = "") -> None
     for key, k in underflow.items():
         name = key[-1] if isinstance(key, tuple) else key
         if k is not None:
-            fig.add_vline(x=k, line_dash="dot", line_color=_COLOURS.get(name, "grey"),
-                          annotation_text=f"{label}{name}: 0 at {k}", annotation_textangle=-90)
+            fig.add_vline(
+                x=k,
+                line_dash="dot",
+                line_color=_COLOURS.get(name, "grey"),
+                annotation_text=f"{label}{name}: 0 at {k}",
+                annotation_textangle=-90,
+            )
 
 
 def joint_decay_figure(result: JointDecay) -> go.Figure:
@@ -301,11 +343,17 @@ def joint_decay_figure(result: JointDecay) -> go.Figure:
     fig.add_trace(go.Scatter(x=law.reveal, y=law.law, name="law P(reveals)", line=dict(color="black", dash="dash")))
     for name, part in frame.groupby("dtype", sort=False):
         part = part[part.mass > 0]  # a log axis cannot show the zeros; the markers do
-        fig.add_trace(go.Scatter(x=part.reveal, y=part.mass, name=name, mode="lines",
-                                 line=dict(color=_COLOURS.get(name))))
+        fig.add_trace(
+            go.Scatter(x=part.reveal, y=part.mass, name=name, mode="lines", line=dict(color=_COLOURS.get(name)))
+        )
     _underflow_markers(fig, result.underflow)
-    fig.update_layout(title=f"Unnormalised joint belief mass ({result.description})",
-                      xaxis_title="partial reveals", yaxis_title="||b~||_1", yaxis_type="log", template="plotly_white")
+    fig.update_layout(
+        title=f"Unnormalised joint belief mass ({result.description})",
+        xaxis_title="partial reveals",
+        yaxis_title="||b~||_1",
+        yaxis_type="log",
+        template="plotly_white",
+    )
     return fig
 
 
@@ -315,8 +363,11 @@ def marginal_decay_figure(result: MarginalDecay) -> go.Figure:
     frame = result.frame
     adv = frame[frame.sequence == "adversarial"]
     law = adv[adv.dtype == adv.dtype.iloc[0]]
-    fig.add_trace(go.Scatter(x=law.reveal, y=law.law, name=f"law h(1-p/h)^k, rate {result.rate:g}",
-                             line=dict(color="black", dash="dash")))
+    fig.add_trace(
+        go.Scatter(
+            x=law.reveal, y=law.law, name=f"law h(1-p/h)^k, rate {result.rate:g}", line=dict(color="black", dash="dash")
+        )
+    )
     for (sequence, name), part in frame.groupby(["sequence", "dtype"], sort=False):
         column = "chosen_mass" if sequence == "adversarial" else "min_row_mass"
         part = part[part[column] > 0]
@@ -330,6 +381,11 @@ def marginal_decay_figure(result: MarginalDecay) -> go.Figure:
             )
         )
     _underflow_markers(fig, {k: v for k, v in result.underflow.items() if k[0] == "adversarial"}, "adversary ")
-    fig.update_layout(title="Unnormalised marginal belief: adversarial (chosen entries) vs random (smallest row)",
-                      xaxis_title="partial reveals", yaxis_title="mass", yaxis_type="log", template="plotly_white")
+    fig.update_layout(
+        title="Unnormalised marginal belief: adversarial (chosen entries) vs random (smallest row)",
+        xaxis_title="partial reveals",
+        yaxis_title="mass",
+        yaxis_type="log",
+        template="plotly_white",
+    )
     return fig

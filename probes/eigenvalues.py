@@ -31,6 +31,7 @@ is (B, T, H, n_h) and hook_k (B, T, H, n_h, d_k). Every factor is one row of `to
 gate of gated models scales every eigenvalue by alpha_t and is left out here (read hook_gate).
 probes/products.py asks whether each action's product IS the action's permutation.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,15 +41,23 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from deltalens.interp.capture import deltanet_capture
-from deltalens.tasks.display import Summary
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.display import Summary
+from deltalens.core.errors import DeltalensError
+from deltalens.interp.capture import delta_rule_capture
 from deltalens.tasks.groups import is_even, lex_unrank
 from deltalens.tasks.tokenizers import TokenKind
 
-__all__ = ["NAMES", "EigenvalueReport", "eigenvalue_report", "factor_rows", "transition_eigenvalues",
-           "transition_products",
-           "beta_heatmap", "eigenvalue_histogram", "product_eigenvalue_figure"]
+__all__ = [
+    "NAMES",
+    "EigenvalueReport",
+    "eigenvalue_report",
+    "factor_rows",
+    "transition_eigenvalues",
+    "transition_products",
+    "beta_heatmap",
+    "eigenvalue_histogram",
+    "product_eigenvalue_figure",
+]
 
 NAMES = ("beta", "k")  # what a capture needs for this probe
 REFLECTION_THRESHOLD = -0.9
@@ -128,8 +137,9 @@ class EigenvalueReport(Summary):
 
     def tracking_head(self) -> tuple[int, int]:
         """(layer, head) with the highest reflection fraction on action tokens (then mean beta)."""
-        ranked = self.heads.sort_values(["reflection_fraction", "mean_beta_action"], ascending=False,
-                                        na_position="last")
+        ranked = self.heads.sort_values(
+            ["reflection_fraction", "mean_beta_action"], ascending=False, na_position="last"
+        )
         row = ranked.iloc[0]
         return int(row["layer"]), int(row["head"])
 
@@ -151,10 +161,11 @@ def _perm_odd(perm_ids: np.ndarray, n: int) -> np.ndarray:
 
 
 @torch.no_grad()
-def eigenvalue_report(source, batch=None, threshold: float = REFLECTION_THRESHOLD,
-                      trivial_tol: float = 1e-4) -> EigenvalueReport:
+def eigenvalue_report(
+    source, batch=None, threshold: float = REFLECTION_THRESHOLD, trivial_tol: float = 1e-4
+) -> EigenvalueReport:
     """Beta and eigenvalue statistics of every head; `source` is a Capture (with NAMES) or a model + batch."""
-    cap = deltanet_capture(source, batch, NAMES)
+    cap = delta_rule_capture(source, batch, NAMES)
     for name in [f"blocks.{l}.attn.hook_{x}" for l in range(cap.n_layers) for x in NAMES]:
         if name not in cap:
             raise DeltalensError(f"the capture lacks {name}; capture with names=('beta', 'k').")
@@ -167,54 +178,79 @@ def eigenvalue_report(source, batch=None, threshold: float = REFLECTION_THRESHOL
 
     betas = np.stack([b.numpy() for b, _, _ in rows_of], 1)  # (N, L, H)
     eigs = np.stack([transition_eigenvalues(b, k).numpy() for b, k, _ in rows_of], 1)
-    tokens = pd.DataFrame({
-        "trace": np.repeat(cap.labels["trace"].numpy().repeat(n_f), L * H),
-        "position": np.repeat(cap.labels["position"].numpy().repeat(n_f), L * H),
-        "factor": np.repeat(np.tile(np.arange(n_f), len(cap)), L * H),
-        "kind": pd.Categorical(np.repeat([KIND_NAMES[k] for k in kinds], L * H),
-                               categories=list(KIND_NAMES.values())),
-        "layer": np.tile(np.repeat(np.arange(L), H), N),
-        "head": np.tile(np.arange(H), N * L),
-        "beta": betas.reshape(-1),
-        "eigenvalue": eigs.reshape(-1),
-    })
+    tokens = pd.DataFrame(
+        {
+            "trace": np.repeat(cap.labels["trace"].numpy().repeat(n_f), L * H),
+            "position": np.repeat(cap.labels["position"].numpy().repeat(n_f), L * H),
+            "factor": np.repeat(np.tile(np.arange(n_f), len(cap)), L * H),
+            "kind": pd.Categorical(
+                np.repeat([KIND_NAMES[k] for k in kinds], L * H), categories=list(KIND_NAMES.values())
+            ),
+            "layer": np.tile(np.repeat(np.arange(L), H), N),
+            "head": np.tile(np.arange(H), N * L),
+            "beta": betas.reshape(-1),
+            "eigenvalue": eigs.reshape(-1),
+        }
+    )
     tokens["negative"] = tokens["eigenvalue"] < 0
     tokens["reflection"] = tokens["eigenvalue"] < threshold
-    by_kind = (tokens.groupby(["layer", "head", "kind"], observed=True)
-               .agg(n=("beta", "size"), mean_beta=("beta", "mean"), std_beta=("beta", "std"),
-                    mean_eigenvalue=("eigenvalue", "mean"), min_eigenvalue=("eigenvalue", "min"),
-                    neg_fraction=("negative", "mean"), reflection_fraction=("reflection", "mean"))
-               .reset_index())
+    by_kind = (
+        tokens.groupby(["layer", "head", "kind"], observed=True)
+        .agg(
+            n=("beta", "size"),
+            mean_beta=("beta", "mean"),
+            std_beta=("beta", "std"),
+            mean_eigenvalue=("eigenvalue", "mean"),
+            min_eigenvalue=("eigenvalue", "min"),
+            neg_fraction=("negative", "mean"),
+            reflection_fraction=("reflection", "mean"),
+        )
+        .reset_index()
+    )
 
     rows = []
     for l in range(L):
         for h in range(H):
             b, e = betas[:, l, h], eigs[:, l, h]
             act = is_action
-            rows.append({
-                "layer": l, "head": h, "n_action_tokens": int(act.sum()) // n_f,
-                "mean_beta_action": float(b[act].mean()) if act.any() else float("nan"),
-                "mean_beta_other": float(b[~act].mean()) if (~act).any() else float("nan"),
-                "neg_eig_fraction": float((e[act] < 0).mean()) if act.any() else float("nan"),
-                "reflection_fraction": float((e[act] < threshold).mean()) if act.any() else float("nan"),
-                "neg_eig_fraction_all": float((e < 0).mean()),
-                "min_eigenvalue": float(e.min()),
-            })
+            rows.append(
+                {
+                    "layer": l,
+                    "head": h,
+                    "n_action_tokens": int(act.sum()) // n_f,
+                    "mean_beta_action": float(b[act].mean()) if act.any() else float("nan"),
+                    "mean_beta_other": float(b[~act].mean()) if (~act).any() else float("nan"),
+                    "neg_eig_fraction": float((e[act] < 0).mean()) if act.any() else float("nan"),
+                    "reflection_fraction": float((e[act] < threshold).mean()) if act.any() else float("nan"),
+                    "neg_eig_fraction_all": float((e < 0).mean()),
+                    "min_eigenvalue": float(e.min()),
+                }
+            )
     heads = pd.DataFrame(rows)
 
     products, product_eigs = _products(cap, threshold, trivial_tol)
     if not products.empty:
-        stats = (products.groupby(["layer", "head"])
-                 .agg(product_reflection_fraction=("reflection", "mean"),
-                      parity_agreement=("parity_match", "mean"),
-                      tokens_per_action=("n_tokens", "mean"))
-                 .reset_index())
+        stats = (
+            products.groupby(["layer", "head"])
+            .agg(
+                product_reflection_fraction=("reflection", "mean"),
+                parity_agreement=("parity_match", "mean"),
+                tokens_per_action=("n_tokens", "mean"),
+            )
+            .reset_index()
+        )
         heads = heads.merge(stats, on=["layer", "head"], how="left")
     else:
         for column in ("product_reflection_fraction", "parity_agreement", "tokens_per_action"):
             heads[column] = float("nan")
-    return EigenvalueReport(tokens=tokens, by_kind=by_kind, heads=heads, products=products,
-                            product_eigenvalues=product_eigs, threshold=threshold)
+    return EigenvalueReport(
+        tokens=tokens,
+        by_kind=by_kind,
+        heads=heads,
+        products=products,
+        product_eigenvalues=product_eigs,
+        threshold=threshold,
+    )
 
 
 def _products(cap, threshold: float, trivial_tol: float) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -255,20 +291,39 @@ def _products(cap, threshold: float, trivial_tol: float) -> tuple[pd.DataFrame, 
         nontrivial = np.abs(lam - 1.0) > trivial_tol  # (A, H, d)
         near_minus_one = (np.abs(lam + 1.0) < 1.0 + threshold) & nontrivial
         min_real = np.where(nontrivial, lam.real, np.inf).min(-1)
-        frames.append(pd.DataFrame({
-            "layer": l, "head": np.tile(np.arange(H), A), "trace": np.repeat(traces, H),
-            "action_pos": np.repeat(positions, H), "perm_id": np.repeat(perm, H), "odd": np.repeat(odd, H),
-            "n_tokens": np.repeat(n_tokens, H), "det": det.numpy().reshape(-1),
-            "min_real": np.where(np.isfinite(min_real), min_real, 1.0).reshape(-1),
-            "n_nontrivial": nontrivial.sum(-1).reshape(-1),
-            "reflection": near_minus_one.any(-1).reshape(-1),
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "layer": l,
+                    "head": np.tile(np.arange(H), A),
+                    "trace": np.repeat(traces, H),
+                    "action_pos": np.repeat(positions, H),
+                    "perm_id": np.repeat(perm, H),
+                    "odd": np.repeat(odd, H),
+                    "n_tokens": np.repeat(n_tokens, H),
+                    "det": det.numpy().reshape(-1),
+                    "min_real": np.where(np.isfinite(min_real), min_real, 1.0).reshape(-1),
+                    "n_nontrivial": nontrivial.sum(-1).reshape(-1),
+                    "reflection": near_minus_one.any(-1).reshape(-1),
+                }
+            )
+        )
         a_idx, h_idx, e_idx = np.nonzero(nontrivial)
         values = lam[a_idx, h_idx, e_idx]
-        eig_frames.append(pd.DataFrame({
-            "layer": l, "head": h_idx, "trace": traces[a_idx], "action_pos": positions[a_idx],
-            "perm_id": perm[a_idx], "real": values.real, "imag": values.imag, "abs": np.abs(values),
-        }))
+        eig_frames.append(
+            pd.DataFrame(
+                {
+                    "layer": l,
+                    "head": h_idx,
+                    "trace": traces[a_idx],
+                    "action_pos": positions[a_idx],
+                    "perm_id": perm[a_idx],
+                    "real": values.real,
+                    "imag": values.imag,
+                    "abs": np.abs(values),
+                }
+            )
+        )
     products = pd.concat(frames, ignore_index=True)
     products["parity_match"] = (products["det"] < 0) == products["odd"]
     return products, pd.concat(eig_frames, ignore_index=True)
@@ -280,11 +335,18 @@ def _products(cap, threshold: float, trivial_tol: float) -> tuple[pd.DataFrame, 
 def beta_heatmap(report: EigenvalueReport, column: str = "mean_beta_action"):
     """Layer x head heatmap of one column of `report.heads` (default: mean beta on action tokens)."""
     grid = report.heads.pivot(index="layer", columns="head", values=column)
-    fig = go.Figure(go.Heatmap(
-        z=grid.values, x=[f"head {h}" for h in grid.columns], y=[f"layer {l}" for l in grid.index],
-        colorscale="RdBu_r", zmid=1.0 if "beta" in column else None, text=np.round(grid.values, 3),
-        texttemplate="%{text}", colorbar={"title": column},
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.values,
+            x=[f"head {h}" for h in grid.columns],
+            y=[f"layer {l}" for l in grid.index],
+            colorscale="RdBu_r",
+            zmid=1.0 if "beta" in column else None,
+            text=np.round(grid.values, 3),
+            texttemplate="%{text}",
+            colorbar={"title": column},
+        )
+    )
     fig.update_layout(title=f"{column.replace('_', ' ')} per head", yaxis={"autorange": "reversed"})
     return fig
 
@@ -293,30 +355,42 @@ def beta_kind_heatmap(report: EigenvalueReport, value: str = "mean_beta"):
     """Heads x token kinds heatmap of `report.by_kind` (default: mean beta)."""
     frame = report.by_kind.assign(label=[f"L{l} H{h}" for l, h in zip(report.by_kind["layer"], report.by_kind["head"])])
     grid = frame.pivot_table(index="label", columns="kind", values=value, observed=True, sort=False)
-    fig = go.Figure(go.Heatmap(
-        z=grid.values, x=[str(k) for k in grid.columns], y=list(grid.index), colorscale="RdBu_r",
-        zmid=1.0 if "beta" in value else None, text=np.round(grid.values, 2), texttemplate="%{text}",
-        colorbar={"title": value},
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.values,
+            x=[str(k) for k in grid.columns],
+            y=list(grid.index),
+            colorscale="RdBu_r",
+            zmid=1.0 if "beta" in value else None,
+            text=np.round(grid.values, 2),
+            texttemplate="%{text}",
+            colorbar={"title": value},
+        )
+    )
     fig.update_layout(title=f"{value.replace('_', ' ')} per head and token kind", yaxis={"autorange": "reversed"})
     return fig
 
 
-def eigenvalue_histogram(report: EigenvalueReport, layer: int | None = None, head: int | None = None,
-                         value: str = "eigenvalue"):
+def eigenvalue_histogram(
+    report: EigenvalueReport, layer: int | None = None, head: int | None = None, value: str = "eigenvalue"
+):
     """Histogram of one head's eigenvalues (or betas), one colour per token kind; default: the tracking head."""
     if layer is None or head is None:
         layer, head = report.tracking_head()
     rows = report.tokens[(report.tokens["layer"] == layer) & (report.tokens["head"] == head)]
     fig = go.Figure()
     for kind, part in rows.groupby("kind", observed=True):
-        fig.add_trace(go.Histogram(x=part[value], name=str(kind), opacity=0.6,
-                                   xbins={"start": -1.0, "end": 2.0, "size": 0.05}))
+        fig.add_trace(
+            go.Histogram(x=part[value], name=str(kind), opacity=0.6, xbins={"start": -1.0, "end": 2.0, "size": 0.05})
+        )
     if value == "eigenvalue":
         fig.add_vline(x=report.threshold, line_dash="dash", annotation_text="reflection")
-    fig.update_layout(barmode="overlay", title=f"layer {layer} head {head}: {value} by token kind",
-                      xaxis_title=value if value != "eigenvalue" else "eigenvalue 1 - beta ||k||^2",
-                      yaxis_title="tokens")
+    fig.update_layout(
+        barmode="overlay",
+        title=f"layer {layer} head {head}: {value} by token kind",
+        xaxis_title=value if value != "eigenvalue" else "eigenvalue 1 - beta ||k||^2",
+        yaxis_title="tokens",
+    )
     return fig
 
 
@@ -328,11 +402,23 @@ def product_eigenvalue_figure(report: EigenvalueReport, layer: int | None = None
     if not rows.empty:
         rows = rows[(rows["layer"] == layer) & (rows["head"] == head)]
     theta = np.linspace(0, 2 * np.pi, 200)
-    fig = go.Figure(go.Scatter(x=np.cos(theta), y=np.sin(theta), mode="lines", name="unit circle",
-                               line={"color": "lightgrey"}))
+    fig = go.Figure(
+        go.Scatter(x=np.cos(theta), y=np.sin(theta), mode="lines", name="unit circle", line={"color": "lightgrey"})
+    )
     if not rows.empty:
-        fig.add_trace(go.Scatter(x=rows["real"], y=rows["imag"], mode="markers", name="eigenvalues",
-                                 marker={"color": rows["perm_id"], "opacity": 0.5}))
-    fig.update_layout(title=f"layer {layer} head {head}: eigenvalues of each action's transition product",
-                      xaxis_title="real", yaxis_title="imag", yaxis={"scaleanchor": "x"})
+        fig.add_trace(
+            go.Scatter(
+                x=rows["real"],
+                y=rows["imag"],
+                mode="markers",
+                name="eigenvalues",
+                marker={"color": rows["perm_id"], "opacity": 0.5},
+            )
+        )
+    fig.update_layout(
+        title=f"layer {layer} head {head}: eigenvalues of each action's transition product",
+        xaxis_title="real",
+        yaxis_title="imag",
+        yaxis={"scaleanchor": "x"},
+    )
     return fig

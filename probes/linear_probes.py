@@ -24,6 +24,7 @@ Kept fast on a CPU: at most `max_tokens` training tokens (drawn at random), feat
 standardised, `max_iter` lbfgs iterations; convergence warnings are silenced (a probe that did
 not converge only under-reports accuracy).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -38,11 +39,11 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
+from deltalens.core.display import Summary
+from deltalens.core.display import progress as progress_bar
+from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import Capture, capture
 from deltalens.models.architecture import architecture_of, is_delta_rule, n_heads_of, n_layers_of
-from deltalens.tasks.display import Summary
-from deltalens.tasks.display import progress as progress_bar
-from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = ["ProbeReport", "linear_probes", "probe_sites", "probe_accuracy_figure"]
@@ -61,8 +62,10 @@ class ProbeReport(Summary):
     n_test_traces: int
 
     def title(self) -> str:
-        return (f"ProbeReport: linear probes decoding each variable ({self.n_train_traces} training, "
-                f"{self.n_test_traces} test traces; control = shuffled labels)")
+        return (
+            f"ProbeReport: linear probes decoding each variable ({self.n_train_traces} training, "
+            f"{self.n_test_traces} test traces; control = shuffled labels)"
+        )
 
     def display_frame(self) -> pd.DataFrame:
         return self.summary()
@@ -70,15 +73,21 @@ class ProbeReport(Summary):
     def summary(self, target: str | None = None) -> pd.DataFrame:
         """Mean over variables per (site, target): accuracy, control_accuracy, chance."""
         rows = self.results if target is None else self.results[self.results["target"] == target]
-        return (rows.groupby(["site", "kind", "layer", "head", "target"], dropna=False, sort=False)
-                [["accuracy", "control_accuracy", "chance"]].mean().reset_index())
+        return (
+            rows.groupby(["site", "kind", "layer", "head", "target"], dropna=False, sort=False)[
+                ["accuracy", "control_accuracy", "chance"]
+            ]
+            .mean()
+            .reset_index()
+        )
 
     def by_head(self) -> pd.DataFrame:
         """State probes, one row per (layer, head), a column pair per target (probe_accuracy_<target>)."""
         out = self.summary()
         out = out[out["kind"] == "state"]
-        wide = out.pivot_table(index=["layer", "head"], columns="target",
-                               values=["accuracy", "control_accuracy"]).reset_index()
+        wide = out.pivot_table(
+            index=["layer", "head"], columns="target", values=["accuracy", "control_accuracy"]
+        ).reset_index()
         short = {"accuracy": "probe_accuracy", "control_accuracy": "probe_control"}
         wide.columns = [f"{short[a]}_{t}" if t else a for a, t in wide.columns]
         wide["layer"], wide["head"] = wide["layer"].astype(int), wide["head"].astype(int)
@@ -109,8 +118,11 @@ def probe_sites(source, sites: Sequence[str] = SITES) -> list[tuple[str, str, in
         out.append(("embed", "resid", -1, None, "hook_embed"))
         out += [(f"L{layer}", "resid", layer, None, f"blocks.{layer}.{site}") for layer in range(n_layers)]
     if "state" in sites and is_delta_rule(arch):
-        out += [(f"L{layer}H{head}", "state", layer, head, f"blocks.{layer}.attn.hook_state")
-                for layer in range(n_layers) for head in range(n_heads)]
+        out += [
+            (f"L{layer}H{head}", "state", layer, head, f"blocks.{layer}.attn.hook_state")
+            for layer in range(n_layers)
+            for head in range(n_heads)
+        ]
     return out
 
 
@@ -143,8 +155,9 @@ def probe_positions(cap, at: str | int | Sequence[int] = "readout") -> np.ndarra
     if isinstance(at, str):
         names = {kind.name.lower(): kind for kind in TokenKind}
         if at.lower() not in names:
-            raise DeltalensError(f"unknown probe position {at!r}; use 'readout', 'all' or a token kind "
-                                 f"({', '.join(names)}).")
+            raise DeltalensError(
+                f"unknown probe position {at!r}; use 'readout', 'all' or a token kind ({', '.join(names)})."
+            )
         at = names[at.lower()]
     return cap.mask(at).numpy()
 
@@ -164,10 +177,19 @@ def probe_targets(cap, target: str) -> np.ndarray:
     return (initial[:, None, :] == states[:, :, None]).argmax(-1)
 
 
-def linear_probes(source, batch: dict[str, torch.Tensor] | None = None, sites: Sequence[str] = SITES,
-                  targets: Sequence[str] = TARGETS, at: str | int | Sequence[int] = "readout",
-                  after_init: bool = True, test_fraction: float = 0.25, max_tokens: int = 1500,
-                  max_iter: int = 100, seed: int = 0, progress: bool = False) -> ProbeReport:
+def linear_probes(
+    source,
+    batch: dict[str, torch.Tensor] | None = None,
+    sites: Sequence[str] = SITES,
+    targets: Sequence[str] = TARGETS,
+    at: str | int | Sequence[int] = "readout",
+    after_init: bool = True,
+    test_fraction: float = 0.25,
+    max_tokens: int = 1500,
+    max_iter: int = 100,
+    seed: int = 0,
+    progress: bool = False,
+) -> ProbeReport:
     """Probe every site for every variable's value and/or source (see the module docstring).
 
     at: "readout" (positions predicting a revealed value), "all", or TokenKind(s).
@@ -232,9 +254,22 @@ def linear_probes(source, batch: dict[str, torch.Tensor] | None = None, sites: S
         control = _fit_score(x[train_rows], rng.permutation(y_train), x[test_rows], y_test, max_iter, seed)
         values, counts = np.unique(y_train, return_counts=True)
         chance = float((y_test == values[counts.argmax()]).mean())
-        rows.append({"site": label, "kind": kind, "layer": layer, "head": head, "target": target, "variable": var,
-                     "accuracy": accuracy, "control_accuracy": control, "chance": chance,
-                     "n_train": len(train_rows), "n_test": len(test_rows), "n_features": x.shape[1]})
+        rows.append(
+            {
+                "site": label,
+                "kind": kind,
+                "layer": layer,
+                "head": head,
+                "target": target,
+                "variable": var,
+                "accuracy": accuracy,
+                "control_accuracy": control,
+                "chance": chance,
+                "n_train": len(train_rows),
+                "n_test": len(test_rows),
+                "n_features": x.shape[1],
+            }
+        )
     return ProbeReport(results=pd.DataFrame(rows), n_train_traces=n_traces - n_test, n_test_traces=n_test)
 
 
@@ -249,9 +284,20 @@ def probe_accuracy_figure(report: ProbeReport):
     for target, part in summary.groupby("target", sort=False):
         fig.add_trace(go.Bar(x=part["site"], y=part["accuracy"], name=f"probe: {target}"))
     control = summary.groupby("site", sort=False)["control_accuracy"].mean()
-    fig.add_trace(go.Scatter(x=control.index, y=control.values, mode="markers",
-                             name="shuffled-label control", marker={"symbol": "x", "size": 10, "color": "black"}))
-    fig.update_layout(barmode="group", title="linear probes for each variable's value / source (held-out traces)",
-                      xaxis_title="site (residual stream after layer; L<l>H<h>: that head's state)",
-                      yaxis_title="accuracy", yaxis={"range": [0, 1.05]})
+    fig.add_trace(
+        go.Scatter(
+            x=control.index,
+            y=control.values,
+            mode="markers",
+            name="shuffled-label control",
+            marker={"symbol": "x", "size": 10, "color": "black"},
+        )
+    )
+    fig.update_layout(
+        barmode="group",
+        title="linear probes for each variable's value / source (held-out traces)",
+        xaxis_title="site (residual stream after layer; L<l>H<h>: that head's state)",
+        yaxis_title="accuracy",
+        yaxis={"range": [0, 1.05]},
+    )
     return fig

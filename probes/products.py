@@ -47,6 +47,7 @@ of the held-out actions decode to the right element and the median held-out rela
 ||P_t F - F rho(pi_t)|| / ||F|| is <= `residual_threshold` (0.25). The tracking head is the one with
 the highest decoded accuracy (then the lowest residual).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -57,15 +58,26 @@ import plotly.graph_objects as go
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from deltalens.interp.capture import deltanet_capture
+from deltalens.core.display import Summary
+from deltalens.core.errors import DeltalensError
+from deltalens.interp.capture import delta_rule_capture
 from deltalens.probes.eigenvalues import transition_products
-from deltalens.tasks.display import Summary
-from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.groups import lex_unrank
 from deltalens.tasks.tokenizers import TokenKind
 
-__all__ = ["NAMES", "SPANS", "Irrep", "ProductReport", "product_report", "cycle_type", "generated_group", "irreps",
-           "spectral_cycle_type", "standard_rep", "product_decoding_figure"]
+__all__ = [
+    "NAMES",
+    "SPANS",
+    "Irrep",
+    "ProductReport",
+    "product_report",
+    "cycle_type",
+    "generated_group",
+    "irreps",
+    "spectral_cycle_type",
+    "standard_rep",
+    "product_decoding_figure",
+]
 
 NAMES = ("beta", "k")
 SPANS = ("action", "readout")  # one product per action, or per stretch between consecutive read-outs
@@ -120,7 +132,7 @@ def spectral_cycle_type(eigenvalues: np.ndarray, n: int) -> tuple[tuple[int, ...
     best, best_cost = (1,) * n, np.inf
     for partition in _partitions(n):
         sign = (-1) ** (n - len(partition))
-        for parity_dim in ((False, True) if abs(det) < 0.5 else (det * sign < 0,)):
+        for parity_dim in (False, True) if abs(det) < 0.5 else (det * sign < 0,):
             if n - len(partition) + parity_dim > d:
                 continue
             target = _spectrum(partition, d, parity_dim)
@@ -247,11 +259,15 @@ class ProductReport(Summary):
 
     def title(self) -> str:
         if self.span == "readout":
-            return (f"ProductReport (span='readout'): does each head's product of transitions between consecutive "
-                    f"read-outs apply the permutation composed there (a group of order {self.group_order} on "
-                    f"{self.n_vars} variables)?")
-        return (f"ProductReport: does each head's per-token product of {self.factors} reflection(s) apply the "
-                f"action's permutation (a group of order {self.group_order} on {self.n_vars} variables)?")
+            return (
+                f"ProductReport (span='readout'): does each head's product of transitions between consecutive "
+                f"read-outs apply the permutation composed there (a group of order {self.group_order} on "
+                f"{self.n_vars} variables)?"
+            )
+        return (
+            f"ProductReport: does each head's per-token product of {self.factors} reflection(s) apply the "
+            f"action's permutation (a group of order {self.group_order} on {self.n_vars} variables)?"
+        )
 
     def display_frame(self) -> pd.DataFrame:
         return self.heads
@@ -267,20 +283,27 @@ class ProductReport(Summary):
     def verdict(self) -> str:
         layer, head = self.tracking_head()
         row = self.heads[(self.heads["layer"] == layer) & (self.heads["head"] == head)].iloc[0]
-        what, unit = (("the actions' permutations", "actions") if self.span == "action" else
-                      ("the permutations composed between read-outs", "stretches between read-outs"))
+        what, unit = (
+            ("the actions' permutations", "actions")
+            if self.span == "action"
+            else ("the permutations composed between read-outs", "stretches between read-outs")
+        )
         if row["implements"]:
             says = f"Layer {layer} head {head} implements {what}"
         elif row["faithful"] and row["decoded_accuracy"] >= self.accuracy_threshold:
-            says = (f"Layer {layer} head {head} decodes {what}, but not cleanly (median residual > "
-                    f"{self.residual_threshold}), so no head implements them")
+            says = (
+                f"Layer {layer} head {head} decodes {what}, but not cleanly (median residual > "
+                f"{self.residual_threshold}), so no head implements them"
+            )
         else:
             says = f"No head implements {what}; the best decoding, layer {layer} head {head}"
-        return (f"{says}: best fit the {row['rep']} "
-                f"representation ({'faithful' if row['faithful'] else 'not faithful'}, acting as {row['acts_as']}), "
-                f"held-out decoded accuracy {row['decoded_accuracy']:.3f}, median residual "
-                f"{row['heldout_residual']:.3f}; spectral cycle type agreement {row['spectral_agreement']:.3f} over "
-                f"{int(row['n_actions'])} {unit}")
+        return (
+            f"{says}: best fit the {row['rep']} "
+            f"representation ({'faithful' if row['faithful'] else 'not faithful'}, acting as {row['acts_as']}), "
+            f"held-out decoded accuracy {row['decoded_accuracy']:.3f}, median residual "
+            f"{row['heldout_residual']:.3f}; spectral cycle type agreement {row['spectral_agreement']:.3f} over "
+            f"{int(row['n_actions'])} {unit}"
+        )
 
 
 def _action_spans(cap) -> tuple[torch.Tensor, dict[int, int], dict[int, tuple[int, ...]]]:
@@ -290,8 +313,10 @@ def _action_spans(cap) -> tuple[torch.Tensor, dict[int, int], dict[int, tuple[in
     action_pos, trace = cap.labels["action_pos"], cap.labels["trace"]
     is_action = (cap.labels["kind"] == int(TokenKind.ACTION)) & (action_pos >= 0) & (cap.labels["perm_id"] >= 0)
     if not bool(is_action.any()):
-        raise DeltalensError("the batch has no action tokens with a known permutation; use a statement or code trace "
-                             "batch from the checkpoint's task.")
+        raise DeltalensError(
+            "the batch has no action tokens with a known permutation; use a statement or code trace "
+            "batch from the checkpoint's task."
+        )
     width = int(action_pos.max()) + 1
     group = torch.where(is_action, trace * width + action_pos, torch.full_like(trace, -1))
     first: dict[int, int] = {}
@@ -322,14 +347,23 @@ def _readout_spans(cap) -> tuple[torch.Tensor, dict[int, int], dict[int, tuple[i
         first[gid] = end
         perms[gid] = tuple(before.index(value) for value in after)
     if not first:
-        raise DeltalensError("span='readout' needs traces with at least two reveals after the variables hold "
-                             "distinct values (a statement or code trace batch of the checkpoint's task).")
+        raise DeltalensError(
+            "span='readout' needs traces with at least two reveals after the variables hold "
+            "distinct values (a statement or code trace batch of the checkpoint's task)."
+        )
     return group, first, perms
 
 
 @torch.no_grad()
-def product_report(source, batch=None, max_actions: int = 400, accuracy_threshold: float = 0.9,
-                   residual_threshold: float = 0.25, seed: int = 0, span: str = "action") -> ProductReport:
+def product_report(
+    source,
+    batch=None,
+    max_actions: int = 400,
+    accuracy_threshold: float = 0.9,
+    residual_threshold: float = 0.25,
+    seed: int = 0,
+    span: str = "action",
+) -> ProductReport:
     """The product probe on every head; `source` is a Capture (with beta and k) or a model with a batch.
 
     span: "action" (default) takes one product per action (its token, or its tokens with the code
@@ -344,7 +378,7 @@ def product_report(source, batch=None, max_actions: int = 400, accuracy_threshol
     """
     if span not in SPANS:
         raise DeltalensError(f"span must be one of {', '.join(SPANS)}; got {span!r}.")
-    cap = deltanet_capture(source, batch, NAMES)
+    cap = delta_rule_capture(source, batch, NAMES)
     n = cap.n_vars
     if n < 2:
         raise DeltalensError("the product probe needs traces that carry their actions' permutations (perm_id).")
@@ -390,39 +424,75 @@ def product_report(source, batch=None, max_actions: int = 400, accuracy_threshol
                     # Chosen on the fitting half (rms residual), judged on the held-out half. Near-ties
                     # (within TIE) keep the earlier irrep: faithful ones, the standard first.
                     if best is None or fit_residual < best["fit_residual"] - TIE:
-                        best = {"rep": rep, "inverse": inverse, "fit_residual": fit_residual,
-                                "heldout_residual": held_residual, "decoded": errors.argmin(1), "residual": residual}
+                        best = {
+                            "rep": rep,
+                            "inverse": inverse,
+                            "fit_residual": fit_residual,
+                            "heldout_residual": held_residual,
+                            "decoded": errors.argmin(1),
+                            "residual": residual,
+                        }
             # how much P_t varies between occurrences of the same action (0: a function of the action alone)
-            means = np.stack([P[element_index == g].mean(0) if (element_index == g).any() else np.eye(P.shape[-1])
-                              for g in range(len(elements))])
-            spread = float(np.mean(np.linalg.norm(P - means[element_index], axis=(1, 2))
-                                   / np.sqrt(P.shape[-1])))
+            means = np.stack(
+                [
+                    P[element_index == g].mean(0) if (element_index == g).any() else np.eye(P.shape[-1])
+                    for g in range(len(elements))
+                ]
+            )
+            spread = float(np.mean(np.linalg.norm(P - means[element_index], axis=(1, 2)) / np.sqrt(P.shape[-1])))
             decoded = best["decoded"]
             accuracy = float((decoded[held] == element_index[held]).mean()) if held.any() else float("nan")
             rep = best["rep"]
             agree = np.array([s[0] == t for s, t in zip(spectral, true_types)])
-            head_rows.append({
-                "layer": layer, "head": head, "n_actions": len(P), "spectral_agreement": float(agree.mean()),
-                "context_spread": spread,
-                "rep": rep.name, "rep_dim": rep.dim, "faithful": rep.faithful,
-                "acts_as": "g^-1" if best["inverse"] else "g", "fit_residual": best["fit_residual"],
-                "heldout_residual": best["heldout_residual"], "decoded_accuracy": accuracy,
-                "fits": ", ".join(dict.fromkeys(fits)),
-                "implements": bool(rep.faithful and accuracy >= accuracy_threshold
-                                   and best["heldout_residual"] <= residual_threshold),
-            })
-            frames.append(pd.DataFrame({
-                "layer": layer, "head": head, "trace": trace[rows].numpy(), "action_pos": action_pos[rows].numpy(),
-                "perm": ["".join(map(str, p)) for p in perms],
-                "cycle_type": ["+".join(map(str, t)) for t in true_types],
-                "spectral_cycle_type": ["+".join(map(str, s[0])) for s in spectral],
-                "spectral_distance": [s[1] for s in spectral], "fit": fit,
-                "decoded_perm": ["".join(map(str, elements[i])) for i in decoded],
-                "residual": best["residual"],
-            }))
-    return ProductReport(heads=pd.DataFrame(head_rows), actions=pd.concat(frames, ignore_index=True), n_vars=n,
-                         factors=factors, group_order=len(elements), accuracy_threshold=accuracy_threshold,
-                         residual_threshold=residual_threshold, span=span)
+            head_rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "n_actions": len(P),
+                    "spectral_agreement": float(agree.mean()),
+                    "context_spread": spread,
+                    "rep": rep.name,
+                    "rep_dim": rep.dim,
+                    "faithful": rep.faithful,
+                    "acts_as": "g^-1" if best["inverse"] else "g",
+                    "fit_residual": best["fit_residual"],
+                    "heldout_residual": best["heldout_residual"],
+                    "decoded_accuracy": accuracy,
+                    "fits": ", ".join(dict.fromkeys(fits)),
+                    "implements": bool(
+                        rep.faithful
+                        and accuracy >= accuracy_threshold
+                        and best["heldout_residual"] <= residual_threshold
+                    ),
+                }
+            )
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "layer": layer,
+                        "head": head,
+                        "trace": trace[rows].numpy(),
+                        "action_pos": action_pos[rows].numpy(),
+                        "perm": ["".join(map(str, p)) for p in perms],
+                        "cycle_type": ["+".join(map(str, t)) for t in true_types],
+                        "spectral_cycle_type": ["+".join(map(str, s[0])) for s in spectral],
+                        "spectral_distance": [s[1] for s in spectral],
+                        "fit": fit,
+                        "decoded_perm": ["".join(map(str, elements[i])) for i in decoded],
+                        "residual": best["residual"],
+                    }
+                )
+            )
+    return ProductReport(
+        heads=pd.DataFrame(head_rows),
+        actions=pd.concat(frames, ignore_index=True),
+        n_vars=n,
+        factors=factors,
+        group_order=len(elements),
+        accuracy_threshold=accuracy_threshold,
+        residual_threshold=residual_threshold,
+        span=span,
+    )
 
 
 def product_decoding_figure(report: ProductReport, layer: int | None = None, head: int | None = None):
@@ -431,10 +501,22 @@ def product_decoding_figure(report: ProductReport, layer: int | None = None, hea
         layer, head = report.tracking_head()
     rows = report.actions[(report.actions["layer"] == layer) & (report.actions["head"] == head)]
     table = pd.crosstab(rows["cycle_type"], rows["spectral_cycle_type"])
-    fig = go.Figure(go.Heatmap(z=table.values, x=list(table.columns), y=list(table.index), colorscale="Blues", zmin=0,
-                               text=table.values, texttemplate="%{text}", colorbar={"title": "actions"}))
+    fig = go.Figure(
+        go.Heatmap(
+            z=table.values,
+            x=list(table.columns),
+            y=list(table.index),
+            colorscale="Blues",
+            zmin=0,
+            text=table.values,
+            texttemplate="%{text}",
+            colorbar={"title": "actions"},
+        )
+    )
     # cycle types such as "4" or "2+1+1" are labels, not numbers
-    fig.update_layout(title=f"layer {layer} head {head}: action's cycle type vs the spectrum of its product",
-                      xaxis={"title": "cycle type read off the eigenvalues", "type": "category"},
-                      yaxis={"title": "action's cycle type", "type": "category"})
+    fig.update_layout(
+        title=f"layer {layer} head {head}: action's cycle type vs the spectrum of its product",
+        xaxis={"title": "cycle type read off the eigenvalues", "type": "category"},
+        yaxis={"title": "action's cycle type", "type": "category"},
+    )
     return fig

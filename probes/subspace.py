@@ -19,6 +19,7 @@ after token t. Three measures per (layer, head):
   convolution, which the energy-based count ignores and the rank does not).
   Transpositions of n variables as reflections need keys e_i - e_j: span n - 1.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -29,14 +30,22 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from deltalens.interp.capture import Capture, deltanet_capture
-from deltalens.tasks.display import Summary
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.display import Summary
+from deltalens.core.errors import DeltalensError
+from deltalens.interp.capture import Capture, delta_rule_capture
 from deltalens.tasks.groups import VARIABLE_NAMES
 from deltalens.tasks.tokenizers import TokenKind
 
-__all__ = ["NAMES", "SubspaceReport", "subspace_report", "effective_rank", "pca_dims", "numerical_rank",
-           "singular_value_figure", "pca_figure"]
+__all__ = [
+    "NAMES",
+    "SubspaceReport",
+    "subspace_report",
+    "effective_rank",
+    "pca_dims",
+    "numerical_rank",
+    "singular_value_figure",
+    "pca_figure",
+]
 
 NAMES = ("state", "k")
 KEY_RTOL = 1e-2
@@ -75,7 +84,7 @@ def numerical_rank(x: torch.Tensor, rtol: float = KEY_RTOL) -> tuple[int, int, i
     sigma = torch.linalg.svdvals(x.double()).numpy()
     if sigma[0] <= 0:
         return 0, 0, 0, sigma
-    energy = np.cumsum(sigma ** 2) / np.sum(sigma ** 2)
+    energy = np.cumsum(sigma**2) / np.sum(sigma**2)
     dim90, dim99 = (int(np.searchsorted(energy, level - 1e-12) + 1) for level in (0.9, 0.99))
     return int((sigma > rtol * sigma[0]).sum()), dim90, dim99, sigma / sigma[0]
 
@@ -100,15 +109,22 @@ class SubspaceReport(Summary):
 
 
 @torch.no_grad()
-def subspace_report(source, batch=None, kinds: int | Sequence[int] | None = None, key_rtol: float = KEY_RTOL,
-                    max_tokens: int = 4000, pca_components: int = 32, seed: int = 0) -> SubspaceReport:
+def subspace_report(
+    source,
+    batch=None,
+    kinds: int | Sequence[int] | None = None,
+    key_rtol: float = KEY_RTOL,
+    max_tokens: int = 4000,
+    pca_components: int = 32,
+    seed: int = 0,
+) -> SubspaceReport:
     """Effective rank, PCA dimension and action-key span of every head's state.
 
     source: a Capture with hook_state and hook_k (NAMES), or a model with `batch`.
     kinds: TokenKind(s) whose states enter effective rank and PCA (None: every real token).
     max_tokens: PCA runs on at most this many tokens, drawn at random with `seed`.
     """
-    cap = deltanet_capture(source, batch, NAMES)
+    cap = delta_rule_capture(source, batch, NAMES)
     for name in [f"blocks.{l}.attn.hook_{x}" for l in range(cap.n_layers) for x in NAMES]:
         if name not in cap:
             raise DeltalensError(f"the capture lacks {name}; capture with names=('state', 'k').")
@@ -117,8 +133,11 @@ def subspace_report(source, batch=None, kinds: int | Sequence[int] | None = None
         raise DeltalensError("no tokens of the requested kinds in this batch.")
     rows_all = torch.nonzero(chosen).flatten()
     generator = torch.Generator().manual_seed(seed)
-    pca_rows = rows_all if len(rows_all) <= max_tokens else \
-        rows_all[torch.randperm(len(rows_all), generator=generator)[:max_tokens]]
+    pca_rows = (
+        rows_all
+        if len(rows_all) <= max_tokens
+        else rows_all[torch.randperm(len(rows_all), generator=generator)[:max_tokens]]
+    )
     action = cap.mask(TokenKind.ACTION)
     heads, spectra, pca, key_spectra = [], [], [], []
     for l in range(cap.n_layers):
@@ -130,31 +149,54 @@ def subspace_report(source, batch=None, kinds: int | Sequence[int] | None = None
             sigma = torch.linalg.svdvals(S.double())
             top = sigma[:, :1]
             nonzero = top[:, 0] > 1e-12
-            mean_spectrum = (sigma[nonzero] / top[nonzero]).mean(0).numpy() if bool(nonzero.any()) \
-                else np.zeros(sigma.shape[1])
+            mean_spectrum = (
+                (sigma[nonzero] / top[nonzero]).mean(0).numpy() if bool(nonzero.any()) else np.zeros(sigma.shape[1])
+            )
             (dim90, dim99), ratio = pca_dims(states[pca_rows, h].flatten(1))
             # every factor's key counts (DeltaProduct: (N, H, n_h, d_k))
             k_rank, k_dim90, k_dim99, k_sigma = numerical_rank(keys[action, h].reshape(-1, keys.shape[-1]), key_rtol)
             valid = erank[~torch.isnan(erank)]
-            heads.append({
-                "layer": l, "head": h,
-                "effective_rank": float(valid.mean()) if len(valid) else float("nan"),
-                "effective_rank_std": float(valid.std()) if len(valid) > 1 else 0.0,
-                "pca_dim_90": dim90, "pca_dim_99": dim99, "key_rank": k_rank, "key_dim_90": k_dim90,
-                "key_dim_99": k_dim99,
-                "state_dim": int(S.shape[-2] * S.shape[-1]), "n_tokens": int(len(rows_all)),
-                "n_action_keys": int(action.sum()),
-            })
-            spectra += [{"layer": l, "head": h, "index": i, "singular_value": float(v)}
-                        for i, v in enumerate(mean_spectrum)]
+            heads.append(
+                {
+                    "layer": l,
+                    "head": h,
+                    "effective_rank": float(valid.mean()) if len(valid) else float("nan"),
+                    "effective_rank_std": float(valid.std()) if len(valid) > 1 else 0.0,
+                    "pca_dim_90": dim90,
+                    "pca_dim_99": dim99,
+                    "key_rank": k_rank,
+                    "key_dim_90": k_dim90,
+                    "key_dim_99": k_dim99,
+                    "state_dim": int(S.shape[-2] * S.shape[-1]),
+                    "n_tokens": int(len(rows_all)),
+                    "n_action_keys": int(action.sum()),
+                }
+            )
+            spectra += [
+                {"layer": l, "head": h, "index": i, "singular_value": float(v)} for i, v in enumerate(mean_spectrum)
+            ]
             shown = ratio[:pca_components]
             cumulative = np.cumsum(ratio)[:pca_components]
-            pca += [{"layer": l, "head": h, "component": i + 1, "explained_variance_ratio": float(r),
-                     "cumulative": float(c)} for i, (r, c) in enumerate(zip(shown, cumulative))]
-            key_spectra += [{"layer": l, "head": h, "index": i, "singular_value": float(v)}
-                            for i, v in enumerate(k_sigma)]
-    return SubspaceReport(heads=pd.DataFrame(heads), spectra=pd.DataFrame(spectra), pca=pd.DataFrame(pca),
-                          key_spectra=pd.DataFrame(key_spectra), key_rtol=key_rtol)
+            pca += [
+                {
+                    "layer": l,
+                    "head": h,
+                    "component": i + 1,
+                    "explained_variance_ratio": float(r),
+                    "cumulative": float(c),
+                }
+                for i, (r, c) in enumerate(zip(shown, cumulative))
+            ]
+            key_spectra += [
+                {"layer": l, "head": h, "index": i, "singular_value": float(v)} for i, v in enumerate(k_sigma)
+            ]
+    return SubspaceReport(
+        heads=pd.DataFrame(heads),
+        spectra=pd.DataFrame(spectra),
+        pca=pd.DataFrame(pca),
+        key_spectra=pd.DataFrame(key_spectra),
+        key_rtol=key_rtol,
+    )
 
 
 # ---- figures --------------------------------------------------------------------------------
@@ -165,11 +207,16 @@ def singular_value_figure(report: SubspaceReport, which: str = "state", log: boo
     frame = report.spectra if which == "state" else report.key_spectra
     fig = go.Figure()
     for (l, h), part in frame.groupby(["layer", "head"]):
-        fig.add_trace(go.Scatter(x=part["index"] + 1, y=part["singular_value"], mode="lines+markers",
-                                 name=f"L{l} H{h}"))
+        fig.add_trace(
+            go.Scatter(x=part["index"] + 1, y=part["singular_value"], mode="lines+markers", name=f"L{l} H{h}")
+        )
     what = "state S_t (mean over tokens)" if which == "state" else "keys on action tokens"
-    fig.update_layout(title=f"singular value spectra: {what}", xaxis_title="index i",
-                      yaxis_title="sigma_i / sigma_1", yaxis_type="log" if log else "linear")
+    fig.update_layout(
+        title=f"singular value spectra: {what}",
+        xaxis_title="index i",
+        yaxis_title="sigma_i / sigma_1",
+        yaxis_type="log" if log else "linear",
+    )
     return fig
 
 
@@ -180,16 +227,20 @@ def pca_figure(report: SubspaceReport):
         fig.add_trace(go.Scatter(x=part["component"], y=part["cumulative"], mode="lines+markers", name=f"L{l} H{h}"))
     for level in (0.9, 0.99):
         fig.add_hline(y=level, line_dash="dot")
-    fig.update_layout(title="PCA of vec(S_t): cumulative explained variance", xaxis_title="components",
-                      yaxis_title="cumulative variance")
+    fig.update_layout(
+        title="PCA of vec(S_t): cumulative explained variance",
+        xaxis_title="components",
+        yaxis_title="cumulative variance",
+    )
     return fig
 
 
-def state_points(source: Capture, layer: int, head: int, variable: int = 0, max_points: int = 2000,
-                 seed: int = 0) -> pd.DataFrame:
+def state_points(
+    source: Capture, layer: int, head: int, variable: int = 0, max_points: int = 2000, seed: int = 0
+) -> pd.DataFrame:
     """The first two principal components of one head's states vec(S_t), one row per token (at most
     `max_points`, drawn at random), with the true value of `variable` and the token's kind."""
-    cap = deltanet_capture(source, None, NAMES)
+    cap = delta_rule_capture(source, None, NAMES)
     states = cap.layer("state", layer)[:, head].flatten(1).double()  # (N, d_k * d_v)
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(len(states), min(max_points, len(states)), replace=False))
@@ -197,18 +248,34 @@ def state_points(source: Capture, layer: int, head: int, variable: int = 0, max_
     _, _, vh = torch.linalg.svd(x, full_matrices=False)
     pcs = (x @ vh[:2].T).numpy()
     kinds = cap.labels["kind"][rows].numpy()
-    return pd.DataFrame({"pc1": pcs[:, 0], "pc2": pcs[:, 1] if pcs.shape[1] > 1 else 0.0,
-                         "value": cap.states[rows, variable].numpy(),
-                         "kind": [TokenKind(int(k)).name.lower() for k in kinds]})
+    return pd.DataFrame(
+        {
+            "pc1": pcs[:, 0],
+            "pc2": pcs[:, 1] if pcs.shape[1] > 1 else 0.0,
+            "value": cap.states[rows, variable].numpy(),
+            "kind": [TokenKind(int(k)).name.lower() for k in kinds],
+        }
+    )
 
 
 def state_scatter_figure(points: pd.DataFrame, layer: int, head: int, variable: int = 0):
     """PCA scatter of a head's states, coloured by the true value of one variable."""
     fig = go.Figure()
     for value, part in points.groupby("value"):
-        fig.add_trace(go.Scatter(x=part["pc1"], y=part["pc2"], mode="markers", name=f"value {value}",
-                                 marker={"size": 5, "opacity": 0.6}, text=part["kind"]))
-    fig.update_layout(title=f"layer {layer} head {head}: states S_t in their first two principal components, "
-                      f"coloured by variable {VARIABLE_NAMES[variable]}'s value",
-                      xaxis_title="PC 1", yaxis_title="PC 2")
+        fig.add_trace(
+            go.Scatter(
+                x=part["pc1"],
+                y=part["pc2"],
+                mode="markers",
+                name=f"value {value}",
+                marker={"size": 5, "opacity": 0.6},
+                text=part["kind"],
+            )
+        )
+    fig.update_layout(
+        title=f"layer {layer} head {head}: states S_t in their first two principal components, "
+        f"coloured by variable {VARIABLE_NAMES[variable]}'s value",
+        xaxis_title="PC 1",
+        yaxis_title="PC 2",
+    )
     return fig

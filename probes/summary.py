@@ -12,6 +12,7 @@ residual-stream probes are still reported.
 
     summary = probe_summary(model, batch)       # a ProbeSummary: .heads, .layers, .tracking_head
 """
+
 from __future__ import annotations
 
 import math
@@ -20,18 +21,29 @@ from typing import Any
 
 import pandas as pd
 
+from deltalens.core.display import Summary
+from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import capture
 from deltalens.models.architecture import ARTICLE, architecture_of, is_delta_rule
 from deltalens.probes.eigenvalues import eigenvalue_report
 from deltalens.probes.linear_probes import linear_probes
 from deltalens.probes.products import product_report
 from deltalens.probes.subspace import subspace_report
-from deltalens.tasks.display import Summary
-from deltalens.tasks.errors import DeltalensError
 
-HEAD_COLUMNS = ("mean_beta_action", "neg_eig_fraction", "reflection_fraction", "perm_decoded", "perm_decoded_readout",
-                "effective_rank", "pca_dim_90", "pca_dim_99", "key_rank", "key_dim_90", "probe_accuracy_value",
-                "probe_accuracy_source")
+HEAD_COLUMNS = (
+    "mean_beta_action",
+    "neg_eig_fraction",
+    "reflection_fraction",
+    "perm_decoded",
+    "perm_decoded_readout",
+    "effective_rank",
+    "pca_dim_90",
+    "pca_dim_99",
+    "key_rank",
+    "key_dim_90",
+    "probe_accuracy_value",
+    "probe_accuracy_source",
+)
 
 
 @dataclass(repr=False)
@@ -57,8 +69,9 @@ class ProbeSummary(Summary):
 
     def to_dict(self) -> dict[str, Any]:
         def clean(rows):
-            return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-                    for row in rows]
+            return [
+                {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()} for row in rows
+            ]
 
         heads = clean(self.heads.to_dict(orient="records"))
         for row in heads:
@@ -66,15 +79,20 @@ class ProbeSummary(Summary):
             # headline probe accuracy: decoding each variable's current value from the head's state
             row["probe_accuracy"] = row.get("probe_accuracy_value")
         return {
-            "architecture": self.architecture, "n_traces": self.n_traces,
-            "tracking_head": None if self.tracking_head is None else
-            {"layer": self.tracking_head[0], "head": self.tracking_head[1]},
-            "heads": heads, "layers": clean(self.layers.to_dict(orient="records")), "skipped": self.skipped,
+            "architecture": self.architecture,
+            "n_traces": self.n_traces,
+            "tracking_head": None
+            if self.tracking_head is None
+            else {"layer": self.tracking_head[0], "head": self.tracking_head[1]},
+            "heads": heads,
+            "layers": clean(self.layers.to_dict(orient="records")),
+            "skipped": self.skipped,
         }
 
 
-def probe_summary(model, batch, probes: bool = True, probe_at: str = "readout", seed: int = 0,
-                  progress: bool = False) -> ProbeSummary:
+def probe_summary(
+    model, batch, probes: bool = True, probe_at: str = "readout", seed: int = 0, progress: bool = False
+) -> ProbeSummary:
     """Every per-head measurement on one batch of held-out traces (the module docstring)."""
     arch = architecture_of(model)
     n_traces = int(batch["tokens"].shape[0])
@@ -94,8 +112,9 @@ def probe_summary(model, batch, probes: bool = True, probe_at: str = "readout", 
             skipped.append(f"per-token products: {err}")
         else:
             reports["products"] = products
-            columns = products.heads[["layer", "head", "spectral_agreement", "decoded_accuracy", "heldout_residual",
-                                      "implements"]].rename(columns={"decoded_accuracy": "perm_decoded"})
+            columns = products.heads[
+                ["layer", "head", "spectral_agreement", "decoded_accuracy", "heldout_residual", "implements"]
+            ].rename(columns={"decoded_accuracy": "perm_decoded"})
             heads = heads.merge(columns, on=["layer", "head"], how="left")
             if getattr(model, "n_factors", 1) > 1 and bool(products.heads["implements"].any()):
                 tracking = products.tracking_head()  # a head whose products are the permutations
@@ -106,12 +125,15 @@ def probe_summary(model, batch, probes: bool = True, probe_at: str = "readout", 
         else:
             reports["products_readout"] = readout
             columns = readout.heads[["layer", "head", "decoded_accuracy"]].rename(
-                columns={"decoded_accuracy": "perm_decoded_readout"})
+                columns={"decoded_accuracy": "perm_decoded_readout"}
+            )
             heads = heads.merge(columns, on=["layer", "head"], how="left")
     else:
         cap = capture(model, batch, names=("resid",))
-        skipped.append(f"eigenvalues and state subspaces: {ARTICLE.get(arch, arch)} has no beta and no matrix "
-                       f"state S_t (only the delta-rule family does); residual-stream probes only.")
+        skipped.append(
+            f"eigenvalues and state subspaces: {ARTICLE.get(arch, arch)} has no beta and no matrix "
+            f"state S_t (only the delta-rule family does); residual-stream probes only."
+        )
     layers = pd.DataFrame()
     if probes:
         report = linear_probes(cap, at=probe_at, seed=seed, progress=progress)
@@ -121,5 +143,12 @@ def probe_summary(model, batch, probes: bool = True, probe_at: str = "readout", 
             heads = heads.merge(report.by_head(), on=["layer", "head"], how="left")
     else:
         skipped.append("linear probes: turned off (--no-probes).")
-    return ProbeSummary(architecture=arch, n_traces=n_traces, heads=heads, layers=layers, tracking_head=tracking,
-                        skipped=skipped, reports=reports)
+    return ProbeSummary(
+        architecture=arch,
+        n_traces=n_traces,
+        heads=heads,
+        layers=layers,
+        tracking_head=tracking,
+        skipped=skipped,
+        reports=reports,
+    )

@@ -11,6 +11,7 @@ With several seeds per cell, a claim is judged on the seed mean of every cell an
 alone; it holds only when it holds for the mean and for at least two thirds of the seeds (2 of 3),
 and a cell counts only once all its seeds have results (`spread` aggregates them).
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,13 @@ CLAIMS = {
 
 
 # the sweep architecture (a [models] key) each claim is about: a sweep without it has no such claim
-CLAIM_ARCH = {"neg-sparse": "deltanet-neg", "neg-extrapolates": "deltanet-neg", "pos-fails": "deltanet-pos",
-              "transformer-dense": "transformer", "transformer-no-extrapolation": "transformer"}
+CLAIM_ARCH = {
+    "neg-sparse": "deltanet-neg",
+    "neg-extrapolates": "deltanet-neg",
+    "pos-fails": "deltanet-pos",
+    "transformer-dense": "transformer",
+    "transformer-no-extrapolation": "transformer",
+}
 
 # the reveal spacings a claim compares: a setting whose grid lacks them does not ask it (the code
 # grid has no k = 1 cell, so "needs dense reveals" is not a question there)
@@ -64,12 +70,12 @@ def claim_rules(t: Thresholds) -> dict[str, str]:
     return {
         "neg-sparse": f"holds if deltanet-neg reaches ≥ {t.learned:g} at 1x at every spacing k > 1",
         "neg-extrapolates": f"holds if every deltanet-neg cell that learned (≥ {t.learned:g} at 1x) stays "
-                            f"≥ {t.extrapolates:g} at the longest length",
+        f"≥ {t.extrapolates:g} at the longest length",
         "pos-fails": f"holds if deltanet-pos stays < {t.learned:g} at 1x at every spacing k > 1",
         "transformer-dense": f"holds if the Transformer reaches ≥ {t.learned:g} at 1x with k = 1 and stays "
-                             f"< {t.learned:g} at every k > 1",
+        f"< {t.learned:g} at every k > 1",
         "transformer-no-extrapolation": f"holds if every Transformer cell that learned (≥ {t.learned:g} at 1x) "
-                                        f"falls < {t.extrapolates:g} at the longest length",
+        f"falls < {t.extrapolates:g} at the longest length",
     }
 
 
@@ -114,20 +120,37 @@ def spread(results: list[dict[str, Any]], seeds: int | None = None) -> list[dict
             if values:
                 row.update(reveal_accuracy=mean(values), min=min(values), max=max(values), n=len(values))
             else:
-                row["error"] = next(r2.get("error", "not evaluated") for r in runs for r2 in r["eval"]["lengths"]
-                                    if r2.get("x_train") == m)
+                row["error"] = next(
+                    r2.get("error", "not evaluated")
+                    for r in runs
+                    for r2 in r["eval"]["lengths"]
+                    if r2.get("x_train") == m
+                )
             rows.append(row)
-        summaries.append({"group": group, "tokenizer": tokenizer, "arch": arch, "spacing": spacing,
-                          "seeds": [r.get("seed", 0) for r in runs], "runs": runs,
-                          "complete": seeds is None or len(runs) >= seeds,
-                          "wall_time_s": sum(r.get("wall_time_s", 0) for r in runs), "eval": {"lengths": rows}})
+        summaries.append(
+            {
+                "group": group,
+                "tokenizer": tokenizer,
+                "arch": arch,
+                "spacing": spacing,
+                "seeds": [r.get("seed", 0) for r in runs],
+                "runs": runs,
+                "complete": seeds is None or len(runs) >= seeds,
+                "wall_time_s": sum(r.get("wall_time_s", 0) for r in runs),
+                "eval": {"lengths": rows},
+            }
+        )
     return summaries
 
 
-def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None = None,
-                    settings: list[str] = (), seeds: int | None = None,
-                    expected: dict[str, set[tuple[str, int]]] | None = None,
-                    archs: set[str] | None = None) -> list[Claim]:
+def evaluate_claims(
+    results: list[dict[str, Any]],
+    thresholds: Thresholds | None = None,
+    settings: list[str] = (),
+    seeds: int | None = None,
+    expected: dict[str, set[tuple[str, int]]] | None = None,
+    archs: set[str] | None = None,
+) -> list[Claim]:
     """Judge the paper's claims per setting (group and tokenizer), from result dicts alone;
     `settings` (e.g. "S3 statement") are judged even when none of their cells has a result.
     `seeds`: how many seeds each cell has in the sweep (cells with fewer results do not count).
@@ -152,13 +175,16 @@ def evaluate_claims(results: list[dict[str, Any]], thresholds: Thresholds | None
     for setting, cells in by_setting.items():
         on_mean = _judge({(c["arch"], c["spacing"]): c for c in cells}, t)
         n_seeds = max((len(c["runs"]) for c in cells), default=1)
-        per_seed = [_judge({(c["arch"], c["spacing"]): c["runs"][i] for c in cells if len(c["runs"]) > i}, t)
-                    for i in range(n_seeds)]
+        per_seed = [
+            _judge({(c["arch"], c["spacing"]): c["runs"][i] for c in cells if len(c["runs"]) > i}, t)
+            for i in range(n_seeds)
+        ]
         needed = seeds_needed(n_seeds)
         in_setting = {arch for arch, _ in expected.get(setting, ())} if expected is not None else None
         for key, (verdict, evidence) in on_mean.items():
             if (archs is not None and CLAIM_ARCH[key] not in archs) or (
-                    in_setting is not None and setting in expected and CLAIM_ARCH[key] not in in_setting):
+                in_setting is not None and setting in expected and CLAIM_ARCH[key] not in in_setting
+            ):
                 continue  # a claim about an architecture this sweep (or this setting of it) does not train
             if expected is not None and setting in expected and not _asked(key, expected[setting]):
                 continue  # the setting's grid lacks the spacings the claim compares
@@ -200,16 +226,21 @@ def _dense_failed(cells: list[dict[str, Any]], arch: str, t: Thresholds) -> str 
     learned = sum(a >= t.learned for a in per_seed)
     if row["reveal_accuracy"] >= t.learned and learned >= seeds_needed(len(per_seed)):
         return None
-    spread_text = (f" [{row['min']:.3f}–{row['max']:.3f}]" if row.get("n", 1) > 1 else "")
-    return (f"did not learn with dense reveals: k=1 at 1x {row['reveal_accuracy']:.3f}{spread_text}, "
-            f"{learned} of {len(per_seed)} seeds ≥ {t.learned:g}; with no dense baseline, sparse reveals "
-            "cannot be what it needs (see the learning-rate search)")
+    spread_text = f" [{row['min']:.3f}–{row['max']:.3f}]" if row.get("n", 1) > 1 else ""
+    return (
+        f"did not learn with dense reveals: k=1 at 1x {row['reveal_accuracy']:.3f}{spread_text}, "
+        f"{learned} of {len(per_seed)} seeds ≥ {t.learned:g}; with no dense baseline, sparse reveals "
+        "cannot be what it needs (see the learning-rate search)"
+    )
 
 
 def _at_1x(cells: Cells, arch: str, sparse: bool) -> list[tuple[int, float]]:
     """[(k, reveal accuracy at 1x)] of `arch`'s sparse (k > 1) or dense (k = 1) cells."""
-    return sorted((k, a) for (name, k), r in cells.items()
-                  if name == arch and (k > 1) == sparse and (a := accuracy_at(r, 1)) is not None)
+    return sorted(
+        (k, a)
+        for (name, k), r in cells.items()
+        if name == arch and (k > 1) == sparse and (a := accuracy_at(r, 1)) is not None
+    )
 
 
 def _learned_longest(cells: Cells, arch: str, t: Thresholds) -> list[tuple[int, float, float]]:
@@ -224,6 +255,7 @@ def _learned_longest(cells: Cells, arch: str, t: Thresholds) -> list[tuple[int, 
 
 def _judge(cells: Cells, t: Thresholds) -> dict[str, tuple[str, str]]:
     """claim key -> (verdict, evidence) for one setting; the rules are `claim_rules`."""
+
     def listing(pairs) -> str:
         return "1x: " + ", ".join(f"k={k}: {a:.3f}" for k, a in pairs)
 
@@ -238,20 +270,27 @@ def _judge(cells: Cells, t: Thresholds) -> dict[str, tuple[str, str]]:
         rows = _learned_longest(cells, arch, t)
         if rows:
             return verdict(all(ok(a) for *_, a in rows)), long_listing(rows)
-        at_1x = [(k, a) for (name, k), r in sorted(cells.items())
-                 if name == arch and (a := accuracy_at(r, 1)) is not None]
+        at_1x = [
+            (k, a) for (name, k), r in sorted(cells.items()) if name == arch and (a := accuracy_at(r, 1)) is not None
+        ]
         if at_1x and all(a < t.learned for _, a in at_1x):  # it has results, none learned: nothing to extrapolate
             return NOT_TESTABLE, f"no {arch} cell learned (≥ {t.learned:g} at 1x); {listing(at_1x)}"
         return NOT_MEASURED, f"no {arch} result that learned at 1x and was evaluated beyond it"
 
     out = {}
     sparse = _at_1x(cells, "deltanet-neg", sparse=True)
-    out["neg-sparse"] = ((verdict(all(a >= t.learned for _, a in sparse)), listing(sparse)) if sparse else
-                         (NOT_MEASURED, "no deltanet-neg result with spacing k > 1"))
+    out["neg-sparse"] = (
+        (verdict(all(a >= t.learned for _, a in sparse)), listing(sparse))
+        if sparse
+        else (NOT_MEASURED, "no deltanet-neg result with spacing k > 1")
+    )
     out["neg-extrapolates"] = extrapolation("deltanet-neg", lambda a: a >= t.extrapolates)
     sparse = _at_1x(cells, "deltanet-pos", sparse=True)
-    out["pos-fails"] = ((verdict(all(a < t.learned for _, a in sparse)), listing(sparse)) if sparse else
-                        (NOT_MEASURED, "no deltanet-pos result with spacing k > 1"))
+    out["pos-fails"] = (
+        (verdict(all(a < t.learned for _, a in sparse)), listing(sparse))
+        if sparse
+        else (NOT_MEASURED, "no deltanet-pos result with spacing k > 1")
+    )
     dense, sparse = _at_1x(cells, "transformer", sparse=False), _at_1x(cells, "transformer", sparse=True)
     if dense and sparse:
         ok = dense[0][1] >= t.learned and all(a < t.learned for _, a in sparse)

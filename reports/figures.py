@@ -1,6 +1,7 @@
 """Figures of the reproduce report (plotly): accuracy vs reveal spacing, vs trace length, and the
 learning-rate search's validation curves. Points are seed means with min-max error bars; a dashed
 line marks chance (1/n for a group on n variables), a dotted one the labelled threshold."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,11 +26,18 @@ ARCH_LABELS = {
     "deltaproduct-n3-noconv": "DeltaProduct n_h=3 β∈[0,2], no short conv",
     "deltaproduct-n2-noconv": "DeltaProduct n_h=2 β∈[0,2], no short conv",
 }
-ARCH_COLORS = {"deltanet-neg": "#1f77b4", "deltanet-pos": "#ff7f0e", "transformer": "#2ca02c", "lstm": "#9467bd",
-               "deltaproduct-n2": "#17becf", "deltaproduct-n3": "#d62728", "deltaproduct-n4": "#8c564b",
-               "gated-deltaproduct-n3": "#e377c2", "deltaproduct-n3-noconv": "#bcbd22",
-               "deltaproduct-n2-noconv": "#7f7f7f"}
-
+ARCH_COLORS = {
+    "deltanet-neg": "#1f77b4",
+    "deltanet-pos": "#ff7f0e",
+    "transformer": "#2ca02c",
+    "lstm": "#9467bd",
+    "deltaproduct-n2": "#17becf",
+    "deltaproduct-n3": "#d62728",
+    "deltaproduct-n4": "#8c564b",
+    "gated-deltaproduct-n3": "#e377c2",
+    "deltaproduct-n3-noconv": "#bcbd22",
+    "deltaproduct-n2-noconv": "#7f7f7f",
+}
 
 
 def _settings(results: list[dict[str, Any]]) -> list[str]:
@@ -50,29 +58,50 @@ def chance(group: str) -> float | None:
 
 
 def _row_at(summary: dict[str, Any], multiple: float) -> dict[str, Any] | None:
-    return next((r for r in summary["eval"]["lengths"] if r.get("x_train") == multiple and "reveal_accuracy" in r),
-                None)
+    return next(
+        (r for r in summary["eval"]["lengths"] if r.get("x_train") == multiple and "reveal_accuracy" in r), None
+    )
 
 
 def _error_bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"type": "data", "symmetric": False, "array": [r["max"] - r["reveal_accuracy"] for r in rows],
-            "arrayminus": [r["reveal_accuracy"] - r["min"] for r in rows], "thickness": 1.2, "width": 4}
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [r["max"] - r["reveal_accuracy"] for r in rows],
+        "arrayminus": [r["reveal_accuracy"] - r["min"] for r in rows],
+        "thickness": 1.2,
+        "width": 4,
+    }
 
 
-def _reference_lines(fig, settings: list[str], threshold: float, label: str, cols_per_setting: int = 1,
-                     by_row: bool = False) -> None:
+def _reference_lines(
+    fig, settings: list[str], threshold: float, label: str, cols_per_setting: int = 1, by_row: bool = False
+) -> None:
     """The labelled threshold everywhere; each setting's chance line in its own panels."""
-    fig.add_hline(y=threshold, line_dash="dot", line_color="grey", annotation_text=f"{label} {threshold:g}",
-                  annotation_position="bottom right", annotation_font_size=10)
+    fig.add_hline(
+        y=threshold,
+        line_dash="dot",
+        line_color="grey",
+        annotation_text=f"{label} {threshold:g}",
+        annotation_position="bottom right",
+        annotation_font_size=10,
+    )
     for i, setting in enumerate(settings, 1):
         level = chance(setting.split(" ", 1)[0])
         if level is None:
             continue
         for j in range(1, cols_per_setting + 1):
             row, col = (i, j) if by_row else (1, i)
-            fig.add_hline(y=level, line_dash="dash", line_color="#bbbbbb", row=row, col=col,
-                          annotation_text=f"chance 1/{round(1 / level)}" if j == 1 else None,
-                          annotation_position="top left", annotation_font_size=10)
+            fig.add_hline(
+                y=level,
+                line_dash="dash",
+                line_color="#bbbbbb",
+                row=row,
+                col=col,
+                annotation_text=f"chance 1/{round(1 / level)}" if j == 1 else None,
+                annotation_position="top left",
+                annotation_font_size=10,
+            )
 
 
 def spacing_figure(results: list[dict[str, Any]], thresholds: Thresholds | None = None):
@@ -84,23 +113,38 @@ def spacing_figure(results: list[dict[str, Any]], thresholds: Thresholds | None 
     fig = make_subplots(rows=1, cols=len(settings), subplot_titles=settings, shared_yaxes=True)
     for arch in _arch_order(results):
         for col, setting in enumerate(settings, 1):
-            points = sorted((s["spacing"], row) for s in summaries if s["arch"] == arch
-                            and f"{s['group']} {s['tokenizer']}" == setting and (row := _row_at(s, 1)) is not None)
+            points = sorted(
+                (s["spacing"], row)
+                for s in summaries
+                if s["arch"] == arch
+                and f"{s['group']} {s['tokenizer']}" == setting
+                and (row := _row_at(s, 1)) is not None
+            )
             if points:
                 rows = [row for _, row in points]
-                fig.add_scatter(x=[k for k, _ in points], y=[r["reveal_accuracy"] for r in rows],
-                                error_y=_error_bars(rows), mode="lines+markers", row=1, col=col,
-                                name=ARCH_LABELS.get(arch, arch), legendgroup=arch,
-                                line={"color": ARCH_COLORS.get(arch)},
-                                hovertemplate="k=%{x}: %{y:.3f} (seed mean)<extra>%{fullData.name}</extra>")
+                fig.add_scatter(
+                    x=[k for k, _ in points],
+                    y=[r["reveal_accuracy"] for r in rows],
+                    error_y=_error_bars(rows),
+                    mode="lines+markers",
+                    row=1,
+                    col=col,
+                    name=ARCH_LABELS.get(arch, arch),
+                    legendgroup=arch,
+                    line={"color": ARCH_COLORS.get(arch)},
+                    hovertemplate="k=%{x}: %{y:.3f} (seed mean)<extra>%{fullData.name}</extra>",
+                )
     _reference_lines(fig, settings, t.learned, "learned ≥")
     ticks = sorted({r["spacing"] for r in results}) or None
     fig.update_xaxes(title_text="reveal spacing k", type="log", tickvals=ticks)
     fig.update_yaxes(range=[0, 1.02])
     fig.update_yaxes(title_text="reveal accuracy at 1x", col=1)
-    fig.update_layout(title="Test reveal accuracy vs reveal spacing (training length; seed mean, bars min-max)",
-                      template="plotly_white",
-                      width=max(500, 380 * len(settings)), height=420)
+    fig.update_layout(
+        title="Test reveal accuracy vs reveal spacing (training length; seed mean, bars min-max)",
+        template="plotly_white",
+        width=max(500, 380 * len(settings)),
+        height=420,
+    )
     _dedupe_legend(fig)
     return fig
 
@@ -119,17 +163,27 @@ def length_figure(results: list[dict[str, Any]], thresholds: Thresholds | None =
                 for s in summaries:
                     if s["arch"] == arch and s["spacing"] == k and f"{s['group']} {s['tokenizer']}" == setting:
                         rows = [x for x in s["eval"]["lengths"] if "reveal_accuracy" in x]
-                        fig.add_scatter(x=[x["actions"] for x in rows], y=[x["reveal_accuracy"] for x in rows],
-                                        error_y=_error_bars(rows), mode="lines+markers", row=row, col=col,
-                                        name=ARCH_LABELS.get(arch, arch), legendgroup=arch,
-                                        line={"color": ARCH_COLORS.get(arch)})
+                        fig.add_scatter(
+                            x=[x["actions"] for x in rows],
+                            y=[x["reveal_accuracy"] for x in rows],
+                            error_y=_error_bars(rows),
+                            mode="lines+markers",
+                            row=row,
+                            col=col,
+                            name=ARCH_LABELS.get(arch, arch),
+                            legendgroup=arch,
+                            line={"color": ARCH_COLORS.get(arch)},
+                        )
     _reference_lines(fig, settings, t.extrapolates, "extrapolates ≥", cols_per_setting=len(spacings), by_row=True)
     fig.update_xaxes(type="log", title_text="actions per trace")
     fig.update_yaxes(range=[0, 1.02])
     fig.update_yaxes(title_text="reveal accuracy", col=1)
-    fig.update_layout(title="Extrapolation: test reveal accuracy vs trace length (seed mean, bars min-max)",
-                      template="plotly_white",
-                      width=max(500, 320 * len(spacings)), height=max(380, 300 * len(settings)))
+    fig.update_layout(
+        title="Extrapolation: test reveal accuracy vs trace length (seed mean, bars min-max)",
+        template="plotly_white",
+        width=max(500, 320 * len(spacings)),
+        height=max(380, 300 * len(settings)),
+    )
     _dedupe_legend(fig)
     return fig
 
@@ -146,18 +200,29 @@ def search_figure(searches: list[dict[str, Any]], chosen: dict[tuple[str, str], 
             if r["group"] != group:
                 continue
             picked = chosen.get((group, r["arch"])) == r["lr"]
-            fig.add_scatter(x=[h["step"] for h in r["history"]], y=[h["reveal_accuracy"] for h in r["history"]],
-                            mode="lines", row=1, col=col, legendgroup=r["arch"],
-                            name=f"{ARCH_LABELS.get(r['arch'], r['arch'])}",
-                            line={"color": ARCH_COLORS.get(r["arch"]), "dash": "solid" if picked else "dot"},
-                            hovertemplate=f"lr {r['lr']:g}" + (" (chosen)" if picked else "")
-                            + ": %{y:.3f} at step %{x}<extra>%{fullData.name}</extra>")
+            fig.add_scatter(
+                x=[h["step"] for h in r["history"]],
+                y=[h["reveal_accuracy"] for h in r["history"]],
+                mode="lines",
+                row=1,
+                col=col,
+                legendgroup=r["arch"],
+                name=f"{ARCH_LABELS.get(r['arch'], r['arch'])}",
+                line={"color": ARCH_COLORS.get(r["arch"]), "dash": "solid" if picked else "dot"},
+                hovertemplate=f"lr {r['lr']:g}"
+                + (" (chosen)" if picked else "")
+                + ": %{y:.3f} at step %{x}<extra>%{fullData.name}</extra>",
+            )
     _reference_lines(fig, groups, 0.9, "learned ≥")
     fig.update_xaxes(title_text="training step")
     fig.update_yaxes(range=[0, 1.02])
     fig.update_yaxes(title_text="validation reveal accuracy", col=1)
-    fig.update_layout(title="Learning-rate search at k = 1: validation curves (solid: chosen lr, dotted: other lr)",
-                      template="plotly_white", width=max(500, 480 * len(groups)), height=420)
+    fig.update_layout(
+        title="Learning-rate search at k = 1: validation curves (solid: chosen lr, dotted: other lr)",
+        template="plotly_white",
+        width=max(500, 480 * len(groups)),
+        height=420,
+    )
     _dedupe_legend(fig)
     return fig
 
@@ -175,12 +240,17 @@ def checkpoint_length_figure(evals: dict[str, dict[str, Any]], threshold: float 
     fig = go.Figure()
     for name, report in evals.items():
         rows = [r for r in report.get("lengths", []) if "reveal_accuracy" in r]
-        fig.add_scatter(x=[r["actions"] for r in rows], y=[r["reveal_accuracy"] for r in rows], mode="lines+markers",
-                        name=name)
+        fig.add_scatter(
+            x=[r["actions"] for r in rows], y=[r["reveal_accuracy"] for r in rows], mode="lines+markers", name=name
+        )
     fig.add_hline(y=threshold, line_dash="dot", line_color="grey", annotation_text=f"threshold {threshold:g}")
     fig.update_xaxes(type="log", title_text="actions per trace (1x, 2x, 4x the training length)")
     fig.update_yaxes(range=[0, 1.02], title_text="held-out reveal accuracy")
     # a short title and the legend below: the figure often sits in half the page's width
-    fig.update_layout(title="Saved accuracy vs trace length", template="plotly_white", height=460,
-                      legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0})
+    fig.update_layout(
+        title="Saved accuracy vs trace length",
+        template="plotly_white",
+        height=460,
+        legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
+    )
     return fig

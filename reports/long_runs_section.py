@@ -1,6 +1,7 @@
 """Runs outside the protocol that ask whether a model that did not learn at k = 1 was only
 under-trained: OUT/search/long_*.json, each {"what", "command", "runs": [{"run", "group", "arch",
 "lr", "steps_done", "train_wall_s", "validation": [{"step", "reveal_accuracy"}]}]}. No file, no section."""
+
 from __future__ import annotations
 
 import json
@@ -18,11 +19,12 @@ def long_run_lines(out: Path) -> list[str]:
     lines = ["### Longer runs outside the protocol", ""]
     for file, record in records:
         source = f"`{file.relative_to(Path(out))}`; command: `{record.get('command', '?')}`"
-        lines += [f"{record.get('what', '')} ({source})",
-                  "",
-                  "| group | architecture | lr | steps | best validation (step) | over its last quarter "
-                  "| wall time |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"{record.get('what', '')} ({source})",
+            "",
+            "| group | architecture | lr | steps | best validation (step) | over its last quarter | wall time |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for run in record["runs"]:
             curve = [(v["step"], v["reveal_accuracy"]) for v in run.get("validation", [])]
             if not curve:
@@ -31,8 +33,10 @@ def long_run_lines(out: Path) -> list[str]:
             last_step = curve[-1][0]
             quarter = [a for s, a in curve if s >= 0.75 * last_step]
             trend = f"{quarter[0]:.3f} → {quarter[-1]:.3f}"  # still rising, or flat?
-            lines.append(f"| {run['group']} | {ARCH_LABELS.get(run['arch'], run['arch'])} | {run['lr']:g} "
-                         f"| {run.get('steps_done', last_step)} | {best:.3f} ({best_step}) | {trend} "
-                         f"| {run.get('train_wall_s', 0) / 60:.1f} min |")
+            lines.append(
+                f"| {run['group']} | {ARCH_LABELS.get(run['arch'], run['arch'])} | {run['lr']:g} "
+                f"| {run.get('steps_done', last_step)} | {best:.3f} ({best_step}) | {trend} "
+                f"| {run.get('train_wall_s', 0) / 60:.1f} min |"
+            )
         lines.append("")
     return lines

@@ -5,6 +5,7 @@ probabilistic checkpoints recorded when they were exported (`metrics.belief_kl` 
 config.json, written by training/export.py with training/belief_kl.py), so the report never
 retrains or re-evaluates them.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,8 @@ MAX_PARTIAL = 8  # columns of the KL table: partial reveals since the last full 
 
 @dataclass
 class PfsaSection:
-    lines: list[str]                             # markdown, figures not included
-    figures: list[tuple[str, str, go.Figure]]    # (file stem, title, figure)
+    lines: list[str]  # markdown, figures not included
+    figures: list[tuple[str, str, go.Figure]]  # (file stem, title, figure)
 
 
 def probabilistic_checkpoints(root: Path) -> dict[str, dict[str, Any]]:
@@ -46,10 +47,11 @@ def uniform_kl(checkpoints: Path, name: str, kl: dict[str, Any]) -> dict[str, An
     """`belief_kl` of a predictor that puts 1/n on every value, on the traces the export of
     checkpoint ``name`` scored (same family, counts and seeds): the scale a model's KL sits on."""
     spec = open_checkpoint(Path(checkpoints) / name, load_model=False).eval_spec()
-    traces = {"random": random_traces(spec, kl["n_random"]),
-              "adversarial": adversarial_traces(spec, kl["n_adversarial"], kl["adversarial_cycles"])}
-    result = BeliefKL(pd.concat([uniform_reveal_kl(group, kind) for kind, group in traces.items()],
-                                ignore_index=True))
+    traces = {
+        "random": random_traces(spec, kl["n_random"]),
+        "adversarial": adversarial_traces(spec, kl["n_adversarial"], kl["adversarial_cycles"]),
+    }
+    result = BeliefKL(pd.concat([uniform_reveal_kl(group, kind) for kind, group in traces.items()], ignore_index=True))
     return {**kl, "mean_kl": result.summary(), "by_partial_reveals": result.table().to_dict(orient="records")}
 
 
@@ -82,7 +84,8 @@ def long_horizon_lines(record: dict[str, Any], underflow: dict[str, int | None])
         "with only the seed changed). The models were trained on 16-action traces, so this is also a length "
         "extrapolation. `uniform` is the 1/n guess on the same traces. The models' delta-rule state stays in fp32 "
         "in every dtype (the kernels upcast, as fla's do); the exact linear filter's mass underflows at partial "
-        "reveal " + ", ".join(f"{_show(underflow.get(d))} in {d}" for d in ("float32", "bfloat16", "float16"))
+        "reveal "
+        + ", ".join(f"{_show(underflow.get(d))} in {d}" for d in ("float32", "bfloat16", "float16"))
         + " (table (a) above).",
         "",
         "| checkpoint | kind | dtype | " + " | ".join(f"{h} partial reveals" for h in horizons) + " |",
@@ -106,8 +109,10 @@ def long_horizon_lines(record: dict[str, Any], underflow: dict[str, int | None])
                 uniform = [x for x in rows if x["kind"] == kind and x["dtype"] == "uniform"]
                 if uniform:
                     reference_done.add(kind)
-                    cells = [_spread([x["kl"] for x in uniform if x["horizon"] == h and x.get("kl") is not None])
-                             for h in horizons]
+                    cells = [
+                        _spread([x["kl"] for x in uniform if x["horizon"] == h and x.get("kl") is not None])
+                        for h in horizons
+                    ]
                     lines.append(f"| uniform guess (reference) | {kind} | – | " + " | ".join(cells) + " |")
     return [*lines, "", *_long_horizon_reading(record), ""]
 
@@ -122,9 +127,13 @@ def _long_horizon_reading(record: dict[str, Any]) -> list[str]:
     horizons = record["horizons"]
 
     def mean_kl(name: str | None, kind: str, dtype: str, horizon: int) -> float | None:
-        values = [x["kl"] for r in record["results"] if name is None or r["checkpoint"] == name
-                  for x in r["at_horizons"] if x["kind"] == kind and x["dtype"] == dtype
-                  and x["horizon"] == horizon and x.get("kl") is not None]
+        values = [
+            x["kl"]
+            for r in record["results"]
+            if name is None or r["checkpoint"] == name
+            for x in r["at_horizons"]
+            if x["kind"] == kind and x["dtype"] == dtype and x["horizon"] == horizon and x.get("kl") is not None
+        ]
         return sum(values) / len(values) if values else None
 
     first, last = horizons[0], horizons[-1]
@@ -144,13 +153,17 @@ def _long_horizon_reading(record: dict[str, Any]) -> list[str]:
             if x["dtype"] != "uniform" and x.get("kl") is not None:
                 by_key.setdefault((r["checkpoint"], r["seed"], x["kind"], x["horizon"]), []).append(x["kl"])
     dtype_gap = max((max(v) - min(v) for v in by_key.values() if len(v) > 1), default=None)
-    reading = (f"Read off the table: on adversarial traces, from {first} to {last} partial reveals (fp32, seed mean; "
-               f"uniform guess {_show_kl(uniform)} at {last}): " + "; ".join(parts) + ".")
+    reading = (
+        f"Read off the table: on adversarial traces, from {first} to {last} partial reveals (fp32, seed mean; "
+        f"uniform guess {_show_kl(uniform)} at {last}): " + "; ".join(parts) + "."
+    )
     if dtype_gap is not None:
-        reading += (f" The dtype moves no model's KL by more than {dtype_gap:.3f} nats at any horizon, so where a "
-                    "model's KL grows it is not the filter's underflow in that dtype (which would separate fp16, "
-                    "from 25 partial reveals on, from fp32): the trained models carry their state in fp32 and do "
-                    "not run the unnormalised filter's exact decay.")
+        reading += (
+            f" The dtype moves no model's KL by more than {dtype_gap:.3f} nats at any horizon, so where a "
+            "model's KL grows it is not the filter's underflow in that dtype (which would separate fp16, "
+            "from 25 partial reveals on, from fp32): the trained models carry their state in fp32 and do "
+            "not run the unnormalised filter's exact decay."
+        )
     return [reading]
 
 
@@ -170,14 +183,26 @@ def long_horizon_figure(record: dict[str, Any]) -> go.Figure:
             part = curve[(curve.kind == kind) & (curve.dtype == "float32")].sort_values("partial_reveals")
             if part.empty:
                 continue
-            fig.add_scatter(x=part.partial_reveals, y=part.kl.rolling(10, min_periods=1).mean(), mode="lines",
-                            name=label, legendgroup=label, showlegend=col == 1, row=1, col=col,
-                            line={"color": palette[i % len(palette)]})
+            fig.add_scatter(
+                x=part.partial_reveals,
+                y=part.kl.rolling(10, min_periods=1).mean(),
+                mode="lines",
+                name=label,
+                legendgroup=label,
+                showlegend=col == 1,
+                row=1,
+                col=col,
+                line={"color": palette[i % len(palette)]},
+            )
     fig.update_xaxes(title_text="partial reveals since the last full reveal")
     fig.update_yaxes(type="log")
     fig.update_yaxes(title_text="KL (nats), rolling mean over 10", col=1)
-    fig.update_layout(title="Long horizons: KL(exact ‖ model), fp32, seed 0 (bf16 and fp16 lie on top: table (d))",
-                      template="plotly_white", height=460, width=1100)
+    fig.update_layout(
+        title="Long horizons: KL(exact ‖ model), fp32, seed 0 (bf16 and fp16 lie on top: table (d))",
+        template="plotly_white",
+        height=460,
+        width=1100,
+    )
     return fig
 
 
@@ -198,10 +223,12 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
         "|---|---|---|---|---|---|",
     ]
     for name in joint.underflow:
-        lines.append(f"| {name} | {_show(joint.underflow[name])} | {_show(joint.predicted[name])} "
-                     f"| {_show(marginal.underflow[('adversarial', name)])} "
-                     f"| {_show(marginal.predicted[('adversarial', name)])} "
-                     f"| {_show(marginal.underflow[('random', name)])} |")
+        lines.append(
+            f"| {name} | {_show(joint.underflow[name])} | {_show(joint.predicted[name])} "
+            f"| {_show(marginal.underflow[('adversarial', name)])} "
+            f"| {_show(marginal.predicted[('adversarial', name)])} "
+            f"| {_show(marginal.underflow[('random', name)])} |"
+        )
     lines += ["", "– : no underflow within the sequence (1100 reveals for (a), 400 for (b)).", ""]
 
     found = probabilistic_checkpoints(checkpoints)
@@ -229,8 +256,9 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
                 by = {r["partial_reveals"]: r for r in kl["by_partial_reveals"] if r["kind"] == kind}
                 if not by:
                     continue
-                cells = [f"{by[k]['kl']:.3f}" if k in by and by[k]["count"] >= 20 else "–"
-                         for k in range(MAX_PARTIAL + 1)]
+                cells = [
+                    f"{by[k]['kl']:.3f}" if k in by and by[k]["count"] >= 20 else "–" for k in range(MAX_PARTIAL + 1)
+                ]
                 lines.append(
                     f"| {name} | {kind} | {kl['mean_kl'].get(kind, float('nan')):.4f} | " + " | ".join(cells) + " |"
                 )
@@ -238,8 +266,11 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
     tables = {name: kl["by_partial_reveals"] for name, kl in found.items()}
     figures = [
         ("pfsa_joint_decay", "(a) unnormalised joint belief mass vs partial reveals", joint_decay_figure(joint)),
-        ("pfsa_marginal_decay", "(b) unnormalised marginal belief mass, random vs adversarial",
-         marginal_decay_figure(marginal)),
+        (
+            "pfsa_marginal_decay",
+            "(b) unnormalised marginal belief mass, random vs adversarial",
+            marginal_decay_figure(marginal),
+        ),
         ("pfsa_model_kl", "(c) trained models: KL to the exact belief vs partial reveals", kl_figure(tables)),
     ]
     long_file = Path(checkpoints).resolve().parent / LONG_HORIZON
@@ -248,6 +279,10 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
         lines += long_horizon_lines(record, joint.underflow)
         figures.append(("pfsa_long_horizon", "(d) KL at long horizons", long_horizon_figure(record)))
     else:
-        lines += ["### (d) Long horizons, by dtype", "",
-                  f"Not measured yet: run `python3 scripts/pfsa_long_horizon.py` (writes {LONG_HORIZON}).", ""]
+        lines += [
+            "### (d) Long horizons, by dtype",
+            "",
+            f"Not measured yet: run `python3 scripts/pfsa_long_horizon.py` (writes {LONG_HORIZON}).",
+            "",
+        ]
     return PfsaSection(lines, figures)

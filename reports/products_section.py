@@ -1,5 +1,6 @@
 """The "Per-token products" section of a reproduce report, from OUT/products.json
 (scripts/family_products.py: probes/products.py on every finished run). No file (or no run in it), no section."""
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ def products_lines(out: Path) -> list[str]:
         "value from its state S_t at the read-out tokens (probes/linear_probes.py; chance 1/n): a head can track "
         "the state while its P_t is no fixed-basis representation. `between read-outs`: the same decoding of the "
         "product of every token's transition from one read-out to the next against the permutation composed "
-        "there (`span=\"readout\"`; best head): per-token bases that move with the context can cancel there.",
+        'there (`span="readout"`; best head): per-token bases that move with the context can cancel there.',
         "",
         "| group | architecture | seeds implementing | decoded (mean [min–max]) | spectral | residual "
         "| context spread | between read-outs: decoded (mean [min–max]) | state holds values (mean [min–max]) "
@@ -59,7 +60,8 @@ def products_lines(out: Path) -> list[str]:
             f"| {mean(r['heldout_residual'] for r in rows):.3f} | {_mean_of(rows, 'context_spread')} "
             f"| {_spread([r['readout_decoded_accuracy'] for r in rows if 'readout_decoded_accuracy' in r])} "
             f"| {_spread([r['state_value_accuracy'] for r in rows if 'state_value_accuracy' in r])} "
-            f"| {f'{mean(accuracy):.3f}' if accuracy else '–'} |")
+            f"| {f'{mean(accuracy):.3f}' if accuracy else '–'} |"
+        )
     if data.get("missing_checkpoints"):
         lines += ["", f"Runs without a checkpoint here (not probed): {', '.join(data['missing_checkpoints'])}."]
     return [*lines, ""]

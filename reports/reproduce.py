@@ -3,6 +3,7 @@ the PFSA-SR section, and figures (HTML always, PNG when kaleido finds a browser)
 
     report = write_report(sweep, read_results(sweep, "reports/sweep"), Path("reports"), Path("checkpoints"))
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import plotly.io as pio
 
+from deltalens.core.atomic import write_text_atomic
 from deltalens.models.architecture import DISPLAY, FAMILY
-from deltalens.models.atomic import write_text_atomic
 from deltalens.reports.claims import (
     DOES_NOT_HOLD,
     HOLDS,
@@ -52,16 +53,28 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
     the learning-rate search's statuses (training.grid.read_search)."""
     section = pfsa_section(pfsa_checkpoints) if pfsa_checkpoints is not None else None
     results = [s.result for s in statuses if s.result is not None]
-    claims = evaluate_claims(results, sweep.thresholds, settings=[s.cell.setting for s in statuses],
-                             seeds=len(sweep.seeds), expected=expected_cells(sweep),
-                             archs=set(sweep.models)) if sweep.judge_claims else []
+    claims = (
+        evaluate_claims(
+            results,
+            sweep.thresholds,
+            settings=[s.cell.setting for s in statuses],
+            seeds=len(sweep.seeds),
+            expected=expected_cells(sweep),
+            archs=set(sweep.models),
+        )
+        if sweep.judge_claims
+        else []
+    )
     searched = [s.result for s in searches if s.result is not None]
     figures_dir = out / "figures"
     figures_dir.mkdir(parents=True, exist_ok=True)
     figures, png_error = [], None
     for name, title, fig in [
-        *([("lr_search", "learning-rate search (validation curves)", search_figure(searched, sweep.chosen_lr))]
-          if searched else []),
+        *(
+            [("lr_search", "learning-rate search (validation curves)", search_figure(searched, sweep.chosen_lr))]
+            if searched
+            else []
+        ),
         ("accuracy_vs_spacing", "accuracy vs reveal spacing", spacing_figure(results, sweep.thresholds)),
         ("accuracy_vs_length", "accuracy vs trace length (extrapolation)", length_figure(results, sweep.thresholds)),
         *(section.figures if section else []),
@@ -97,8 +110,10 @@ def _write_png(fig, path: Path) -> str | None:
     except Exception as err:  # kaleido raises plain RuntimeErrors (and others) for a missing browser
         text = str(err)
         if "chrome" in text.lower() or "chromium" in text.lower():
-            return ("PNG export needs Chrome or Chromium for kaleido: run `bash scripts/setup.sh --png` (or "
-                    "`plotly_get_chrome`), then `deltalens reproduce --no-train`; HTML figures were written")
+            return (
+                "PNG export needs Chrome or Chromium for kaleido: run `bash scripts/setup.sh --png` (or "
+                "`plotly_get_chrome`), then `deltalens reproduce --no-train`; HTML figures were written"
+            )
         first = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
         return f"PNG export failed ({first}); HTML figures were written"
     return None
@@ -130,19 +145,25 @@ def _claim_lines(sweep, claims, multiples) -> list[str]:
         f"Thresholds: a model has **learned** when its reveal accuracy at 1x is ≥ {t.learned:g}; it "
         f"**extrapolates** when it stays ≥ {t.extrapolates:g} at the longest length evaluated "
         f"({multiples[-1]}x). Sparse reveals: k > 1. Each claim is judged per setting from the table below, on "
-        "the seed means and on each seed; \"not measured\" means the cells it needs have no result for every seed; "
-        "\"not testable\" means they have, but the claim's premise failed (no cell learned, or the model did not "
+        'the seed means and on each seed; "not measured" means the cells it needs have no result for every seed; '
+        '"not testable" means they have, but the claim\'s premise failed (no cell learned, or the model did not '
         "learn with dense reveals either, so the comparison with sparse ones says nothing).",
         "",
         "| paper's claim | setting | verdict | measured (reveal accuracy) | rule |",
         "|---|---|---|---|---|",
     ]
     rules = claim_rules(t)
-    verdict_mark = {HOLDS: "**holds**", DOES_NOT_HOLD: "**does not hold**", NOT_MEASURED: "not measured",
-                    NOT_TESTABLE: "not testable"}
+    verdict_mark = {
+        HOLDS: "**holds**",
+        DOES_NOT_HOLD: "**does not hold**",
+        NOT_MEASURED: "not measured",
+        NOT_TESTABLE: "not testable",
+    }
     for claim in claims:
-        lines.append(f"| {claim.statement} | {claim.setting} | {verdict_mark[claim.verdict]} | {claim.evidence} "
-                     f"| {rules[claim.key]} |")
+        lines.append(
+            f"| {claim.statement} | {claim.setting} | {verdict_mark[claim.verdict]} | {claim.evidence} "
+            f"| {rules[claim.key]} |"
+        )
     if not claims:
         lines.append("| all | – | not measured | no cell has a result yet | – |")
     if "lstm" in sweep.models:
@@ -153,8 +174,12 @@ def _claim_lines(sweep, claims, multiples) -> list[str]:
 def _architecture_lines(sweep) -> list[str]:
     """The family table: each architecture of the sweep, its model config, and which hooks, probes and
     interventions apply to it (models.architecture.FAMILY)."""
-    lines = ["## Architectures", "", "| sweep name | architecture | config | per-head hooks | probes | interventions |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "## Architectures",
+        "",
+        "| sweep name | architecture | config | per-head hooks | probes | interventions |",
+        "|---|---|---|---|---|---|",
+    ]
     for key, table in sweep.models.items():
         arch = table["arch"]
         hooks, probes, interventions = FAMILY.get(arch, ("–", "–", "–"))
@@ -176,7 +201,8 @@ def _search_lines(sweep, searches) -> list[str]:
         "Chosen: the lr whose validation accuracy peaks highest (near-ties within 0.001: the one that got "
         "there first, then the smaller lr). Curves: figure `lr_search`.",
         "",
-        "| group | architecture | " + " | ".join(f"lr {lr:g}: best (step)" for lr in sweep.search.lrs)
+        "| group | architecture | "
+        + " | ".join(f"lr {lr:g}: best (step)" for lr in sweep.search.lrs)
         + " | chosen lr | wall time |",
         "|---|---|" + "---|" * (len(sweep.search.lrs) + 2),
     ]
@@ -194,8 +220,11 @@ def _search_lines(sweep, searches) -> list[str]:
             cells.append(f"{best:.3f} ({step}{failed})")
             wall += status.result.get("wall_time_s", 0)
         chosen = sweep.chosen_lr.get((group, arch))
-        lines.append(f"| {group} | {ARCH_LABELS.get(arch, arch)} | " + " | ".join(cells)
-                     + f" | {'–' if chosen is None else f'**{chosen:g}**'} | {_minutes(wall)} |")
+        lines.append(
+            f"| {group} | {ARCH_LABELS.get(arch, arch)} | "
+            + " | ".join(cells)
+            + f" | {'–' if chosen is None else f'**{chosen:g}**'} | {_minutes(wall)} |"
+        )
     return [*lines, ""]
 
 
@@ -204,18 +233,26 @@ def _wall_time_lines(sweep, statuses, searches) -> list[str]:
     done = [s for s in statuses if s.result is not None]
     if not done:
         return []
-    lines = ["## Training time", "",
-             "Training wall time per cell (one CPU thread per run; evaluations excluded), one entry per seed "
-             "as `steps trained: time` (fewer steps than the budget: stopped early on validation accuracy).", "",
-             "| cell | " + " | ".join(f"seed {seed}" for seed in sweep.seeds) + " |",
-             "|---|" + "---|" * len(sweep.seeds)]
+    lines = [
+        "## Training time",
+        "",
+        "Training wall time per cell (one CPU thread per run; evaluations excluded), one entry per seed "
+        "as `steps trained: time` (fewer steps than the budget: stopped early on validation accuracy).",
+        "",
+        "| cell | " + " | ".join(f"seed {seed}" for seed in sweep.seeds) + " |",
+        "|---|" + "---|" * len(sweep.seeds),
+    ]
     families = dict.fromkeys(s.cell.family for s in statuses)
     for family in families:
         by_seed = {s.cell.seed: s.result for s in done if s.cell.family == family}
         if not by_seed:
             continue
-        entries = [f"{by_seed[seed].get('steps', '?')}: {_minutes(by_seed[seed].get('wall_time_s', 0))}"
-                   if seed in by_seed else "–" for seed in sweep.seeds]
+        entries = [
+            f"{by_seed[seed].get('steps', '?')}: {_minutes(by_seed[seed].get('wall_time_s', 0))}"
+            if seed in by_seed
+            else "–"
+            for seed in sweep.seeds
+        ]
         lines.append(f"| {family} | " + " | ".join(entries) + " |")
     per_arch: dict[str, float] = {}
     for s in done:
@@ -223,8 +260,13 @@ def _wall_time_lines(sweep, statuses, searches) -> list[str]:
     for s in searches:
         if s.result is not None:
             per_arch[s.cell.arch] = per_arch.get(s.cell.arch, 0.0) + s.result.get("wall_time_s", 0)
-    lines += ["", "Total training time per architecture (search runs and measured cells): "
-              + ", ".join(f"{ARCH_LABELS.get(a, a)} {_minutes(w)}" for a, w in per_arch.items()) + ".", ""]
+    lines += [
+        "",
+        "Total training time per architecture (search runs and measured cells): "
+        + ", ".join(f"{ARCH_LABELS.get(a, a)} {_minutes(w)}" for a, w in per_arch.items())
+        + ".",
+        "",
+    ]
     return lines
 
 
@@ -242,15 +284,20 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
     not_run = len(statuses) - len(results)
     seeds = ", ".join(str(x) for x in sweep.seeds)
     if sweep.search is not None:
-        lr_text = (f"AdamW with the lr chosen per group and architecture by the search below (grid "
-                   f"{', '.join(f'{lr:g}' for lr in sweep.search.lrs)})")
+        lr_text = (
+            f"AdamW with the lr chosen per group and architecture by the search below (grid "
+            f"{', '.join(f'{lr:g}' for lr in sweep.search.lrs)})"
+        )
     else:
         lr_text = f"AdamW lr {optim['lr']:g}"
     by_arch_text = "".join(f", {ARCH_LABELS.get(a, a)} {n}" for a, n in sweep.steps_by_arch.items())
     by_arch_text = f" ({by_arch_text[2:]})" if by_arch_text else ""
-    stop_text = (f", stopping early once validation reveal accuracy reaches {sweep.early_stop_accuracy:g} "
-                 f"(validation split: eval-split traces of seed {sweep.validation_seed}, never test traces)"
-                 if sweep.early_stop_accuracy else "")
+    stop_text = (
+        f", stopping early once validation reveal accuracy reaches {sweep.early_stop_accuracy:g} "
+        f"(validation split: eval-split traces of seed {sweep.validation_seed}, never test traces)"
+        if sweep.early_stop_accuracy
+        else ""
+    )
     lines = [
         f"# {sweep.title}",
         "",
@@ -348,6 +395,9 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
     stale = [f for f in figures if f.png_stale]
     if stale:
         names = ", ".join(f"figures/{f.name}.png" for f in stale)
-        lines += [f"PNGs kept from an earlier run (they may show older numbers than the HTML figures): {names}. "
-                  f"{stale[0].png_error}.", ""]
+        lines += [
+            f"PNGs kept from an earlier run (they may show older numbers than the HTML figures): {names}. "
+            f"{stale[0].png_error}.",
+            "",
+        ]
     return "\n".join(lines)

@@ -12,6 +12,7 @@ per-token products that are no fixed representation). Writes OUT/products.json, 
                                        [--runs runs/family] [--out reports/family] [--traces 64]
                                        [--state-traces 256]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,11 +20,11 @@ from pathlib import Path
 
 import torch
 
+from deltalens.core.atomic import write_json_atomic
+from deltalens.core.display import progress
 from deltalens.interp.capture import capture
-from deltalens.models.atomic import write_json_atomic
 from deltalens.probes.linear_probes import linear_probes
 from deltalens.probes.products import product_report
-from deltalens.tasks.display import progress
 from deltalens.training.grid import config_hash, job_config, load_sweep, read_sweep
 from deltalens.training.loop import LAST
 from deltalens.training.opened import open_checkpoint
@@ -38,15 +39,27 @@ def probe_run(path: Path, traces: int, state_traces: int) -> dict:
     layer, head = report.tracking_head()
     composed = between.heads.set_index(["layer", "head"]).loc[between.tracking_head()]
     best = report.heads[(report.heads["layer"] == layer) & (report.heads["head"] == head)].iloc[0]
-    return {"tracking_head": [layer, head], "verdict": report.verdict(),
-            **{key: (bool(best[key]) if key == "implements" else best[key] if key == "acts_as" else float(best[key]))
-               for key in ("decoded_accuracy", "heldout_residual", "spectral_agreement", "context_spread",
-                           "implements", "acts_as", "n_actions")},
-            "readout_head": list(between.tracking_head()),
-            "readout_decoded_accuracy": float(composed["decoded_accuracy"]),
-            "readout_heldout_residual": float(composed["heldout_residual"]),
-            **state_decoding(checkpoint, state_traces),
-            "heads": report.heads.to_dict(orient="records")}
+    return {
+        "tracking_head": [layer, head],
+        "verdict": report.verdict(),
+        **{
+            key: (bool(best[key]) if key == "implements" else best[key] if key == "acts_as" else float(best[key]))
+            for key in (
+                "decoded_accuracy",
+                "heldout_residual",
+                "spectral_agreement",
+                "context_spread",
+                "implements",
+                "acts_as",
+                "n_actions",
+            )
+        },
+        "readout_head": list(between.tracking_head()),
+        "readout_decoded_accuracy": float(composed["decoded_accuracy"]),
+        "readout_heldout_residual": float(composed["heldout_residual"]),
+        **state_decoding(checkpoint, state_traces),
+        "heads": report.heads.to_dict(orient="records"),
+    }
 
 
 def state_decoding(checkpoint, traces: int) -> dict:
@@ -56,8 +69,11 @@ def state_decoding(checkpoint, traces: int) -> dict:
     report = linear_probes(checkpoint.model, checkpoint.batch(traces, seed=0), sites=("state",), targets=("value",))
     per_head = report.results.groupby(["layer", "head"])[["accuracy", "control_accuracy"]].mean()
     (layer, head), row = next(per_head.sort_values("accuracy", ascending=False).iterrows())
-    return {"state_head": [int(layer), int(head)], "state_value_accuracy": float(row["accuracy"]),
-            "state_value_control": float(row["control_accuracy"])}
+    return {
+        "state_head": [int(layer), int(head)],
+        "state_value_accuracy": float(row["accuracy"]),
+        "state_value_control": float(row["control_accuracy"]),
+    }
 
 
 def main() -> None:
@@ -79,12 +95,24 @@ def main() -> None:
             missing.append(cell.name)
             continue
         accuracy = {row["x_train"]: row.get("reveal_accuracy") for row in status.result["eval"]["lengths"]}
-        rows.append({"cell": cell.name, "group": cell.group, "arch": cell.arch, "seed": cell.seed,
-                     "reveal_accuracy_1x": accuracy.get(1.0), **probe_run(path, args.traces, args.state_traces)})
-    write_json_atomic(Path(args.out) / "products.json", {"sweep": args.sweep, "traces": args.traces,
-                                                         "runs": rows, "missing_checkpoints": missing})
-    print(f"{len(rows)} runs probed -> {Path(args.out) / 'products.json'}" + (f"; no checkpoint for {missing}"
-                                                                                if missing else ""))
+        rows.append(
+            {
+                "cell": cell.name,
+                "group": cell.group,
+                "arch": cell.arch,
+                "seed": cell.seed,
+                "reveal_accuracy_1x": accuracy.get(1.0),
+                **probe_run(path, args.traces, args.state_traces),
+            }
+        )
+    write_json_atomic(
+        Path(args.out) / "products.json",
+        {"sweep": args.sweep, "traces": args.traces, "runs": rows, "missing_checkpoints": missing},
+    )
+    print(
+        f"{len(rows)} runs probed -> {Path(args.out) / 'products.json'}"
+        + (f"; no checkpoint for {missing}" if missing else "")
+    )
 
 
 if __name__ == "__main__":

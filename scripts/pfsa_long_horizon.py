@@ -15,6 +15,7 @@ Writes reports/pfsa/long_horizon.json, which the PFSA-SR section of `deltalens r
 
     python3 scripts/pfsa_long_horizon.py [--seeds 0 1 2] [--traces 32] [--only NAME ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,9 +24,9 @@ import time
 from pathlib import Path
 
 from deltalens import models
-from deltalens.models.atomic import write_json_atomic
-from deltalens.models.lens import attach_tokenizer
-from deltalens.tasks.display import progress
+from deltalens.core.atomic import write_json_atomic
+from deltalens.core.display import progress
+from deltalens.models.lm.lens import attach_tokenizer
 from deltalens.training.config import load_config
 from deltalens.training.long_horizon import at_horizons, long_horizon_kl
 from deltalens.training.loop import LAST, TRAINER_STATE, train
@@ -57,9 +58,14 @@ def evaluate(name: str, seed: int, path: Path, traces: int) -> dict:
     started = time.perf_counter()
     rows = long_horizon_kl(model, checkpoint.tokenizer, checkpoint.eval_spec(), horizons=HORIZONS, n_traces=traces)
     curve = compact_curve(rows) if seed == 0 else []  # the figure draws seed 0 only; keeps the file small
-    return {"checkpoint": name, "seed": seed, "path": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT)
-            else str(path), "eval_s": round(time.perf_counter() - started, 1),
-            "at_horizons": at_horizons(rows, HORIZONS), "curve": curve}
+    return {
+        "checkpoint": name,
+        "seed": seed,
+        "path": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
+        "eval_s": round(time.perf_counter() - started, 1),
+        "at_horizons": at_horizons(rows, HORIZONS),
+        "curve": curve,
+    }
 
 
 def compact_curve(rows) -> list[dict]:
@@ -67,8 +73,10 @@ def compact_curve(rows) -> list[dict]:
     if "kl" not in rows:
         return []
     part = rows[rows.dtype.isin(["float32", "float16"])].dropna(subset=["kl"])
-    return [{"dtype": r.dtype, "kind": r.kind, "partial_reveals": int(r.partial_reveals), "kl": float(f"{r.kl:.4g}")}
-            for r in part.itertuples()]
+    return [
+        {"dtype": r.dtype, "kind": r.kind, "partial_reveals": int(r.partial_reveals), "kl": float(f"{r.kl:.4g}")}
+        for r in part.itertuples()
+    ]
 
 
 def main() -> None:
@@ -82,8 +90,14 @@ def main() -> None:
     names = args.only or sorted(p.name for p in (ROOT / "checkpoints").iterdir() if p.name.endswith("-prob"))
     out = Path(args.out)
     record = json.loads(out.read_text()) if out.is_file() else {}
-    record.update({"horizons": list(HORIZONS), "traces_per_kind": args.traces,
-                   "dtypes": ["float32", "bfloat16", "float16"], "what": __doc__.split("\n\n")[1].replace("\n", " ")})
+    record.update(
+        {
+            "horizons": list(HORIZONS),
+            "traces_per_kind": args.traces,
+            "dtypes": ["float32", "bfloat16", "float16"],
+            "what": __doc__.split("\n\n")[1].replace("\n", " "),
+        }
+    )
     results = {(r["checkpoint"], r["seed"]): r for r in record.get("results", [])}
     for name, seed in progress([(n, s) for n in names for s in args.seeds], desc="pfsa", unit="model"):
         path = seed_run(name, seed, Path(args.runs))

@@ -18,7 +18,7 @@ if ! (cd / && "$PY" -c "import deltalens.cli.main, fla, transformer_lens, pytest
     "$PY" -m pip install --quiet -e ".[test]"
     touch .setup-stamp
 fi
-# a C compiler builds the CPU kernels on first use (models/native.py); without one the slower torch
+# a C compiler builds the CPU kernels on first use (models/ops/native.py); without one the slower torch
 # kernels run instead
 if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
     echo "[setup] installing gcc (apt-get) for the CPU kernels" >&2

@@ -9,12 +9,13 @@ This room imports nothing else of deltalens. In data-flow order::
     ProbTraceSpec, generate_prob_trace, parse_prob_trace   tasks.probabilistic (PFSA-SR traces)
     PFSA, Action, Observation, joint_filter, marginal_filter   tasks.pfsa (exact beliefs)
     adversarial_sequence                         tasks.adversary
-    DeltalensError                               tasks.errors (what every room raises for people)
+    DeltalensError                               re-exported from core.errors (what every room raises for people)
 
 The names of groups, traces and tokenizers are re-exported here; the rest is imported from its
 module, so a reader of `tasks` pays for torch only when it asks for a dataset.
 """
-from deltalens.tasks.errors import DeltalensError
+
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import (
     ACTION_SETS,
     MAX_N,
@@ -63,11 +64,45 @@ from deltalens.tasks.traces import (
 )
 
 __all__ = [
-    "ACTION_SETS", "BOS_ID", "MAX_N", "MIN_N", "PAD_ID", "SUPERVISIONS", "TOKENIZER_KINDS",
-    "VARIABLE_NAMES", "ActionSet", "AlternatingGroup", "CodeTokenizer", "CyclicGroup", "DeltalensError",
-    "DihedralGroup", "EncodedTrace", "LineInfo", "Permutation", "PermutationGroup", "Reveal",
-    "StatementTokenizer", "SymmetricGroup", "TokenKind", "Tokenizer", "Trace", "TraceSpec",
-    "apply_permutation", "compose", "generate_trace", "get_action_set", "get_group", "inverse",
-    "is_even", "lex_rank", "lex_unrank", "make_tokenizer", "parse_action_count", "parse_trace",
-    "read_assignment", "replay_transcript", "valid_action_sets", "write_assignment",
+    "ACTION_SETS",
+    "BOS_ID",
+    "MAX_N",
+    "MIN_N",
+    "PAD_ID",
+    "SUPERVISIONS",
+    "TOKENIZER_KINDS",
+    "VARIABLE_NAMES",
+    "ActionSet",
+    "AlternatingGroup",
+    "CodeTokenizer",
+    "CyclicGroup",
+    "DeltalensError",
+    "DihedralGroup",
+    "EncodedTrace",
+    "LineInfo",
+    "Permutation",
+    "PermutationGroup",
+    "Reveal",
+    "StatementTokenizer",
+    "SymmetricGroup",
+    "TokenKind",
+    "Tokenizer",
+    "Trace",
+    "TraceSpec",
+    "apply_permutation",
+    "compose",
+    "generate_trace",
+    "get_action_set",
+    "get_group",
+    "inverse",
+    "is_even",
+    "lex_rank",
+    "lex_unrank",
+    "make_tokenizer",
+    "parse_action_count",
+    "parse_trace",
+    "read_assignment",
+    "replay_transcript",
+    "valid_action_sets",
+    "write_assignment",
 ]

@@ -48,6 +48,7 @@ every step multiplies by exactly 1/2, and round-half-to-even turns half of 3 uni
 smallest subnormal into 2, so the mass stalls at a few units instead of reaching 0 (it is still
 off the law by orders of magnitude: the belief is gone either way).
 """
+
 from __future__ import annotations
 
 import math
@@ -55,7 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import VARIABLE_NAMES, apply_permutation, identity, transposition
 from deltalens.tasks.pfsa import Action, Event, Observation, joint_filter
 from deltalens.tasks.probabilistic import (
@@ -71,10 +72,10 @@ from deltalens.tasks.traces import LINE_ACTION, LINE_INIT, LINE_OUTPUT, LINE_PRI
 
 @dataclass(frozen=True)
 class AdversarySpec:
-    n: int = 3           # variables; needs n >= block + 1 (the extra ones sit still)
-    block: int = 2       # h: hidden variables 0..h-1, mixed every cycle and never revealed
-    p: float = 0.5       # leak probability: the probe swaps with variable h-1
-    cycles: int = 40     # cycles = partial reveals
+    n: int = 3  # variables; needs n >= block + 1 (the extra ones sit still)
+    block: int = 2  # h: hidden variables 0..h-1, mixed every cycle and never revealed
+    p: float = 0.5  # leak probability: the probe swaps with variable h-1
+    cycles: int = 40  # cycles = partial reveals
 
     def __post_init__(self) -> None:
         if not 2 <= self.block < self.n:
@@ -102,11 +103,11 @@ class AdversarialSequence:
     spec: AdversarySpec
     q0: tuple[int, ...]
     events: list[Event]
-    chosen: list[tuple[int, int]]     # (variable, value) entries the adversary drains
-    reveal_events: list[int]          # index of each cycle's reveal in ``events``
-    probe: int                        # the revealed variable
-    mix: Action                       # the block shuffle
-    leak: Action                      # the probe swap
+    chosen: list[tuple[int, int]]  # (variable, value) entries the adversary drains
+    reveal_events: list[int]  # index of each cycle's reveal in ``events``
+    probe: int  # the revealed variable
+    mix: Action  # the block shuffle
+    leak: Action  # the probe swap
 
     @property
     def rate(self) -> float:
@@ -179,8 +180,15 @@ def adversarial_trace(sequence: AdversarialSequence, seed: int = 0) -> ProbTrace
         raise DeltalensError("adversarial traces for models use block = 2 (a random swap as the shuffle).")
     n, probe = adv.n, sequence.probe
     rng = np.random.default_rng(seed)
-    family = ProbTraceSpec(group=f"S{n}", actions=3 * adv.cycles, mix=(0.0, 1.0, 0.0), swap_prob=adv.p,
-                           spacing=3, full_reveal_prob=0.0, identity_init=True)
+    family = ProbTraceSpec(
+        group=f"S{n}",
+        actions=3 * adv.cycles,
+        mix=(0.0, 1.0, 0.0),
+        swap_prob=adv.p,
+        spacing=3,
+        full_reveal_prob=0.0,
+        identity_init=True,
+    )
     names = VARIABLE_NAMES
     lines = [f"{PROMPT}import random\n"] + [f"{PROMPT}{names[i]} = {v}\n" for i, v in enumerate(sequence.q0)]
     info = [LineInfo(LINE_INIT, 0)] + [LineInfo(LINE_INIT, 0, variables=(i,)) for i in range(n)]
@@ -205,7 +213,17 @@ def adversarial_trace(sequence: AdversarialSequence, seed: int = 0) -> ProbTrace
         states.append(state)
         actions.append(realised)
         kinds.append("swap")
-    trace = ProbTrace(family, seed, lines, info, actions, states, reveals,  # type: ignore[arg-type]
-                      python_seed=None, kinds=kinds, kernels=kernels)
+    trace = ProbTrace(
+        family,
+        seed,
+        lines,
+        info,
+        actions,
+        states,
+        reveals,  # type: ignore[arg-type]
+        python_seed=None,
+        kinds=kinds,
+        kernels=kernels,
+    )
     trace.posteriors = group_posteriors(joint_filter(trace.pfsa(), trace.events).reveals, reveals)
     return trace

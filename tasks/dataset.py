@@ -22,6 +22,7 @@ A batch (``collate``) is a dict of tensors, B traces padded to the longest lengt
     lengths      (B,)      long   real tokens per trace
     trace_seeds  (B,)      long   the seed that regenerates each trace with generate_trace (-1: unknown)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
 from deltalens.tasks.tokenizers import PAD_ID, SUPERVISIONS, EncodedTrace, Tokenizer
 from deltalens.tasks.traces import Trace, TraceSpec, generate_trace
@@ -40,8 +41,15 @@ SPLITS = {"train": 0, "eval": 1}
 
 # value each per-token field takes on padding
 _PAD_VALUES = {
-    "tokens": PAD_ID, "loss_mask": False, "reveal_mask": False, "answers": 0, "reveal_vars": -1,
-    "kinds": 0, "action_pos": -1, "perm_ids": -1, "state_steps": -1,
+    "tokens": PAD_ID,
+    "loss_mask": False,
+    "reveal_mask": False,
+    "answers": 0,
+    "reveal_vars": -1,
+    "kinds": 0,
+    "action_pos": -1,
+    "perm_ids": -1,
+    "state_steps": -1,
 }
 
 
@@ -77,7 +85,7 @@ class TraceDataset(Dataset):
         seed: int = 0,
         split: str = "train",
         supervision: str = "all",  # "all": next-token loss on every token; "reveal": on revealed values only
-        add_bos: bool = True,      # start every trace with <bos> so its first real token is a target
+        add_bos: bool = True,  # start every trace with <bos> so its first real token is a target
     ):
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise DeltalensError(f"dataset size must be a whole number >= 1, got {size!r}.")
@@ -122,7 +130,7 @@ def encoded_to_item(enc: EncodedTrace, supervision: str = "all") -> dict[str, to
     loss_mask = _loss_mask(tokens, reveal_mask, supervision)
     seed = enc.trace_seed if enc.trace_seed in _INT64 else -1
     item = {
-        "tokens": tokens,            # (T,)
+        "tokens": tokens,  # (T,)
         "loss_mask": loss_mask,
         "reveal_mask": reveal_mask,
         "answers": answers,
@@ -161,8 +169,10 @@ def collate(
     if supervision is not None and supervision not in SUPERVISIONS:
         raise DeltalensError(f"supervision must be 'all' or 'reveal', got {supervision!r}.")
     items = [
-        encoded_to_item(item, supervision or "all") if isinstance(item, EncodedTrace)
-        else item if supervision is None
+        encoded_to_item(item, supervision or "all")
+        if isinstance(item, EncodedTrace)
+        else item
+        if supervision is None
         else {**item, "loss_mask": _loss_mask(item["tokens"], item["reveal_mask"], supervision)}
         for item in items
     ]

@@ -32,6 +32,7 @@ Groups (``get_group``): ``S<n>`` symmetric (n!), ``A<n>`` alternating (n!/2, n >
 ``Z<n>`` cyclic rotations i -> i + k (n), ``D<n>`` dihedral symmetries of the n-gon,
 rotations and reflections i -> k - i (2n, n >= 3); n runs up to ``MAX_N`` = 10.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,7 +42,7 @@ import random
 import re
 from collections.abc import Iterator, Sequence
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 
 Permutation = tuple[int, ...]
 
@@ -52,6 +53,7 @@ ACTION_SETS = ("swaps", "cycles", "full", "generators")
 
 
 # --- permutations --------------------------------------------------------------------------
+
 
 def identity(n: int) -> Permutation:
     return tuple(range(n))
@@ -134,6 +136,7 @@ def cycle(n: int, points: Sequence[int]) -> Permutation:
 
 # --- statements ----------------------------------------------------------------------------
 
+
 def write_assignment(p: Permutation, all_variables: bool = False) -> str:
     """The Python tuple assignment for p, e.g. ``a, b, c = b, c, a`` (no ``>>>``, no newline).
 
@@ -170,6 +173,7 @@ def read_assignment(statement: str, n: int) -> Permutation:
 
 
 # --- groups --------------------------------------------------------------------------------
+
 
 class PermutationGroup:
     """A permutation group on n points; subclasses define membership, sampling and generators.
@@ -365,7 +369,10 @@ class DihedralGroup(_SmallGroup):
 
 
 GROUP_FAMILIES: dict[str, type[PermutationGroup]] = {
-    "S": SymmetricGroup, "A": AlternatingGroup, "Z": CyclicGroup, "D": DihedralGroup,
+    "S": SymmetricGroup,
+    "A": AlternatingGroup,
+    "Z": CyclicGroup,
+    "D": DihedralGroup,
 }
 _GROUP_NAME = re.compile(r"\s*([SAZDC])\s*_?\s*(\d+)\s*", re.IGNORECASE)
 
@@ -376,8 +383,7 @@ def get_group(name: str) -> PermutationGroup:
     match = _GROUP_NAME.fullmatch(str(name))
     if match is None:
         raise DeltalensError(
-            f"unknown group {name!r}; use S<n>, A<n>, Z<n> or D<n> with n from {MIN_N} to {MAX_N}, "
-            "for example S5."
+            f"unknown group {name!r}; use S<n>, A<n>, Z<n> or D<n> with n from {MIN_N} to {MAX_N}, for example S5."
         )
     family = match.group(1).upper().replace("C", "Z")
     n = int(match.group(2))
@@ -391,6 +397,7 @@ def get_group(name: str) -> PermutationGroup:
 
 
 # --- action sets ---------------------------------------------------------------------------
+
 
 class ActionSet:
     """The statements Sigma a trace may apply: a finite list of permutations, or all of G (full).
@@ -489,9 +496,7 @@ def get_action_set(group: PermutationGroup | str, name: str) -> ActionSet:
     if actions.size == 0:
         others = [s for s in ACTION_SETS if s != name and _cached_action_set(group.name, s).size]
         choices = ", ".join(others[:-1]) + f" or {others[-1]}" if len(others) > 1 else others[0]
-        raise DeltalensError(
-            f"{group.name} has no {_ELEMENT_WORDS[name]}; use --actions-set {choices}."
-        )
+        raise DeltalensError(f"{group.name} has no {_ELEMENT_WORDS[name]}; use --actions-set {choices}.")
     return actions
 
 

@@ -67,6 +67,7 @@ Every linear step works on numpy arrays and on torch tensors of any dtype (``tra
 fp32, bf16 and fp16. Exact filtering runs in float64 numpy. ``enumerate_posteriors`` is the
 readable reference: it lists every combination of hidden outcomes.
 """
+
 from __future__ import annotations
 
 import functools
@@ -78,13 +79,14 @@ from typing import Any, Union
 
 import numpy as np
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import VARIABLE_NAMES, Permutation, apply_permutation, identity, inverse, is_permutation
 
 MAX_JOINT_N = 8  # 8! = 40320 belief entries; 9! would be 362880 per step, too slow for the CPU tests
 
 
 # --- inputs: Sigma ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Action:
@@ -173,6 +175,7 @@ def _where(event: Event) -> str:
 
 # --- array helpers: one code path for numpy and torch --------------------------------------
 
+
 def _is_numpy(x: Any) -> bool:
     return isinstance(x, np.ndarray)
 
@@ -207,6 +210,7 @@ def max_entry(x: Any) -> float:
 
 
 # --- the automaton --------------------------------------------------------------------------
+
 
 @functools.cache
 def _state_table(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -329,15 +333,16 @@ def point_marginals(q: Sequence[int]) -> np.ndarray:
 
 # --- exact filtering ---------------------------------------------------------------------------
 
+
 @dataclass
 class RevealPosterior:
     """The posterior predictive of one printed value, given everything before it."""
 
-    event: int               # index of the Observation in the event list
-    line: int                # its source line (1-based; 0 when unknown)
-    variable: int            # 0..n-1
-    value: int               # the value printed, 1..n
-    predictive: np.ndarray   # (n,) P(variable = v | past) for v = 1..n
+    event: int  # index of the Observation in the event list
+    line: int  # its source line (1-based; 0 when unknown)
+    variable: int  # 0..n-1
+    value: int  # the value printed, 1..n
+    predictive: np.ndarray  # (n,) P(variable = v | past) for v = 1..n
 
     @property
     def probability(self) -> float:
@@ -357,9 +362,9 @@ class FilterResult:
     """What a filter saw: a predictive per printed value, the belief after every input."""
 
     reveals: list[RevealPosterior]
-    marginals: np.ndarray          # (E + 1, n, n): M after 0..E inputs
-    belief: np.ndarray             # the final belief (joint: (n!,); marginal: (n, n))
-    log_likelihood: float          # sum of log P(printed value | past)
+    marginals: np.ndarray  # (E + 1, n, n): M after 0..E inputs
+    belief: np.ndarray  # the final belief (joint: (n!,); marginal: (n, n))
+    log_likelihood: float  # sum of log P(printed value | past)
 
     @property
     def probability(self) -> float:
@@ -426,6 +431,7 @@ def enumerate_posteriors(q0: Sequence[int], events: Sequence[Event]) -> list[np.
 
 
 # --- marginal representation -----------------------------------------------------------------
+
 
 def marginal_transition(m: Any, action: Action) -> Any:
     """sum_k probs[k] P_k M: variable i takes the marginal of variable perms[k][i] (exact, linear)."""
@@ -529,13 +535,14 @@ def marginal_filter(n: int, q0: Sequence[int], events: Iterable[Event]) -> Filte
 
 # --- the unnormalised (linear RNN) filters -------------------------------------------------------
 
+
 @dataclass
 class LinearRun:
     """An unnormalised filter's trajectory: one row per input (row 0 = before any input)."""
 
-    mass: np.ndarray        # (E + 1,) ||b~||_1 (joint) or sum of M~ (marginal), in float64
-    max_entry: np.ndarray   # (E + 1,) the largest entry (what underflows last)
-    belief: Any             # the final unnormalised belief, in the dtype it was run in
+    mass: np.ndarray  # (E + 1,) ||b~||_1 (joint) or sum of M~ (marginal), in float64
+    max_entry: np.ndarray  # (E + 1,) the largest entry (what underflows last)
+    belief: Any  # the final unnormalised belief, in the dtype it was run in
     marginals: np.ndarray | None = None  # (E + 1, n, n) float64 copies (marginal runs only)
 
 
@@ -561,8 +568,9 @@ def run_linear_joint(pfsa: PFSA, events: Sequence[Event], b0: Any = None, full_r
     return LinearRun(np.array(masses), np.array(peaks), b)
 
 
-def run_linear_marginal(n: int, q0: Sequence[int], events: Sequence[Event], m0: Any = None,
-                        full_reset: bool = True) -> LinearRun:
+def run_linear_marginal(
+    n: int, q0: Sequence[int], events: Sequence[Event], m0: Any = None, full_reset: bool = True
+) -> LinearRun:
     """M~_t: exact linear transitions, reveals as mask + injection, never rebalanced.
 
     ``m0`` sets the dtype (numpy or torch); by default the float64 point marginals of q0.

@@ -37,6 +37,7 @@ Paper notation -> code
   tracking. Traces without a seed (``>>> import random``) parse too; they do not replay.
 * Their tokenizers (``code-prob``, ``statement-prob``) live in ``tasks.tokenizers``.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -48,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import (
     VARIABLE_NAMES,
     Permutation,
@@ -83,17 +84,17 @@ ACTION_KINDS = ("det", "swap", "choice")  # order of ProbTraceSpec.mix
 class ProbTraceSpec:
     """Everything that defines a family of probabilistic traces; a seed then picks one."""
 
-    group: str = "S3"                  # G: S<n> or A<n>, n from 2 to 8 (exact filtering is n!)
-    action_set: str = "swaps"          # Sigma for the deterministic actions (tasks.groups)
-    actions: ActionCount = 12          # m, or an inclusive range (lo, hi)
+    group: str = "S3"  # G: S<n> or A<n>, n from 2 to 8 (exact filtering is n!)
+    action_set: str = "swaps"  # Sigma for the deterministic actions (tasks.groups)
+    actions: ActionCount = 12  # m, or an inclusive range (lo, hi)
     mix: tuple[float, float, float] = (0.4, 0.4, 0.2)  # weights: deterministic / random swap / random choice
-    swap_prob: float = 0.3             # p in "(b, a) if random.random() < p else (a, b)"
-    choice_size: int = 3               # random.choice over the cyclic rotations of this many variables
-    spacing: int | None = 3            # reveal after every k-th action ...
-    reveal_prob: float | None = None   # ... or after each action with probability p (set spacing=None)
-    full_reveal_prob: float = 0.2      # a reveal prints every variable with this probability, else one
-    identity_init: bool = False        # start from a = 1, b = 2, ...
-    seed_range: int = 10_000           # the trace's random.seed(s) has s in 0..seed_range-1
+    swap_prob: float = 0.3  # p in "(b, a) if random.random() < p else (a, b)"
+    choice_size: int = 3  # random.choice over the cyclic rotations of this many variables
+    spacing: int | None = 3  # reveal after every k-th action ...
+    reveal_prob: float | None = None  # ... or after each action with probability p (set spacing=None)
+    full_reveal_prob: float = 0.2  # a reveal prints every variable with this probability, else one
+    identity_init: bool = False  # start from a = 1, b = 2, ...
+    seed_range: int = 10_000  # the trace's random.seed(s) has s in 0..seed_range-1
 
     def __post_init__(self) -> None:
         group = get_group(self.group)
@@ -131,8 +132,9 @@ class ProbTraceSpec:
                 )
         if self.spacing is not None and self.reveal_prob is not None:
             raise DeltalensError("set either spacing or reveal_prob, not both.")
-        if self.spacing is not None and (isinstance(self.spacing, bool) or not isinstance(self.spacing, int)
-                                         or self.spacing < 1):
+        if self.spacing is not None and (
+            isinstance(self.spacing, bool) or not isinstance(self.spacing, int) or self.spacing < 1
+        ):
             raise DeltalensError(f"reveal spacing must be a whole number of actions >= 1, got {self.spacing!r}.")
         if self.reveal_prob is not None and not 0.0 < float(self.reveal_prob) <= 1.0:
             raise DeltalensError(f"reveal probability must be in (0, 1], got {self.reveal_prob!r}.")
@@ -158,6 +160,7 @@ class ProbTraceSpec:
 
 # --- statements ------------------------------------------------------------------------------
 
+
 def rotation(n: int, variables: tuple[int, ...], shift: int) -> Permutation:
     """variables[r] takes the old value of variables[(r + shift) % k]."""
     p = list(range(n))
@@ -179,9 +182,7 @@ def swap_statement(i: int, j: int, p: float) -> str:
 def choice_statement(variables: tuple[int, ...]) -> str:
     """``a, b, c = random.choice([(a, b, c), (b, c, a), (c, a, b)])``: identity first."""
     k = len(variables)
-    options = ", ".join(
-        "(" + _names(tuple(variables[(r + s) % k] for r in range(k))) + ")" for s in range(k)
-    )
+    options = ", ".join("(" + _names(tuple(variables[(r + s) % k] for r in range(k))) + ")" for s in range(k))
     return f"{_names(variables)} = random.choice([{options}])"
 
 
@@ -191,13 +192,14 @@ def header_line(python_seed: int | None) -> str:
 
 # --- traces ----------------------------------------------------------------------------------
 
+
 @dataclass
 class ProbTrace(Trace):
     """A probabilistic transcript with its ground truth and exact posteriors (see module doc)."""
 
     python_seed: int | None = None
-    kinds: list[str] = field(default_factory=list)          # per action: det | swap | choice
-    kernels: list[Action] = field(default_factory=list)     # sigma_t with its kernel delta
+    kinds: list[str] = field(default_factory=list)  # per action: det | swap | choice
+    kernels: list[Action] = field(default_factory=list)  # sigma_t with its kernel delta
     posteriors: list[list[RevealPosterior]] = field(default_factory=list)  # per reveal, per printed variable
 
     @property
@@ -296,8 +298,18 @@ def generate_prob_trace(spec: ProbTraceSpec, seed: int, posteriors: bool = True)
         info += [LineInfo(LINE_PRINT, t, variables=shown), LineInfo(LINE_OUTPUT, t, variables=shown)]
         reveals.append(Reveal(len(lines) - 1, t, shown, tuple(state[v] for v in shown)))
 
-    trace = ProbTrace(spec, seed, lines, info, actions, states, reveals,  # type: ignore[arg-type]
-                      python_seed=python_seed, kinds=kinds, kernels=kernels)
+    trace = ProbTrace(
+        spec,
+        seed,
+        lines,
+        info,
+        actions,
+        states,
+        reveals,  # type: ignore[arg-type]
+        python_seed=python_seed,
+        kinds=kinds,
+        kernels=kernels,
+    )
     if posteriors:
         trace.posteriors = group_posteriors(joint_filter(trace.pfsa(), trace.events).reveals, reveals)
     return trace
@@ -307,7 +319,7 @@ def group_posteriors(posteriors: list[RevealPosterior], reveals: list[Reveal]) -
     """Split the flat list of per-value posteriors into one list per reveal line."""
     out, k = [], 0
     for r in reveals:
-        out.append(posteriors[k: k + len(r.variables)])
+        out.append(posteriors[k : k + len(r.variables)])
         k += len(r.variables)
     return out
 
@@ -330,8 +342,8 @@ class ProbProgram:
 
     n: int
     q0: tuple[int, ...]
-    python_seed: int | None          # None when the header has no seed (or there is no header)
-    events: list[Event]              # Actions and Observations, each with its source line
+    python_seed: int | None  # None when the header has no seed (or there is no header)
+    events: list[Event]  # Actions and Observations, each with its source line
     lines: list[str]
 
     def pfsa(self) -> PFSA:
@@ -360,7 +372,7 @@ def parse_prob_trace(text: str) -> ProbProgram:
     check_text_size(text)
     lines = text.splitlines(keepends=True)
     index, python_seed, imported = 0, None, False
-    if (m := _HEADER.fullmatch(lines[0])):
+    if m := _HEADER.fullmatch(lines[0]):
         imported, index = True, 1
         python_seed = int(m.group(1)) if m.group(1) is not None else None
     values: list[int] = []
@@ -406,13 +418,13 @@ def parse_prob_trace(text: str) -> ProbProgram:
             events.append(Observation(variables, tuple(int(x) for x in out), line=lineno + 1))
             index += 2
             continue
-        if (m := _COND.fullmatch(line)):
+        if m := _COND.fullmatch(line):
             p = float(m.group(3))
             if not 0.0 <= p <= 1.0:
                 raise DeltalensError(f"line {lineno}: the probability {m.group(3)} is not in [0, 1].")
             taken, other = _perm(m.group(1), m.group(2), n, lineno), _perm(m.group(1), m.group(4), n, lineno)
             events.append(Action((taken, other), (p, 1.0 - p), line=lineno))
-        elif (m := _CHOICE.fullmatch(line)):
+        elif m := _CHOICE.fullmatch(line):
             options = re.findall(rf"\(({_LIST})\)", m.group(2))
             events.append(Action.choice([_perm(m.group(1), o, n, lineno) for o in options], line=lineno))
         else:
@@ -423,7 +435,7 @@ def parse_prob_trace(text: str) -> ProbProgram:
 
 def _perm_or_refuse(shown: str, n: int, lineno: int) -> Permutation:
     try:
-        return read_assignment(shown[len(PROMPT):], n)
+        return read_assignment(shown[len(PROMPT) :], n)
     except DeltalensError:
         raise DeltalensError(
             f"line {lineno}: {shown!r} is not a statement a probabilistic trace can hold (a tuple assignment, "
@@ -432,6 +444,7 @@ def _perm_or_refuse(shown: str, n: int, lineno: int) -> Permutation:
 
 
 # --- labels per token --------------------------------------------------------------------------
+
 
 def reveal_token_posteriors(trace: ProbTrace, encoded: Any) -> np.ndarray:
     """(T, n) exact predictive at every revealed-value token of ``encoded``; NaN elsewhere.

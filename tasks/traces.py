@@ -27,6 +27,7 @@ Randomness comes from one stream per seed, drawn in a fixed order (start, length
 reveals), so two specs that differ only in their reveal schedule, reveal target or identity_init
 produce the same actions.
 """
+
 from __future__ import annotations
 
 import code
@@ -37,7 +38,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Union
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import (
     VARIABLE_NAMES,
     Permutation,
@@ -59,14 +60,14 @@ PROMPT = ">>> "
 class TraceSpec:
     """Everything that defines a family of traces; a seed then picks one trace from it."""
 
-    group: str = "S5"                  # G: S<n>, A<n>, Z<n> or D<n>, n from 2 to 10
-    action_set: str = "swaps"          # Sigma: swaps | cycles | full | generators
-    actions: ActionCount = 24          # m, or an inclusive range (lo, hi) drawn uniformly per trace
-    spacing: int | None = 4            # reveal after every k-th action ...
-    reveal_prob: float | None = None   # ... or after each action with probability p (set spacing=None);
-                                       # both None: never reveal
-    reveal: str = "one"                # "one": print('a', a) for a random variable; "all": print(a, b, ...)
-    identity_init: bool = False        # start from a = 1, b = 2, ...; otherwise a random permutation of 1..n
+    group: str = "S5"  # G: S<n>, A<n>, Z<n> or D<n>, n from 2 to 10
+    action_set: str = "swaps"  # Sigma: swaps | cycles | full | generators
+    actions: ActionCount = 24  # m, or an inclusive range (lo, hi) drawn uniformly per trace
+    spacing: int | None = 4  # reveal after every k-th action ...
+    reveal_prob: float | None = None  # ... or after each action with probability p (set spacing=None);
+    # both None: never reveal
+    reveal: str = "one"  # "one": print('a', a) for a random variable; "all": print(a, b, ...)
+    identity_init: bool = False  # start from a = 1, b = 2, ...; otherwise a random permutation of 1..n
 
     def __post_init__(self) -> None:
         group = get_group(self.group)  # raises for unknown names and n out of range
@@ -79,15 +80,14 @@ class TraceSpec:
                 "set spacing=None to reveal with a probability."
             )
         if self.spacing is not None and (_not_int(self.spacing) or self.spacing < 1):
-            raise DeltalensError(
-                f"reveal spacing must be a whole number of actions >= 1, got {self.spacing!r}."
-            )
+            raise DeltalensError(f"reveal spacing must be a whole number of actions >= 1, got {self.spacing!r}.")
         if self.reveal_prob is not None:
-            if isinstance(self.reveal_prob, bool) or not isinstance(self.reveal_prob, (int, float)) \
-                    or not 0.0 < self.reveal_prob <= 1.0:
-                raise DeltalensError(
-                    f"reveal probability must be in (0, 1], got {self.reveal_prob!r}."
-                )
+            if (
+                isinstance(self.reveal_prob, bool)
+                or not isinstance(self.reveal_prob, (int, float))
+                or not 0.0 < self.reveal_prob <= 1.0
+            ):
+                raise DeltalensError(f"reveal probability must be in (0, 1], got {self.reveal_prob!r}.")
             object.__setattr__(self, "reveal_prob", float(self.reveal_prob))
         if self.reveal not in REVEAL_TARGETS:
             raise DeltalensError(f"reveal target must be 'one' or 'all', got {self.reveal!r}.")
@@ -100,7 +100,7 @@ class TraceSpec:
 
     @property
     def schedule(self) -> str:
-        """"every" (spacing k), "prob" (reveal_prob p) or "never"."""
+        """ "every" (spacing k), "prob" (reveal_prob p) or "never"."""
         if self.spacing is not None:
             return "every"
         return "prob" if self.reveal_prob is not None else "never"
@@ -186,9 +186,9 @@ def parse_action_count(text: str) -> ActionCount:
 class LineInfo:
     """What one line of the transcript is."""
 
-    kind: str                # LINE_INIT | LINE_ACTION | LINE_PRINT | LINE_OUTPUT
-    actions_done: int        # actions completed once this line has been read (states[actions_done])
-    action: int = -1         # for action lines: index into Trace.actions
+    kind: str  # LINE_INIT | LINE_ACTION | LINE_PRINT | LINE_OUTPUT
+    actions_done: int  # actions completed once this line has been read (states[actions_done])
+    action: int = -1  # for action lines: index into Trace.actions
     variables: tuple[int, ...] = ()  # init: the variable set; print/output: the variables shown
 
 
@@ -196,10 +196,10 @@ class LineInfo:
 class Reveal:
     """One output line: which variables it shows and their values (the answers)."""
 
-    line: int                     # index of the output line in Trace.lines
-    after_action: int             # t: the reveal shows s_t
-    variables: tuple[int, ...]    # variable indices, in the order printed
-    values: tuple[int, ...]       # s_t[v] for each of them, 1..n
+    line: int  # index of the output line in Trace.lines
+    after_action: int  # t: the reveal shows s_t
+    variables: tuple[int, ...]  # variable indices, in the order printed
+    values: tuple[int, ...]  # s_t[v] for each of them, 1..n
 
 
 @dataclass
@@ -208,10 +208,10 @@ class Trace:
 
     spec: TraceSpec
     seed: int
-    lines: list[str]                     # each ends with "\n"; "".join(lines) == text
+    lines: list[str]  # each ends with "\n"; "".join(lines) == text
     line_info: list[LineInfo]
-    actions: list[Permutation]           # sigma_1 .. sigma_m
-    states: list[tuple[int, ...]]        # s_0 .. s_m (values 1..n per variable)
+    actions: list[Permutation]  # sigma_1 .. sigma_m
+    states: list[tuple[int, ...]]  # s_0 .. s_m (values 1..n per variable)
     reveals: list[Reveal] = field(default_factory=list)
 
     @property
@@ -305,8 +305,10 @@ def check_text_size(text: str) -> None:
         raise DeltalensError(f"the trace has {len(text):,} characters; a trace is at most {MAX_TRACE_CHARS:,}.")
     for lineno, line in enumerate(text.split("\n"), start=1):
         if len(line) > MAX_LINE:
-            raise DeltalensError(f"line {lineno} has {len(line):,} characters; a line of a trace is at most "
-                                 f"{MAX_LINE:,} (is it a trace?).")
+            raise DeltalensError(
+                f"line {lineno} has {len(line):,} characters; a line of a trace is at most "
+                f"{MAX_LINE:,} (is it a trace?)."
+            )
 
 
 def parse_trace(text: str, group: str | None = None, action_set: str = "full") -> Trace:
@@ -341,12 +343,18 @@ def parse_trace(text: str, group: str | None = None, action_set: str = "full") -
             raise DeltalensError(f"line {lineno}: {line.rstrip()!r} is an output line with no print before it.")
         one, every = _PRINT_ONE.fullmatch(line), _PRINT_ALL.fullmatch(line)
         if one or every:
-            shown = (VARIABLE_NAMES.index(one.group(1)),) if one else tuple(
-                VARIABLE_NAMES.index(x) for x in every.group(1).split(", "))
+            shown = (
+                (VARIABLE_NAMES.index(one.group(1)),)
+                if one
+                else tuple(VARIABLE_NAMES.index(x) for x in every.group(1).split(", "))
+            )
             if max(shown) >= n:
                 raise DeltalensError(f"line {lineno}: prints a variable the trace never initialised.")
-            expected = (f"{VARIABLE_NAMES[shown[0]]} {state[shown[0]]}\n" if one
-                        else " ".join(str(state[v]) for v in shown) + "\n")
+            expected = (
+                f"{VARIABLE_NAMES[shown[0]]} {state[shown[0]]}\n"
+                if one
+                else " ".join(str(state[v]) for v in shown) + "\n"
+            )
             if index + 1 >= len(lines) or lines[index + 1] != expected:
                 got = lines[index + 1].rstrip() if index + 1 < len(lines) else "nothing"
                 raise DeltalensError(
@@ -359,7 +367,7 @@ def parse_trace(text: str, group: str | None = None, action_set: str = "full") -
             index += 2
             continue
         try:
-            p = read_assignment(line[len(PROMPT):].rstrip("\n"), n)
+            p = read_assignment(line[len(PROMPT) :].rstrip("\n"), n)
         except DeltalensError as err:
             raise DeltalensError(f"line {lineno}: {err}") from None
         actions.append(p)
@@ -394,6 +402,6 @@ def replay_transcript(text: str) -> str:
         for line in text.splitlines():
             if line.startswith(PROMPT):
                 sink.write(line + "\n")
-                console.push(line[len(PROMPT):])
+                console.push(line[len(PROMPT) :])
         console.push("")  # close any block left open
     return sink.getvalue()

@@ -1,4 +1,5 @@
 """Shared test set-up."""
+
 import torch
 
 # Two shared cores: one intra-op thread avoids OpenMP oversubscription, which makes small LSTM and

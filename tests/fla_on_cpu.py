@@ -2,6 +2,7 @@
 compatibility tests). fla's torch references where fla has them (`rms_norm_ref`, the gated
 `rms_norm_ref`), two-line torch equivalents of the Triton causal conv and SwiGLU otherwise; none of
 deltalens's code runs on the fla side. The delta-rule kernels are swapped per model by each test."""
+
 import contextlib
 from unittest import mock
 
@@ -55,6 +56,7 @@ def fla_modules_on_cpu():
         stack.enter_context(mock.patch.object(FusedRMSNormGated, "forward", gated_forward))
         stack.enter_context(mock.patch.object(ShortConvolution, "forward", conv_forward))
         stack.enter_context(
-            mock.patch.object(fla_mlp, "swiglu_linear", lambda x, y, w, b: F.linear(F.silu(x) * y, w, b)))
+            mock.patch.object(fla_mlp, "swiglu_linear", lambda x, y, w, b: F.linear(F.silu(x) * y, w, b))
+        )
         stack.enter_context(mock.patch.object(fla_mlp, "swiglu", lambda x, y: F.silu(x) * y))
         yield

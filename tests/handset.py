@@ -26,6 +26,7 @@ the states at action tokens are c x permutation matrices, whose affine span (the
 polytope) has dimension (n - 1)^2. Rescaling the tracking head's beta from [0, 2] to [0, 1] turns
 each swap into a projection and breaks tracking; rescaling a decoy changes nothing.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,8 +58,13 @@ class Handset:
     def batch(self, n_traces: int = 32, seed: int = 0, actions: int | None = None, spacing: int | None = None):
         spec = self.spec
         if actions is not None or spacing is not None:
-            spec = TraceSpec(**{**spec.to_dict(), **({"actions": actions} if actions else {}),
-                                **({"spacing": spacing} if spacing else {})})
+            spec = TraceSpec(
+                **{
+                    **spec.to_dict(),
+                    **({"actions": actions} if actions else {}),
+                    **({"spacing": spacing} if spacing else {}),
+                }
+            )
         return make_batch(spec, self.tokenizer, n_traces, seed=seed, split="eval")
 
     def save(self, path) -> Path:
@@ -89,8 +95,14 @@ def _token_roles(tokenizer, n: int) -> dict[int, tuple]:
 
 
 @torch.no_grad()
-def swap_model(n: int = 3, n_layers: int = 2, n_heads: int = 2, track: tuple[int, int] = (1, 1),
-               actions: int = 16, spacing: int = 4) -> Handset:
+def swap_model(
+    n: int = 3,
+    n_layers: int = 2,
+    n_heads: int = 2,
+    track: tuple[int, int] = (1, 1),
+    actions: int = 16,
+    spacing: int = 4,
+) -> Handset:
     """The hand-set swap tracker described in the module docstring."""
     group = f"S{n}"
     tokenizer = make_tokenizer("statement", group, action_set="swaps")
@@ -98,8 +110,15 @@ def swap_model(n: int = 3, n_layers: int = 2, n_heads: int = 2, track: tuple[int
     d_model = n_heads * max(n + 1, math.ceil((vocab + n) / n_heads))
     d_head = d_model // n_heads
     model = models.build(
-        "deltanet", vocab_size=vocab, hidden_size=d_model, num_hidden_layers=n_layers, num_heads=n_heads,
-        allow_neg_eigval=True, use_short_conv=False, qk_activation="identity", use_gate=False,
+        "deltanet",
+        vocab_size=vocab,
+        hidden_size=d_model,
+        num_hidden_layers=n_layers,
+        num_heads=n_heads,
+        allow_neg_eigval=True,
+        use_short_conv=False,
+        qk_activation="identity",
+        use_gate=False,
         tie_word_embeddings=False,
     )
     for p in model.parameters():
@@ -147,9 +166,19 @@ def _task(group: str, action_set: str, actions: int, spacing: int) -> tuple[Trac
     """The trace spec and the checkpoint "task" section of a hand-set model."""
     spec = TraceSpec(group=group, action_set=action_set, actions=actions, spacing=spacing, reveal="one")
     task = {
-        "config": {"group": group, "action_set": action_set, "tokenizer": "statement", "actions": [actions, actions],
-                   "spacing": [spacing, spacing], "spacing_schedule": [], "reveal": "one", "supervision": "reveal",
-                   "eval_spacing": spacing, "curriculum_steps": 0, "curriculum_start": 4},
+        "config": {
+            "group": group,
+            "action_set": action_set,
+            "tokenizer": "statement",
+            "actions": [actions, actions],
+            "spacing": [spacing, spacing],
+            "spacing_schedule": [],
+            "reveal": "one",
+            "supervision": "reveal",
+            "eval_spacing": spacing,
+            "curriculum_steps": 0,
+            "curriculum_start": 4,
+        },
         "eval_spec": spec.to_dict(),
     }
     return spec, task
@@ -158,6 +187,7 @@ def _task(group: str, action_set: str, actions: int, spacing: int) -> tuple[Trac
 def _silu_pair() -> tuple[float, float]:
     """(x+, x-) with silu(x+) = -silu(x-) = 0.2785: silu's minimum, so a key after the SiLU can be
     (e_a - e_b) / sqrt 2 up to scale (DeltaProduct's keys always pass a SiLU)."""
+
     def silu(x: float) -> float:
         return x / (1 + math.exp(-x))
 
@@ -182,8 +212,9 @@ def transpositions_for(p: tuple[int, ...]) -> list[tuple[int, int]]:
 
 
 @torch.no_grad()
-def product_model(n: int = 3, factors: int = 2, n_heads: int = 2, track: int = 1, actions: int = 16,
-                  spacing: int = 1) -> Handset:
+def product_model(
+    n: int = 3, factors: int = 2, n_heads: int = 2, track: int = 1, actions: int = 16, spacing: int = 1
+) -> Handset:
     """A hand-set one-layer HookedDeltaProduct on S_n with the `full` action set: on an action token
     the tracking head applies the action's permutation as a product of reflections, one factor per
     transposition (beta 2, k = (e_a - e_b) / sqrt 2; unused factors beta ~ 0); init lines overwrite
@@ -193,9 +224,20 @@ def product_model(n: int = 3, factors: int = 2, n_heads: int = 2, track: int = 1
     tokenizer = make_tokenizer("statement", group, action_set="full")
     vocab = tokenizer.vocab_size
     d_model, d_head = vocab + n, n + 1
-    model = models.build("deltaproduct", vocab_size=vocab, hidden_size=d_model, num_hidden_layers=1,
-                         num_heads=n_heads, head_dim=d_head, expand_v=1.0, num_householder=factors,
-                         allow_neg_eigval=True, use_forget_gate=False, use_output_gate=False, use_short_conv=False)
+    model = models.build(
+        "deltaproduct",
+        vocab_size=vocab,
+        hidden_size=d_model,
+        num_hidden_layers=1,
+        num_heads=n_heads,
+        head_dim=d_head,
+        expand_v=1.0,
+        num_householder=factors,
+        allow_neg_eigval=True,
+        use_forget_gate=False,
+        use_output_gate=False,
+        use_short_conv=False,
+    )
     for p in model.parameters():
         p.zero_()
     for module in model.modules():
@@ -228,13 +270,13 @@ def product_model(n: int = 3, factors: int = 2, n_heads: int = 2, track: int = 1
             Q[names.index(text), token_id] = 1.0
     key_dim = n_heads * d_head
     for j in range(factors):  # fla's (n h d) channel layout: factor outermost
-        attn.k_proj.weight[j * key_dim + track * d_head: j * key_dim + (track + 1) * d_head] = K[j] * unit
-        attn.v_proj.weight[j * key_dim + track * d_head: j * key_dim + (track + 1) * d_head] = V[j] * unit
+        attn.k_proj.weight[j * key_dim + track * d_head : j * key_dim + (track + 1) * d_head] = K[j] * unit
+        attn.v_proj.weight[j * key_dim + track * d_head : j * key_dim + (track + 1) * d_head] = V[j] * unit
         attn.b_proj.weight[j * n_heads + track] = B[j] * unit
         for head in range(n_heads):
             if head != track:
                 attn.b_proj.weight[j * n_heads + head] = -BETA_LOGIT * unit
-    attn.q_proj.weight[track * d_head: (track + 1) * d_head] = Q * unit
+    attn.q_proj.weight[track * d_head : (track + 1) * d_head] = Q * unit
     for value in range(n):
         attn.o_proj.weight[vocab + value, track * d_head + value] = READ_SCALE
         model.lm_head.weight[tokenizer.tokens.index(f" {value + 1}"), vocab + value] = 1.0

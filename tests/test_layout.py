@@ -1,4 +1,5 @@
 """The shape of the code: rooms import only downward, one import root, a clean lint."""
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,13 @@ for name, module in list(sys.modules.items()):
         files.setdefault(path, []).append(name)
 print(json.dumps({"names": names, "files": files}))
 """
-    out = subprocess.run([sys.executable, "-c", code.replace('"/work/"', repr(str(REPO) + "/"))], cwd="/",
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code.replace('"/work/"', repr(str(REPO) + "/"))],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     report = json.loads(out.strip().splitlines()[-1])
     assert len(report["names"]) > 40  # every room's modules were imported
     twice = {path: names for path, names in report["files"].items() if len(names) > 1}
@@ -69,23 +75,43 @@ def test_pip_install_claims_only_the_deltalens_name(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    purelib = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                  capture_output=True, text=True, check=True).stdout.strip())
+    purelib = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     purelib.mkdir(parents=True, exist_ok=True)
     before = {p.name for p in purelib.iterdir()}
     build = tmp_path / "src"
-    shutil.copytree(REPO, build, ignore=shutil.ignore_patterns(".git", "runs", "*.egg-info", "build", "__pycache__",
-                                                               "checkpoints"))
+    shutil.copytree(
+        REPO, build, ignore=shutil.ignore_patterns(".git", "runs", "*.egg-info", "build", "__pycache__", "checkpoints")
+    )
     # the venv's own interpreter, and --ignore-installed: pip must never touch this environment's install
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--ignore-installed", str(build)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--ignore-installed",
+            str(build),
+        ],
+        check=True,
+        capture_output=True,
+    )
     added = {p.name for p in purelib.iterdir()} - before
     top_level = {name for name in added if not name.endswith((".dist-info", ".pth")) and name != "__pycache__"}
     assert top_level == {"deltalens"}, added
-    assert {p.name for p in (purelib / "deltalens").iterdir()} >= {"tasks", "models", "cli", "reports", "__init__.py"}
+    assert {p.name for p in (purelib / "deltalens").iterdir()} >= {"core", "tasks", "models", "cli", "reports", "__init__.py"}
     assert (venv / "bin" / "deltalens").is_file()
     # the C sources of the CPU kernels travel with the package (they are built on first use)
-    assert {p.name for p in (purelib / "deltalens" / "models" / "csrc").iterdir()} >= {"delta_rule.c", "short_conv.c"}
+    assert {p.name for p in (purelib / "deltalens" / "models" / "ops" / "csrc").iterdir()} >= {"delta_rule.c", "short_conv.c"}
     assert sysconfig  # the purelib above is the venv's own, not this interpreter's
 
 

@@ -18,6 +18,7 @@ Two kinds of held-out traces:
     result = belief_kl(model, tokenizer, spec)          # spec: the checkpoint's ProbTraceSpec
     result.table()                                      # mean KL by kind x partial reveals
 """
+
 from __future__ import annotations
 
 import math
@@ -32,10 +33,10 @@ import plotly.colors
 import plotly.graph_objects as go
 import torch
 
+from deltalens.core.display import Summary
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.adversary import adversarial_sequence, adversarial_trace
 from deltalens.tasks.dataset import collate, trace_seed
-from deltalens.tasks.display import Summary
-from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.groups import VARIABLE_NAMES
 from deltalens.tasks.pfsa import joint_filter
 from deltalens.tasks.probabilistic import ProbTrace, ProbTraceSpec, generate_prob_trace, parse_prob_trace
@@ -90,7 +91,7 @@ def reveal_kl(model, tokenizer, traces: Sequence[ProbTrace], kind: str, batch_si
     table = token_table(tokenizer)
     rows: list[dict[str, Any]] = []
     for start in range(0, len(traces), batch_size):
-        chunk = traces[start:start + batch_size]
+        chunk = traces[start : start + batch_size]
         encoded = [tokenizer.encode_trace(t) for t in chunk]
         batch = collate(encoded)
         probs = torch.softmax(model(batch["tokens"].to(device)).float().cpu(), dim=-1)
@@ -105,8 +106,18 @@ def reveal_kl(model, tokenizer, traces: Sequence[ProbTrace], kind: str, batch_si
                 p = np.asarray(post.predictive, dtype=np.float64)
                 support = p > 0
                 kl = float(np.sum(p[support] * (np.log(p[support]) - np.log(np.maximum(q[support], 1e-300)))))
-                rows.append({"trace": start + b, "kind": kind, "partial_reveals": since, "kl": kl,
-                             "value_mass": mass, "revealed": int(post.value), "p": p.tolist(), "q": q.tolist()})
+                rows.append(
+                    {
+                        "trace": start + b,
+                        "kind": kind,
+                        "partial_reveals": since,
+                        "kl": kl,
+                        "value_mass": mass,
+                        "revealed": int(post.value),
+                        "p": p.tolist(),
+                        "q": q.tolist(),
+                    }
+                )
     model.train(was_training)
     return pd.DataFrame(rows)
 
@@ -143,8 +154,17 @@ def transcript_beliefs(model, tokenizer, text: str) -> pd.DataFrame:
         q, p = q_raw / max(mass, 1e-300), np.asarray(post.predictive, dtype=np.float64)
         support = p > 0
         kl = float(np.sum(p[support] * (np.log(p[support]) - np.log(np.maximum(q[support], 1e-300)))))
-        rows.append({"line": post.line, "variable": VARIABLE_NAMES[post.variable], "revealed": int(post.value),
-                     "p": p.round(4).tolist(), "q": q.round(4).tolist(), "kl": kl, "value_mass": mass})
+        rows.append(
+            {
+                "line": post.line,
+                "variable": VARIABLE_NAMES[post.variable],
+                "revealed": int(post.value),
+                "p": p.round(4).tolist(),
+                "q": q.round(4).tolist(),
+                "kl": kl,
+                "value_mass": mass,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -174,7 +194,8 @@ class BeliefKL(Summary):
         """Mean KL and count per (kind, partial reveals since a full one)."""
         rows = self.rows if max_partial is None else self.rows[self.rows.partial_reveals <= max_partial]
         out = rows.groupby(["kind", "partial_reveals"]).agg(
-            kl=("kl", "mean"), kl_sem=("kl", "sem"), value_mass=("value_mass", "mean"), count=("kl", "size"))
+            kl=("kl", "mean"), kl_sem=("kl", "sem"), value_mass=("value_mass", "mean"), count=("kl", "size")
+        )
         return out.reset_index()
 
     def summary(self) -> dict[str, float]:
@@ -182,8 +203,9 @@ class BeliefKL(Summary):
         return {kind: float(group.kl.mean()) for kind, group in self.rows.groupby("kind")}
 
 
-def belief_kl(model, tokenizer, spec: ProbTraceSpec, n_random: int = 256, n_adversarial: int = 64,
-              cycles: int = 16, seed: int = 0) -> BeliefKL:
+def belief_kl(
+    model, tokenizer, spec: ProbTraceSpec, n_random: int = 256, n_adversarial: int = 64, cycles: int = 16, seed: int = 0
+) -> BeliefKL:
     """KL(exact || model) at every reveal of held-out random and adversarial traces."""
     frames = [reveal_kl(model, tokenizer, random_traces(spec, n_random, seed), "random")]
     if n_adversarial:
@@ -191,8 +213,9 @@ def belief_kl(model, tokenizer, spec: ProbTraceSpec, n_random: int = 256, n_adve
     return BeliefKL(pd.concat(frames, ignore_index=True))
 
 
-def kl_figure(tables: dict[str, list[dict[str, Any]]], min_count: int = 20,
-              colors: dict[str, str] | None = None) -> go.Figure:
+def kl_figure(
+    tables: dict[str, list[dict[str, Any]]], min_count: int = 20, colors: dict[str, str] | None = None
+) -> go.Figure:
     """Mean KL vs partial reveals since the last full reveal, one line per model and trace kind
     (one colour per model; solid: random, dashed: adversarial). ``tables`` maps a model label to
     ``BeliefKL.table().to_dict("records")`` (what checkpoints store); rows with fewer than
@@ -206,13 +229,22 @@ def kl_figure(tables: dict[str, list[dict[str, Any]]], min_count: int = 20,
             part = table[(table.kind == kind) & (table["count"] >= min_count)] if len(table) else table
             if part.empty:
                 continue
-            fig.add_trace(go.Scatter(
-                x=part.partial_reveals, y=part.kl, mode="lines+markers", name=f"{label} ({kind})",
-                line={"dash": dash, "color": colors[label]}, legendgroup=label,
-                error_y={"type": "data", "array": part.kl_sem.fillna(0)},
-            ))
-    fig.update_layout(title="KL(exact posterior predictive ‖ model predictive) at reveals",
-                      xaxis_title="partial reveals since the last full reveal", yaxis_title="KL (nats)",
-                      template="plotly_white")
+            fig.add_trace(
+                go.Scatter(
+                    x=part.partial_reveals,
+                    y=part.kl,
+                    mode="lines+markers",
+                    name=f"{label} ({kind})",
+                    line={"dash": dash, "color": colors[label]},
+                    legendgroup=label,
+                    error_y={"type": "data", "array": part.kl_sem.fillna(0)},
+                )
+            )
+    fig.update_layout(
+        title="KL(exact posterior predictive ‖ model predictive) at reveals",
+        xaxis_title="partial reveals since the last full reveal",
+        yaxis_title="KL (nats)",
+        template="plotly_white",
+    )
     fig.update_yaxes(type="log")
     return fig

@@ -13,6 +13,7 @@ steps = 4000
 
 Overrides use dotted keys, `task.group=S5 optim.lr=1e-3 run.steps=100`, parsed as TOML values.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +24,8 @@ from typing import Any
 
 import tomllib
 
+from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import ARCHITECTURES
-from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.traces import MAX_ACTIONS
 
 
@@ -114,17 +115,30 @@ class TrainConfig:
 
 # (lo, hi, lo is exclusive) for every numeric field: checked here, once, with the field's name
 RANGES: dict[str, tuple[float | None, float | None, bool]] = {
-    "optim.lr": (0, 10, True), "optim.weight_decay": (0, None, False), "optim.betas": (0, 1, False),
-    "optim.warmup_steps": (0, None, False), "optim.min_lr_ratio": (0, 1, False), "optim.grad_clip": (0, None, False),
+    "optim.lr": (0, 10, True),
+    "optim.weight_decay": (0, None, False),
+    "optim.betas": (0, 1, False),
+    "optim.warmup_steps": (0, None, False),
+    "optim.min_lr_ratio": (0, 1, False),
+    "optim.grad_clip": (0, None, False),
     "optim.batch_size": (1, 100_000, False),
-    "run.seed": (0, 2**62, False), "run.steps": (1, 100_000_000, False), "run.eval_every": (0, None, False),
-    "run.eval_traces": (1, 1_000_000, False), "run.checkpoint_every": (0, None, False),
-    "run.early_stop_accuracy": (0, 1, False), "run.threads": (0, 1024, False),
+    "run.seed": (0, 2**62, False),
+    "run.steps": (1, 100_000_000, False),
+    "run.eval_every": (0, None, False),
+    "run.eval_traces": (1, 1_000_000, False),
+    "run.checkpoint_every": (0, None, False),
+    "run.early_stop_accuracy": (0, 1, False),
+    "run.threads": (0, 1024, False),
     "run.validation_seed": (-1, 2**62, False),
-    "task.actions": (1, MAX_ACTIONS, False), "task.spacing": (1, MAX_ACTIONS, False),
-    "task.eval_spacing": (1, MAX_ACTIONS, False), "task.curriculum_steps": (0, None, False),
-    "task.curriculum_start": (1, MAX_ACTIONS, False), "task.mix": (0, None, False), "task.swap_prob": (0, 1, True),
-    "task.choice_size": (2, 10, False), "task.full_reveal_prob": (0, 1, False),
+    "task.actions": (1, MAX_ACTIONS, False),
+    "task.spacing": (1, MAX_ACTIONS, False),
+    "task.eval_spacing": (1, MAX_ACTIONS, False),
+    "task.curriculum_steps": (0, None, False),
+    "task.curriculum_start": (1, MAX_ACTIONS, False),
+    "task.mix": (0, None, False),
+    "task.swap_prob": (0, 1, True),
+    "task.choice_size": (2, 10, False),
+    "task.full_reveal_prob": (0, 1, False),
 }
 
 
@@ -134,8 +148,11 @@ def _check_range(table: str, key: str, value: Any) -> None:
         return
     lo, hi, open_lo = bounds
     for number in value if isinstance(value, list) else [value]:
-        bad = not math.isfinite(number) or (lo is not None and (number <= lo if open_lo else number < lo)) or (
-            hi is not None and number > hi)
+        bad = (
+            not math.isfinite(number)
+            or (lo is not None and (number <= lo if open_lo else number < lo))
+            or (hi is not None and number > hi)
+        )
         if bad:
             low = "" if lo is None else f"{'>' if open_lo else '>='} {lo:g}"
             high = "" if hi is None else f"<= {hi:g}"

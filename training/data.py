@@ -3,15 +3,16 @@
 That makes `--resume` exact without saving any data-loader state, and lets mixed reveal spacing
 and a length curriculum be drawn per trace from the step alone.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import torch
 
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks import TraceSpec, generate_trace, make_tokenizer
 from deltalens.tasks.dataset import collate, trace_seed
-from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
 from deltalens.training.config import TaskConfig
 
@@ -30,14 +31,22 @@ class TrainingData:
                 "or code-prob tokenizer, and those tokenizers need such a mix"
             )
         spec = self.eval_spec()  # validates group, action set and spacing before any training starts
-        self.tokenizer = make_tokenizer(task.tokenizer, spec if self.probabilistic else task.group,
-                                        action_set=task.action_set)
+        self.tokenizer = make_tokenizer(
+            task.tokenizer, spec if self.probabilistic else task.group, action_set=task.action_set
+        )
 
     def _prob_spec(self, actions, spacing: int) -> ProbTraceSpec:
         task = self.task
-        return ProbTraceSpec(group=task.group, action_set=task.action_set, actions=actions, mix=tuple(task.mix),
-                             swap_prob=float(task.swap_prob), choice_size=task.choice_size, spacing=spacing,
-                             full_reveal_prob=task.full_reveal_prob)
+        return ProbTraceSpec(
+            group=task.group,
+            action_set=task.action_set,
+            actions=actions,
+            mix=tuple(task.mix),
+            swap_prob=float(task.swap_prob),
+            choice_size=task.choice_size,
+            spacing=spacing,
+            full_reveal_prob=task.full_reveal_prob,
+        )
 
     def eval_spec(
         self, actions: int | None = None, spacing: int | None = None, reveal: str | None = None
@@ -45,8 +54,10 @@ class TrainingData:
         """Held-out traces: the training length (or `actions`) at the evaluation spacing (a
         ProbTraceSpec for probabilistic tasks, whose reveals follow full_reveal_prob, not `reveal`)."""
         if self.probabilistic:
-            return self._prob_spec(actions if actions is not None else self.task.actions[1],
-                                   spacing if spacing is not None else self.task.eval_spacing)
+            return self._prob_spec(
+                actions if actions is not None else self.task.actions[1],
+                spacing if spacing is not None else self.task.eval_spacing,
+            )
         return TraceSpec(
             group=self.task.group,
             action_set=self.task.action_set,

@@ -8,6 +8,7 @@
 
 Evaluation traces come from the "eval" split, whose seeds never overlap the training stream.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -21,10 +22,10 @@ import pandas as pd
 import torch
 
 from deltalens import models
+from deltalens.core.display import Summary
+from deltalens.core.display import progress as progress_bar
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.dataset import collate, make_batch
-from deltalens.tasks.display import Summary
-from deltalens.tasks.display import progress as progress_bar
-from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.tokenizers import TokenKind
 from deltalens.tasks.traces import MAX_LINE, Trace, TraceSpec, parse_trace
 from deltalens.training.opened import open_checkpoint
@@ -43,8 +44,10 @@ class EvalResult(Summary):
         return asdict(self)
 
     def title(self) -> str:
-        return (f"EvalResult: reveal accuracy {self.reveal_accuracy:.4f}, trace accuracy {self.trace_accuracy:.4f} "
-                f"({self.n_reveals} reveals in {self.n_traces} traces); by actions before the reveal:")
+        return (
+            f"EvalResult: reveal accuracy {self.reveal_accuracy:.4f}, trace accuracy {self.trace_accuracy:.4f} "
+            f"({self.n_reveals} reveals in {self.n_traces} traces); by actions before the reveal:"
+        )
 
     def display_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.by_position)
@@ -93,14 +96,22 @@ class Tally:
 
     def result(self) -> EvalResult:
         if self.reveals == 0:
-            raise DeltalensError("these traces reveal no values, so there is nothing to score; "
-                                 "use longer traces or a smaller reveal spacing")
+            raise DeltalensError(
+                "these traces reveal no values, so there is nothing to score; "
+                "use longer traces or a smaller reveal spacing"
+            )
         b = self.bucket
-        by_position = [{"actions_from": p * b, "actions_to": p * b + b - 1, "accuracy": c / n, "count": n}
-                       for p, (c, n) in sorted(self.positions.items())]
-        return EvalResult(reveal_accuracy=self.correct / self.reveals,
-                          trace_accuracy=self.solved / max(1, self.with_reveals), n_traces=self.traces,
-                          n_reveals=self.reveals, by_position=by_position)
+        by_position = [
+            {"actions_from": p * b, "actions_to": p * b + b - 1, "accuracy": c / n, "count": n}
+            for p, (c, n) in sorted(self.positions.items())
+        ]
+        return EvalResult(
+            reveal_accuracy=self.correct / self.reveals,
+            trace_accuracy=self.solved / max(1, self.with_reveals),
+            n_traces=self.traces,
+            n_reveals=self.reveals,
+            by_position=by_position,
+        )
 
 
 def summarise(scores: list[dict[str, torch.Tensor]], bucket: int = 8) -> EvalResult:
@@ -110,8 +121,9 @@ def summarise(scores: list[dict[str, torch.Tensor]], bucket: int = 8) -> EvalRes
     return tally.result()
 
 
-def evaluate(model, tokenizer, spec: TraceSpec, n_traces: int = 256, seed: int = 0, batch_size: int = 64,
-             bar=None) -> EvalResult:
+def evaluate(
+    model, tokenizer, spec: TraceSpec, n_traces: int = 256, seed: int = 0, batch_size: int = 64, bar=None
+) -> EvalResult:
     """Accuracy on `n_traces` fresh held-out traces drawn from `spec` (`bar`: a progress bar to advance
     by one per batch)."""
     if n_traces < 1:
@@ -191,15 +203,18 @@ def read_transcripts(traces_file: str | Path) -> Iterator[tuple[int, str]]:
     if not path.is_file():
         raise DeltalensError(f"traces file {path} does not exist")
     if path.stat().st_size > MAX_TRACES_FILE:
-        raise DeltalensError(f"traces file {path} has {path.stat().st_size:,} bytes; split it into files of at "
-                             f"most {MAX_TRACES_FILE:,}")
+        raise DeltalensError(
+            f"traces file {path} has {path.stat().st_size:,} bytes; split it into files of at most {MAX_TRACES_FILE:,}"
+        )
     block, start = [], 1
     try:
         with open(path, encoding="utf-8") as handle:  # universal newlines: CRLF files read as LF
             for lineno, line in enumerate(iter(lambda: handle.readline(MAX_LINE + 3), ""), start=1):
                 if len(line) > MAX_LINE + 1:
-                    raise DeltalensError(f"{path} line {lineno} is longer than {MAX_LINE:,} characters, the most a "
-                                         "line of a trace has (is it a traces file?)")
+                    raise DeltalensError(
+                        f"{path} line {lineno} is longer than {MAX_LINE:,} characters, the most a "
+                        "line of a trace has (is it a traces file?)"
+                    )
                 if line.strip():
                     if not block:
                         start = lineno
@@ -208,8 +223,9 @@ def read_transcripts(traces_file: str | Path) -> Iterator[tuple[int, str]]:
                     yield start, "".join(block)
                     block = []
     except UnicodeDecodeError as err:
-        raise DeltalensError(f"{path} is not UTF-8 text (bad byte at offset {err.start}); give REPL transcripts "
-                             "as text") from None
+        raise DeltalensError(
+            f"{path} is not UTF-8 text (bad byte at offset {err.start}); give REPL transcripts as text"
+        ) from None
     except OSError as err:
         raise DeltalensError(f"cannot read traces file {path} ({err.strerror or type(err).__name__})") from None
     if block:
@@ -234,8 +250,10 @@ def evaluate_text_file(path, traces_file, batch_size: int = 64) -> EvalResult:
     checkpoint = open_checkpoint(path, load_model=False)
     tokenizer = checkpoint.tokenizer
     if tokenizer is None:
-        raise DeltalensError(f"{path} records no tokenizer, so its traces cannot be encoded; it is not a deltalens "
-                             "checkpoint (a plain fla DeltaNet?)")
+        raise DeltalensError(
+            f"{path} records no tokenizer, so its traces cannot be encoded; it is not a deltalens "
+            "checkpoint (a plain fla DeltaNet?)"
+        )
     transcripts = read_transcripts(traces_file)
     first = next(transcripts, None)
     if first is None:
@@ -284,12 +302,18 @@ def trace_predictions(model, tokenizer, trace: Trace | str, top_k: int = 3, hook
     for t in range(1, len(encoded.ids)):
         token = int(encoded.ids[t])
         piece = tokenizer.token_of(token)
-        rows.append({
-            "position": t, "line": line, "token": piece, "kind": TokenKind(encoded.kinds[t]).name.lower(),
-            "is_reveal": bool(encoded.is_reveal[t]), "p_token": float(probs[t - 1, token]),
-            "correct": int(probs[t - 1].argmax()) == token,
-            "top": [f"{tokenizer.token_of(int(i))!r}: {float(p):.3f}" for p, i in zip(top_p[t - 1], top_i[t - 1])],
-            "state": tuple(encoded.states[t]),
-        })
+        rows.append(
+            {
+                "position": t,
+                "line": line,
+                "token": piece,
+                "kind": TokenKind(encoded.kinds[t]).name.lower(),
+                "is_reveal": bool(encoded.is_reveal[t]),
+                "p_token": float(probs[t - 1, token]),
+                "correct": int(probs[t - 1].argmax()) == token,
+                "top": [f"{tokenizer.token_of(int(i))!r}: {float(p):.3f}" for p, i in zip(top_p[t - 1], top_i[t - 1])],
+                "state": tuple(encoded.states[t]),
+            }
+        )
         line += piece.count("\n")
     return pd.DataFrame(rows)

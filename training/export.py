@@ -3,14 +3,15 @@
 The shipped directory holds no optimiser state (a few hundred KB instead of a few MB) and is
 written atomically together with `train.toml` (the config it was trained from) and `CARD.md`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
 from deltalens import models
+from deltalens.core.errors import DeltalensError
 from deltalens.models.checkpoint import is_replaceable
-from deltalens.tasks.errors import DeltalensError
 from deltalens.training.belief_kl import belief_kl
 from deltalens.training.evaluate import evaluate_checkpoint
 from deltalens.training.loop import LAST
@@ -25,15 +26,23 @@ def check_export_target(target: str | Path, replace: bool = False) -> None:
     target = Path(target)
     fresh = target.is_dir() and {p.name for p in target.iterdir()} <= EXPORTED_FILES
     if target.exists() and replace and not is_replaceable(target, EXPORTED_FILES):
-        raise DeltalensError(f"--export {target} holds files that are not a checkpoint's; --replace overwrites only a "
-                             "checkpoint folder: choose another folder (nothing was written)")
+        raise DeltalensError(
+            f"--export {target} holds files that are not a checkpoint's; --replace overwrites only a "
+            "checkpoint folder: choose another folder (nothing was written)"
+        )
     if target.exists() and not fresh and not replace:
-        raise DeltalensError(f"--export {target} already exists; pass --replace to overwrite it with this run's "
-                             "export, or choose another folder (nothing was written)")
+        raise DeltalensError(
+            f"--export {target} already exists; pass --replace to overwrite it with this run's "
+            "export, or choose another folder (nothing was written)"
+        )
 
 
 def export_run(
-    run_dir: str | Path, target: str | Path, config_text: str, command: str, n_traces: int = 512,
+    run_dir: str | Path,
+    target: str | Path,
+    config_text: str,
+    command: str,
+    n_traces: int = 512,
     replace: bool = False,
 ) -> dict[str, Any]:
     """Evaluate `run_dir/last` at 1x, 2x and 4x its training length and write it to `target`
@@ -56,8 +65,12 @@ def export_run(
     extra = {key: meta[key] for key in ("tokenizer", "task", "training")}
     extra["training"] = {**extra["training"], "command": command}
     card = model_card(Path(target).name, meta, reports, command, kl)
-    models.save(models.load(last), target, extra={**extra, "metrics": metrics},
-                files={"train.toml": config_text, "CARD.md": card})
+    models.save(
+        models.load(last),
+        target,
+        extra={**extra, "metrics": metrics},
+        files={"train.toml": config_text, "CARD.md": card},
+    )
     return report
 
 
@@ -72,22 +85,30 @@ def belief_kl_report(
     (training/belief_kl.py), as JSON: mean per kind and the table by partial reveals."""
     opened = open_checkpoint(checkpoint)
     data, model = opened.require_task(), opened.model
-    result = belief_kl(model, data.tokenizer, data.eval_spec(), n_random=n_random, n_adversarial=n_adversarial,
-                       cycles=cycles)
-    return {"n_random": n_random, "n_adversarial": n_adversarial, "adversarial_cycles": cycles,
-            "spacing": data.task.eval_spacing, "mean_kl": result.summary(),
-            "by_partial_reveals": result.table().to_dict(orient="records")}
+    result = belief_kl(
+        model, data.tokenizer, data.eval_spec(), n_random=n_random, n_adversarial=n_adversarial, cycles=cycles
+    )
+    return {
+        "n_random": n_random,
+        "n_adversarial": n_adversarial,
+        "adversarial_cycles": cycles,
+        "spacing": data.task.eval_spacing,
+        "mean_kl": result.summary(),
+        "by_partial_reveals": result.table().to_dict(orient="records"),
+    }
 
 
-def model_card(name: str, meta: dict[str, Any], reports: list[dict[str, Any]], command: str,
-               kl: dict[str, Any] | None = None) -> str:
+def model_card(
+    name: str, meta: dict[str, Any], reports: list[dict[str, Any]], command: str, kl: dict[str, Any] | None = None
+) -> str:
     config = meta["training"]["config"]
     task, model = config["task"], config["model"]
     report = reports[0]
     rows = "\n".join(
         f"| `{rep['reveal']}` | {r['actions']} ({r['x_train']:g}x) | {r['reveal_accuracy']:.4f} "
         f"| {r['trace_accuracy']:.4f} | {r['n_reveals']} |"
-        for rep in reports for r in rep["lengths"]
+        for rep in reports
+        for r in rep["lengths"]
     )
     arch = ", ".join(f"{k}={v}" for k, v in model.items())
     schedule = sorted(task["spacing_schedule"])
@@ -125,8 +146,11 @@ def _skipped_lines(reports: list[dict[str, Any]]) -> str:
 
 
 def _kl_section(kl: dict[str, Any]) -> str:
-    rows = "\n".join(f"| {r['kind']} | {r['partial_reveals']} | {r['kl']:.4f} | {r['value_mass']:.3f} | {r['count']} |"
-                     for r in kl["by_partial_reveals"] if r["count"] >= 20)
+    rows = "\n".join(
+        f"| {r['kind']} | {r['partial_reveals']} | {r['kl']:.4f} | {r['value_mass']:.3f} | {r['count']} |"
+        for r in kl["by_partial_reveals"]
+        if r["count"] >= 20
+    )
     means = ", ".join(f"{kind} {value:.4f}" for kind, value in kl["mean_kl"].items())
     return f"""
 ## Belief (PFSA-SR)
@@ -134,8 +158,8 @@ def _kl_section(kl: dict[str, Any]) -> str:
 Reveals of probabilistic traces are samples, so accuracy is bounded by chance; what counts is
 KL(exact posterior predictive ‖ model predictive) in nats at each printed value (the model's
 next-token distribution restricted to the value tokens), by the number of partial reveals since
-the last full reveal: {kl['n_random']} held-out random traces at spacing {kl['spacing']}, and
-{kl['n_adversarial']} adversarial traces of {kl['adversarial_cycles']} mix/leak/reveal cycles
+the last full reveal: {kl["n_random"]} held-out random traces at spacing {kl["spacing"]}, and
+{kl["n_adversarial"]} adversarial traces of {kl["adversarial_cycles"]} mix/leak/reveal cycles
 (tasks/adversary.py). Mean KL: {means}. Rows with at least 20 reveals:
 
 | traces | partial reveals | mean KL | mass on values | reveals |

@@ -31,6 +31,7 @@ named by a hash of its config for the same reason.
 Judging the paper's claims from the results and drawing them is the reports room's job
 (reports/claims.py, reports/figures.py).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,10 +51,10 @@ import tomllib
 import torch
 
 from deltalens import models
+from deltalens.core.atomic import write_json_atomic
+from deltalens.core.display import progress as progress_bar
+from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import ARCHITECTURES
-from deltalens.models.atomic import write_json_atomic
-from deltalens.tasks.display import progress as progress_bar
-from deltalens.tasks.errors import DeltalensError
 from deltalens.training.config import TrainConfig
 from deltalens.training.data import TrainingData
 from deltalens.training.evaluate import evaluate_checkpoint
@@ -159,11 +160,24 @@ def load_sweep(path: str | Path) -> Sweep:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise DeltalensError(f"sweep file {path} is not valid TOML: {err}") from None
     where = f"sweep file {path}"
-    _check_keys(data, {"sweep", "grid", "curriculum", "thresholds", "task", "optim", "run", "models", "search"},
-                where)
+    _check_keys(data, {"sweep", "grid", "curriculum", "thresholds", "task", "optim", "run", "models", "search"}, where)
     head = _table(data, "sweep", where)
-    _check_keys(head, {"title", "claims", "steps", "steps_by_arch", "eval_multiples", "eval_traces", "eval_seed",
-                       "seeds", "validation_seed", "early_stop_accuracy"}, f"{where} [sweep]")
+    _check_keys(
+        head,
+        {
+            "title",
+            "claims",
+            "steps",
+            "steps_by_arch",
+            "eval_multiples",
+            "eval_traces",
+            "eval_seed",
+            "seeds",
+            "validation_seed",
+            "early_stop_accuracy",
+        },
+        f"{where} [sweep]",
+    )
     stages = _table(data, "curriculum", where)
     _check_keys(stages, {"mixed_from", "sparse_from"}, f"{where} [curriculum]")
     thresholds = _table(data, "thresholds", where)
@@ -173,23 +187,30 @@ def load_sweep(path: str | Path) -> Sweep:
         raise DeltalensError(f"{where}: [task] may not set {sorted(_CELL_TASK_KEYS & set(task))}; each cell sets them")
     if {"steps", "early_stop_accuracy", "seed", "validation_seed"} & set(run):
         # one budget and one stopping rule for every cell, in [sweep]; seeds are per cell
-        raise DeltalensError(f"{where}: [run] may not set steps, early_stop_accuracy, seed or validation_seed; "
-                             "they are [sweep] keys (steps, early_stop_accuracy, seeds, validation_seed)")
+        raise DeltalensError(
+            f"{where}: [run] may not set steps, early_stop_accuracy, seed or validation_seed; "
+            "they are [sweep] keys (steps, early_stop_accuracy, seeds, validation_seed)"
+        )
     model_tables = _table(data, "models", where)
     for key, table in model_tables.items():
         if not isinstance(table, dict) or "arch" not in table:
             raise DeltalensError(f"{where}: [models.{key}] needs an `arch` ({', '.join(ARCHITECTURES)})")
-    seeds = [_number(x, int, "[sweep] seeds", where, lo=0) for x in _list(head.get("seeds", [0]), "[sweep] seeds",
-                                                                           where)]
+    seeds = [
+        _number(x, int, "[sweep] seeds", where, lo=0) for x in _list(head.get("seeds", [0]), "[sweep] seeds", where)
+    ]
     if len(set(seeds)) != len(seeds):
         raise DeltalensError(f"{where}: [sweep] seeds repeat a seed: {seeds}")
     cells = _grid_cells(data.get("grid"), model_tables, where, seeds)
     multiples = _list(head.get("eval_multiples", [1, 2, 4]), "[sweep] eval_multiples", where)
     sweep = Sweep(
-        path=path, title=str(head.get("title", PAPER_TITLE)), judge_claims=_flag(head.get("claims", True),
-                                                                                 "[sweep] claims", where),
-        cells=cells, models=model_tables, task=task,
-        optim=_table(data, "optim", where), run=run,
+        path=path,
+        title=str(head.get("title", PAPER_TITLE)),
+        judge_claims=_flag(head.get("claims", True), "[sweep] claims", where),
+        cells=cells,
+        models=model_tables,
+        task=task,
+        optim=_table(data, "optim", where),
+        run=run,
         steps=_number(head.get("steps", 1600), int, "[sweep] steps", where, lo=1),
         steps_by_arch=_steps_by_arch(head.get("steps_by_arch", {}), model_tables, where),
         eval_multiples=[_number(m, int, "[sweep] eval_multiples", where, lo=1) for m in multiples],
@@ -197,21 +218,25 @@ def load_sweep(path: str | Path) -> Sweep:
         eval_seed=_number(head.get("eval_seed", 0), int, "[sweep] eval_seed", where, lo=0),
         mixed_from=_number(stages.get("mixed_from", 0.375), float, "[curriculum] mixed_from", where, lo=0, hi=1),
         sparse_from=_number(stages.get("sparse_from", 0.625), float, "[curriculum] sparse_from", where, lo=0, hi=1),
-        thresholds=Thresholds(**{k: _number(v, float, f"[thresholds] {k}", where, lo=0, hi=1)
-                                 for k, v in thresholds.items()}),
+        thresholds=Thresholds(
+            **{k: _number(v, float, f"[thresholds] {k}", where, lo=0, hi=1) for k, v in thresholds.items()}
+        ),
         seeds=seeds,
         validation_seed=_number(head.get("validation_seed", -1), int, "[sweep] validation_seed", where, lo=-1),
-        early_stop_accuracy=_number(head.get("early_stop_accuracy", 0.0), float, "[sweep] early_stop_accuracy",
-                                    where, lo=0, hi=1),
+        early_stop_accuracy=_number(
+            head.get("early_stop_accuracy", 0.0), float, "[sweep] early_stop_accuracy", where, lo=0, hi=1
+        ),
         search=_search(data, where),
     )
     own_seeds = set(sweep.seeds) | ({sweep.search.seed} if sweep.search else set())
-    if sweep.validation_seed == sweep.eval_seed or (sweep.validation_seed == -1 and sweep.eval_seed in own_seeds
-                                                    and (sweep.search or sweep.early_stop_accuracy)):
-        raise DeltalensError(f"{where}: [sweep] validation_seed must differ from eval_seed ({sweep.eval_seed}): "
-                             "the traces that choose the learning rate and the stopping step may not be test traces"
-                             + (" (-1 means each run's own seed, and a seed here equals it)"
-                                if sweep.validation_seed == -1 else ""))
+    if sweep.validation_seed == sweep.eval_seed or (
+        sweep.validation_seed == -1 and sweep.eval_seed in own_seeds and (sweep.search or sweep.early_stop_accuracy)
+    ):
+        raise DeltalensError(
+            f"{where}: [sweep] validation_seed must differ from eval_seed ({sweep.eval_seed}): "
+            "the traces that choose the learning rate and the stopping step may not be test traces"
+            + (" (-1 means each run's own seed, and a seed here equals it)" if sweep.validation_seed == -1 else "")
+        )
     if sweep.mixed_from > sweep.sparse_from:
         raise DeltalensError(f"{where}: [curriculum] mixed_from must not exceed sparse_from")
     check_sweep(sweep)
@@ -237,9 +262,12 @@ def _search(data: dict[str, Any], where: str) -> Search | None:
     lrs = [_number(x, float, "lrs", label, lo=1e-8, hi=10) for x in _list(table.get("lrs"), "lrs", label)]
     if len({f"{lr:g}" for lr in lrs}) != len(lrs):  # a run's name carries its lr as :g
         raise DeltalensError(f"{label}: lrs repeat a value (as run names write them): {lrs}")
-    return Search(lrs=lrs, seed=_number(table.get("seed", 1), int, "seed", label, lo=0),
-                  steps=_number(table.get("steps", 0), int, "steps", label, lo=0),
-                  eval_every=_number(table.get("eval_every", 250), int, "eval_every", label, lo=1))
+    return Search(
+        lrs=lrs,
+        seed=_number(table.get("seed", 1), int, "seed", label, lo=0),
+        steps=_number(table.get("steps", 0), int, "steps", label, lo=0),
+        eval_every=_number(table.get("eval_every", 250), int, "eval_every", label, lo=1),
+    )
 
 
 def check_sweep(sweep: Sweep) -> None:
@@ -290,8 +318,10 @@ def cell_config(cell: Cell, sweep: Sweep, lr: float | None = None) -> TrainConfi
     """The cell's training config; its lr is `lr`, else the search's choice, else [optim] lr."""
     if lr is None and sweep.search is not None:
         if (cell.group, cell.arch) not in sweep.chosen_lr:
-            raise DeltalensError(f"{cell.name}: no learning rate chosen yet for {cell.group} {cell.arch} "
-                                 "(its k = 1 search runs have no results)")
+            raise DeltalensError(
+                f"{cell.name}: no learning rate chosen yet for {cell.group} {cell.arch} "
+                "(its k = 1 search runs have no results)"
+            )
         lr = sweep.chosen_lr[(cell.group, cell.arch)]
     task = {
         **sweep.task,
@@ -302,14 +332,20 @@ def cell_config(cell: Cell, sweep: Sweep, lr: float | None = None) -> TrainConfi
         "eval_spacing": cell.spacing,
     }
     optim = dict(sweep.optim) if lr is None else {**sweep.optim, "lr": lr}
-    return TrainConfig.from_dict({
-        "task": task,
-        "model": dict(sweep.models[cell.arch]),
-        "optim": optim,
-        "run": {**sweep.run, "steps": budget(sweep, cell.arch), "seed": cell.seed,
+    return TrainConfig.from_dict(
+        {
+            "task": task,
+            "model": dict(sweep.models[cell.arch]),
+            "optim": optim,
+            "run": {
+                **sweep.run,
+                "steps": budget(sweep, cell.arch),
+                "seed": cell.seed,
                 "validation_seed": sweep.validation_seed,
-                "early_stop_accuracy": sweep.early_stop_accuracy},
-    })
+                "early_stop_accuracy": sweep.early_stop_accuracy,
+            },
+        }
+    )
 
 
 def search_runs(sweep: Sweep) -> list[SearchRun]:
@@ -323,16 +359,30 @@ def search_runs(sweep: Sweep) -> list[SearchRun]:
 def search_config(run: SearchRun, sweep: Sweep) -> TrainConfig:
     """k = 1 throughout on the statement tokenizer, the search's seed, budget and cadence, no early stop."""
     assert sweep.search is not None
-    task = {**sweep.task, "group": run.group, "tokenizer": "statement", "spacing": [1, 1], "spacing_schedule": [],
-            "eval_spacing": 1}
+    task = {
+        **sweep.task,
+        "group": run.group,
+        "tokenizer": "statement",
+        "spacing": [1, 1],
+        "spacing_schedule": [],
+        "eval_spacing": 1,
+    }
     every = sweep.search.eval_every
-    return TrainConfig.from_dict({
-        "task": task,
-        "model": dict(sweep.models[run.arch]),
-        "optim": {**sweep.optim, "lr": run.lr},
-        "run": {**sweep.run, "steps": sweep.search.steps or sweep.steps, "seed": sweep.search.seed,
-                "validation_seed": sweep.validation_seed, "eval_every": every, "checkpoint_every": every},
-    })
+    return TrainConfig.from_dict(
+        {
+            "task": task,
+            "model": dict(sweep.models[run.arch]),
+            "optim": {**sweep.optim, "lr": run.lr},
+            "run": {
+                **sweep.run,
+                "steps": sweep.search.steps or sweep.steps,
+                "seed": sweep.search.seed,
+                "validation_seed": sweep.validation_seed,
+                "eval_every": every,
+                "checkpoint_every": every,
+            },
+        }
+    )
 
 
 def job_config(job: Cell | SearchRun, sweep: Sweep) -> TrainConfig:
@@ -463,8 +513,9 @@ def _status(job: Cell | SearchRun, sweep: Sweep, results_dir: str | Path) -> Cel
     elif recorded.get("run", {}).get("steps") != wanted["run"]["steps"]:
         status.short = "other budget"
         steps = recorded.get("run", {}).get("steps")
-        status.reason = (f"{path} is from a {steps}-step run, the sweep asks for "
-                         f"{wanted['run']['steps']} steps; it is retrained")
+        status.reason = (
+            f"{path} is from a {steps}-step run, the sweep asks for {wanted['run']['steps']} steps; it is retrained"
+        )
     else:
         status.short = "other config"
         status.reason = f"{path} was trained with a config other than the sweep's; it is retrained"
@@ -520,8 +571,9 @@ def read_sweep(sweep: Sweep, results_dir: str | Path) -> tuple[Sweep, list[CellS
     return sweep, read_results(sweep, results_dir), searches
 
 
-def select_cells(statuses: list[CellStatus], globs: list[str] | None, where: str = "the sweep",
-                 require_match: bool = True) -> list[CellStatus]:
+def select_cells(
+    statuses: list[CellStatus], globs: list[str] | None, where: str = "the sweep", require_match: bool = True
+) -> list[CellStatus]:
     """The cells to train: those without a result whose name matches a glob (all when no globs).
     Cells left out are marked "not selected"; globs that match no cell at all are an error
     (unless not `require_match`: the caller checked them against more names)."""
@@ -546,8 +598,14 @@ class SweepOutcome:
     interrupted: bool = False
 
 
-def train_missing(sweep: Sweep, todo: list[CellStatus], runs_dir: str | Path, results_dir: str | Path,
-                  progress: bool = True, lanes: int = 1) -> SweepOutcome:
+def train_missing(
+    sweep: Sweep,
+    todo: list[CellStatus],
+    runs_dir: str | Path,
+    results_dir: str | Path,
+    progress: bool = True,
+    lanes: int = 1,
+) -> SweepOutcome:
     """Train, evaluate and record each cell (or search run) of `todo`, `lanes` at a time.
 
     One lane runs the cells in turn with a progress bar per training; several lanes run in
@@ -584,6 +642,7 @@ def train_missing(sweep: Sweep, todo: list[CellStatus], runs_dir: str | Path, re
                 running[:] = [status]
                 record(status, lambda s=status: run_cell(s.cell, sweep, runs_dir, results_dir, progress=progress))
         else:
+
             def record_lane(status: CellStatus, call) -> None:
                 bar.set_postfix_str(status.cell.name)
                 record(status, call, any_error=True)
@@ -631,8 +690,14 @@ def run_cell(
         steps, wall, history = state["step"], state["wall_time_s"], state["history"]
     if config.run.threads:
         torch.set_num_threads(config.run.threads)
-    record = {"cell": cell.name, **dataclasses.asdict(cell), "config": config.to_dict(), "steps": steps,
-              "stopped_early": steps < config.run.steps, "wall_time_s": round(wall, 1)}
+    record = {
+        "cell": cell.name,
+        **dataclasses.asdict(cell),
+        "config": config.to_dict(),
+        "steps": steps,
+        "stopped_early": steps < config.run.steps,
+        "wall_time_s": round(wall, 1),
+    }
     if failure:
         record["failed"] = failure
     if isinstance(cell, Cell):
@@ -643,10 +708,17 @@ def run_cell(
     # held-out accuracy during training: validation traces (validation_seed) at spacing k, training length
     record["history"] = history
     if isinstance(cell, Cell):
-        record["eval"] = {"spacing": cell.spacing, "reveal": "one", "n_traces": sweep.eval_traces,
-                          "seed": sweep.eval_seed, "lengths": lengths}
+        record["eval"] = {
+            "spacing": cell.spacing,
+            "reveal": "one",
+            "n_traces": sweep.eval_traces,
+            "seed": sweep.eval_seed,
+            "lengths": lengths,
+        }
     write_json_atomic(result_path(cell, results_dir), record)
     return record
+
+
 def evaluate_lengths(checkpoint: Path, config: TrainConfig, sweep: Sweep) -> list[dict[str, Any]]:
     """Reveal accuracy at each multiple of the training length; a length the model cannot take
     (a Transformer's context) is recorded as an error rather than losing the cell."""
@@ -655,8 +727,14 @@ def evaluate_lengths(checkpoint: Path, config: TrainConfig, sweep: Sweep) -> lis
     for multiple in sweep.eval_multiples:
         actions = multiple * train_length
         try:
-            report = evaluate_checkpoint(checkpoint, lengths=[actions], spacing=config.task.eval_spacing,
-                                         n_traces=sweep.eval_traces, seed=sweep.eval_seed, reveal="one")
+            report = evaluate_checkpoint(
+                checkpoint,
+                lengths=[actions],
+                spacing=config.task.eval_spacing,
+                n_traces=sweep.eval_traces,
+                seed=sweep.eval_seed,
+                reveal="one",
+            )
             rows.append(report["lengths"][0])
         except DeltalensError as err:
             rows.append({"actions": actions, "x_train": float(multiple), "error": str(err)})

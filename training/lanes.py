@@ -11,6 +11,7 @@ stops a training (after the current optimiser step, saving the last checkpoint),
 
 Without this an orphaned lane kept training for hours, holding its run folder's lock.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,8 +55,9 @@ def _guarded(work: Callable[[Any], Any], item: Any) -> Any:
         raise
 
 
-def run_in_lanes(todo: list, lanes: int, work: Callable[[Any], Any], running: list,
-                 record: Callable[[Any, Callable[[], Any]], None]) -> None:
+def run_in_lanes(
+    todo: list, lanes: int, work: Callable[[Any], Any], running: list, record: Callable[[Any, Callable[[], Any]], None]
+) -> None:
     """`work(item)` for each item of `todo` in `lanes` worker processes; `record(item, result_getter)`
     as each finishes (in the order they finish); `running` holds what is being trained (for the
     caller's report of an interrupt). On Ctrl-C or SIGTERM the items not started are cancelled, the
@@ -66,8 +68,9 @@ def run_in_lanes(todo: list, lanes: int, work: Callable[[Any], Any], running: li
     # spawn, not fork: a forked copy of a process that already ran torch can deadlock in OpenMP
     context = multiprocessing.get_context("spawn")
     stop = context.Event()
-    pool = ProcessPoolExecutor(max_workers=lanes, mp_context=context, initializer=_start_lane,
-                               initargs=(os.getpid(), stop))
+    pool = ProcessPoolExecutor(
+        max_workers=lanes, mp_context=context, initializer=_start_lane, initargs=(os.getpid(), stop)
+    )
     futures: dict = {}
     recorded: set[int] = set()  # ids of the items whose result (or failure) was recorded
 
@@ -89,8 +92,11 @@ def run_in_lanes(todo: list, lanes: int, work: Callable[[Any], Any], running: li
             running[:] = [item for f, item in futures.items() if f.running()]
     except KeyboardInterrupt:
         stop.set()
-        running[:] = [item for f, item in futures.items()
-                      if f.running() or (f.done() and not f.cancelled() and id(item) not in recorded)]
+        running[:] = [
+            item
+            for f, item in futures.items()
+            if f.running() or (f.done() and not f.cancelled() and id(item) not in recorded)
+        ]
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     finally:

@@ -24,6 +24,7 @@ context) or the dtype on this device gets an `error` row instead of numbers.
 
     rows = long_horizon_kl(model, tokenizer, spec, horizons=(50, 150, 300))
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,8 +34,8 @@ from typing import Any
 import pandas as pd
 import torch
 
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.dataset import trace_seed
-from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
 from deltalens.training.belief_kl import adversarial_traces, reveal_kl, uniform_reveal_kl
 
@@ -50,15 +51,23 @@ def long_traces(spec: ProbTraceSpec, horizon: int, count: int, kind: str, seed: 
     if kind != "random":
         raise DeltalensError(f"kind must be random or adversarial, got {kind!r}")
     spacing = spec.spacing or 1
-    long = dataclasses.replace(spec, actions=(horizon + 1) * spacing, full_reveal_prob=0.0, reveal_prob=None,
-                               spacing=spacing)
+    long = dataclasses.replace(
+        spec, actions=(horizon + 1) * spacing, full_reveal_prob=0.0, reveal_prob=None, spacing=spacing
+    )
     return [generate_prob_trace(long, trace_seed(seed, "eval", i)) for i in range(count)]
 
 
-def long_horizon_kl(model, tokenizer, spec: ProbTraceSpec, horizons: Sequence[int] = (50, 150, 300),
-                    dtypes: Sequence[str] = ("float32", "bfloat16", "float16"), n_traces: int = 32,
-                    kinds: Sequence[str] = ("random", "adversarial"), seed: int = 0,
-                    batch_size: int = 16) -> pd.DataFrame:
+def long_horizon_kl(
+    model,
+    tokenizer,
+    spec: ProbTraceSpec,
+    horizons: Sequence[int] = (50, 150, 300),
+    dtypes: Sequence[str] = ("float32", "bfloat16", "float16"),
+    n_traces: int = 32,
+    kinds: Sequence[str] = ("random", "adversarial"),
+    seed: int = 0,
+    batch_size: int = 16,
+) -> pd.DataFrame:
     """One row per (dtype, kind, partial-reveal count 1..max(horizons)): mean KL(exact || model)
     in nats, its count and the model's mass on value tokens; or one row with `error`. Rows with
     dtype "uniform" are the predictor that puts 1/n on every value, on the same traces: the scale."""
@@ -85,8 +94,11 @@ def long_horizon_kl(model, tokenizer, spec: ProbTraceSpec, horizons: Sequence[in
                     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
                     frames.append(pd.DataFrame([{"dtype": name, "kind": kind, "error": first[:200]}]))
                     continue
-                table = rows.groupby("partial_reveals").agg(kl=("kl", "mean"), value_mass=("value_mass", "mean"),
-                                                            count=("kl", "size")).reset_index()
+                table = (
+                    rows.groupby("partial_reveals")
+                    .agg(kl=("kl", "mean"), value_mass=("value_mass", "mean"), count=("kl", "size"))
+                    .reset_index()
+                )
                 table.insert(0, "kind", kind)
                 table.insert(0, "dtype", name)
                 frames.append(table[table.partial_reveals <= longest])
@@ -112,13 +124,20 @@ def at_horizons(rows: pd.DataFrame, horizons: Sequence[int]) -> list[dict[str, A
     out = []
     for (dtype, kind), group in rows.groupby(["dtype", "kind"], sort=False):
         if "error" in group and group["error"].notna().any():
-            out += [{"dtype": dtype, "kind": kind, "horizon": h, "error": group["error"].dropna().iloc[0]}
-                    for h in horizons]
+            out += [
+                {"dtype": dtype, "kind": kind, "horizon": h, "error": group["error"].dropna().iloc[0]} for h in horizons
+            ]
             continue
         for h in horizons:
             window = group[(group.partial_reveals > h - WINDOW) & (group.partial_reveals <= h)]
-            out.append({"dtype": dtype, "kind": kind, "horizon": h,
-                        "kl": float(window.kl.mean()) if len(window) else None,
-                        "value_mass": float(window.value_mass.mean()) if len(window) else None,
-                        "count": int(window["count"].sum())})
+            out.append(
+                {
+                    "dtype": dtype,
+                    "kind": kind,
+                    "horizon": h,
+                    "kl": float(window.kl.mean()) if len(window) else None,
+                    "value_mass": float(window.value_mass.mean()) if len(window) else None,
+                    "count": int(window["count"].sum()),
+                }
+            )
     return out

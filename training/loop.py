@@ -9,6 +9,7 @@ The folder is the run's alone: a folder holding anything else is refused, a trai
 on it while it runs, and Ctrl-C takes effect between optimiser steps (then the finished steps are
 saved), so an interrupted run resumes as exactly as a killed one.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -28,9 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from deltalens import models
-from deltalens.models.atomic import recover_dir, replace_dir
-from deltalens.tasks.display import progress as progress_bar
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.atomic import recover_dir, replace_dir
+from deltalens.core.display import progress as progress_bar
+from deltalens.core.errors import DeltalensError
 from deltalens.training.config import TrainConfig, dump_toml
 from deltalens.training.data import TrainingData
 from deltalens.training.evaluate import evaluate
@@ -96,8 +97,9 @@ def train(
         return _resume_and_train(config, run_dir, resume, progress, on_step, data, model, optimizer, device)
 
 
-def _resume_and_train(config, run_dir: Path, resume: bool, progress: bool, on_step, data, model, optimizer,
-                      device) -> TrainResult:
+def _resume_and_train(
+    config, run_dir: Path, resume: bool, progress: bool, on_step, data, model, optimizer, device
+) -> TrainResult:
     step, wall, history, stopped_early = 0, 0.0, [], False
     last = run_dir / LAST
     recover_dir(last)  # killed between the two renames of replace_dir: that checkpoint is the run's
@@ -117,12 +119,14 @@ def _resume_and_train(config, run_dir: Path, resume: bool, progress: bool, on_st
     elif last.exists():
         raise DeltalensError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
     (run_dir / "train.toml").write_text(dump_toml(config))
-    return _train_steps(config, run_dir, data, model, optimizer, device, step, wall, history, stopped_early,
-                        progress, on_step)
+    return _train_steps(
+        config, run_dir, data, model, optimizer, device, step, wall, history, stopped_early, progress, on_step
+    )
 
 
-def _train_steps(config, run_dir, data, model, optimizer, device, step, wall, history, stopped_early, progress,
-                 on_step) -> TrainResult:
+def _train_steps(
+    config, run_dir, data, model, optimizer, device, step, wall, history, stopped_early, progress, on_step
+) -> TrainResult:
     """The loop itself (the run folder is locked; everything is checked and prepared)."""
     last = run_dir / LAST
 
@@ -137,10 +141,17 @@ def _train_steps(config, run_dir, data, model, optimizer, device, step, wall, hi
         shutil.rmtree(staging, ignore_errors=True)
         models.save(model, staging, extra=extra)
         save_optimizer(optimizer, staging)
-        (staging / TRAINER_STATE).write_text(json.dumps({
-            "step": step, "wall_time_s": wall, "history": history, "config": config.to_dict(),
-            "stopped_early": stopped_early,
-        }))
+        (staging / TRAINER_STATE).write_text(
+            json.dumps(
+                {
+                    "step": step,
+                    "wall_time_s": wall,
+                    "history": history,
+                    "config": config.to_dict(),
+                    "stopped_early": stopped_early,
+                }
+            )
+        )
         replace_dir(staging, last)
 
     def run_eval() -> dict[str, Any]:
@@ -149,8 +160,12 @@ def _train_steps(config, run_dir, data, model, optimizer, device, step, wall, hi
             model, data.tokenizer, data.eval_spec(), n_traces=config.run.eval_traces, seed=validation_seed(config)
         )
         model.train()
-        entry = {"step": step, "reveal_accuracy": result.reveal_accuracy, "trace_accuracy": result.trace_accuracy,
-                 "train_wall_s": round(wall, 1)}  # training time so far, evaluations excluded
+        entry = {
+            "step": step,
+            "reveal_accuracy": result.reveal_accuracy,
+            "trace_accuracy": result.trace_accuracy,
+            "train_wall_s": round(wall, 1),
+        }  # training time so far, evaluations excluded
         history.append(entry)
         return entry
 
@@ -192,8 +207,9 @@ def _train_steps(config, run_dir, data, model, optimizer, device, step, wall, hi
                 if evaluated:
                     entry = run_eval()
                     if progress:  # beside the bar, on stderr: a caller's stdout stays its own
-                        bar.write(f"step {step}: held-out reveal accuracy {entry['reveal_accuracy']:.4f}",
-                                  file=sys.stderr)
+                        bar.write(
+                            f"step {step}: held-out reveal accuracy {entry['reveal_accuracy']:.4f}", file=sys.stderr
+                        )
                     if config.run.early_stop_accuracy and entry["reveal_accuracy"] >= config.run.early_stop_accuracy:
                         stopped_early = True
                 if config.run.checkpoint_every and step % config.run.checkpoint_every == 0 and step < total:
@@ -226,8 +242,10 @@ def check_run_dir(run_dir: Path) -> None:
     ours = RUN_MARKER in entries or ("train.toml" in entries and ({LAST, f".{LAST}.old"} & set(entries)))
     if entries and not ours:
         shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
-        raise DeltalensError(f"--out {run_dir} is not empty and is not a deltalens training run (it holds {shown}); "
-                             "choose a new or empty folder; nothing was written")
+        raise DeltalensError(
+            f"--out {run_dir} is not empty and is not a deltalens training run (it holds {shown}); "
+            "choose a new or empty folder; nothing was written"
+        )
 
 
 class RunLock:
@@ -246,8 +264,10 @@ class RunLock:
             self.handle.seek(0)
             holder = self.handle.read().strip() or "another process"
             self.handle.close()
-            raise DeltalensError(f"{self.run_dir} is being written by another training ({holder}); wait for it "
-                                 "to finish or choose another --out") from None
+            raise DeltalensError(
+                f"{self.run_dir} is being written by another training ({holder}); wait for it "
+                "to finish or choose another --out"
+            ) from None
         self.handle.seek(0)
         self.handle.truncate()
         self.handle.write(f"pid {os.getpid()}")
@@ -293,4 +313,3 @@ def _resume_key(config: dict[str, Any]) -> dict[str, Any]:
         k: v for k, v in config["run"].items() if k not in ("threads", "eval_every", "checkpoint_every", "eval_traces")
     }
     return {**config, "run": run}
-

@@ -10,6 +10,7 @@ export, capture, the probes, the report and the CLI all go through it.
 
 A plain fla DeltaNet folder opens too (model only): whatever needs a task then says so.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,12 +23,12 @@ import pandas as pd
 import torch
 
 from deltalens import models
+from deltalens.core.display import Summary
+from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import architecture_of, is_delta_rule
 from deltalens.models.checkpoint import CONFIG_NAME
-from deltalens.models.lens import attach_tokenizer
+from deltalens.models.lm.lens import attach_tokenizer
 from deltalens.tasks.dataset import make_batch
-from deltalens.tasks.display import Summary
-from deltalens.tasks.errors import DeltalensError
 from deltalens.tasks.tokenizers import Tokenizer
 from deltalens.tasks.traces import TraceSpec
 from deltalens.training.config import TaskConfig
@@ -56,13 +57,30 @@ class Checkpoint(Summary):
         facts = {"path": str(self.path), "architecture": self.arch}
         if self.data is not None:
             task = self.data.task
-            facts.update(group=task.group, action_set=task.action_set, tokenizer=task.tokenizer,
-                         train_actions=task.actions[1], eval_spacing=task.eval_spacing)
+            facts.update(
+                group=task.group,
+                action_set=task.action_set,
+                tokenizer=task.tokenizer,
+                train_actions=task.actions[1],
+                eval_spacing=task.eval_spacing,
+            )
         config = self.meta.get("model_config") or {}
         if is_delta_rule(self.arch):
             facts["beta_range"] = "[0, 2]" if config.get("allow_neg_eigval") else "[0, 1]"
-        size = {k: config[k] for k in ("hidden_size", "d_model", "num_hidden_layers", "n_layers", "num_heads",
-                                       "n_heads", "num_householder", "use_forget_gate") if k in config}
+        size = {
+            k: config[k]
+            for k in (
+                "hidden_size",
+                "d_model",
+                "num_hidden_layers",
+                "n_layers",
+                "num_heads",
+                "n_heads",
+                "num_householder",
+                "use_forget_gate",
+            )
+            if k in config
+        }
         facts["model"] = ", ".join(f"{k}={v}" for k, v in size.items())
         training = self.meta.get("training") or {}
         if "step" in training:
@@ -170,8 +188,10 @@ def resolve_checkpoint(name_or_path) -> Path:
     if path.exists():
         return path
     known = ", ".join(p.name for p in _checkpoint_dirs()[:6]) or "none found"
-    raise DeltalensError(f"{name_or_path!r} is neither a checkpoint folder nor a shipped checkpoint's name "
-                         f"(shipped: {known}; see deltalens.list_checkpoints()).")
+    raise DeltalensError(
+        f"{name_or_path!r} is neither a checkpoint folder nor a shipped checkpoint's name "
+        f"(shipped: {known}; see deltalens.list_checkpoints())."
+    )
 
 
 def _checkpoint_dirs() -> list[Path]:
@@ -193,9 +213,15 @@ def list_checkpoints(root: str | Path | None = None, skip_unreadable: bool = Fal
     `frame.attrs["skipped"]` (name -> sentence) instead of raising."""
     if root is not None and not Path(root).is_dir():
         raise DeltalensError(f"checkpoint folder {root} does not exist or is not a folder.")
-    paths = ([Path(root) / name for name in sorted(os.listdir(root))
-              if not name.startswith(".") and (Path(root) / name / CONFIG_NAME).is_file()]
-             if root is not None else _checkpoint_dirs())
+    paths = (
+        [
+            Path(root) / name
+            for name in sorted(os.listdir(root))
+            if not name.startswith(".") and (Path(root) / name / CONFIG_NAME).is_file()
+        ]
+        if root is not None
+        else _checkpoint_dirs()
+    )
     rows, skipped = [], {}
     for path in paths:
         try:
@@ -207,11 +233,16 @@ def list_checkpoints(root: str | Path | None = None, skip_unreadable: bool = Fal
             continue
         config = (meta.get("task") or {}).get("config") or {}
         model_config = meta.get("model_config") or {}
-        row = {"name": path.name, "architecture": meta["architecture"], "group": config.get("group"),
-               "tokenizer": config.get("tokenizer"),
-               "beta_range": ("[0, 2]" if model_config.get("allow_neg_eigval") else "[0, 1]")
-               if is_delta_rule(meta["architecture"]) else None,
-               "steps": (meta.get("training") or {}).get("step")}
+        row = {
+            "name": path.name,
+            "architecture": meta["architecture"],
+            "group": config.get("group"),
+            "tokenizer": config.get("tokenizer"),
+            "beta_range": ("[0, 2]" if model_config.get("allow_neg_eigval") else "[0, 1]")
+            if is_delta_rule(meta["architecture"])
+            else None,
+            "steps": (meta.get("training") or {}).get("step"),
+        }
         for length in ((meta.get("metrics") or {}).get("eval") or {}).get("lengths", []):
             row[f"acc_{length['x_train']:g}x"] = length["reveal_accuracy"]
         rows.append(row)
@@ -220,8 +251,9 @@ def list_checkpoints(root: str | Path | None = None, skip_unreadable: bool = Fal
     return frame
 
 
-def checkpoint_batch(checkpoint, n_traces: int = 64, seed: int = 0, actions: int | None = None,
-                     spacing: int | None = None) -> dict[str, torch.Tensor]:
+def checkpoint_batch(
+    checkpoint, n_traces: int = 64, seed: int = 0, actions: int | None = None, spacing: int | None = None
+) -> dict[str, torch.Tensor]:
     """Eval-split traces for a checkpoint (a Checkpoint, a path, or its metadata dict)."""
     if isinstance(checkpoint, Checkpoint):
         tokenizer, spec, where = checkpoint.tokenizer, checkpoint.spec, checkpoint.path

@@ -3,6 +3,7 @@
 torch's optimizer `state_dict()` is {"state": {param_index: {name: tensor}}, "param_groups": [...]}.
 Tensors are stored under "state.{index}.{name}"; everything else is plain JSON.
 """
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Learning-rate schedule: linear warmup, then cosine decay to a floor."""
+
 from __future__ import annotations
 
 import math

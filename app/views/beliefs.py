@@ -1,6 +1,7 @@
 """Beliefs (PFSA-SR): a probabilistic trace, the exact posterior at every printed value next to
 each probabilistic checkpoint's predictive and the KL between them, and how the unnormalised
 belief of a linear filter decays, by dtype."""
+
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -24,8 +25,10 @@ if table is not None and not names:
 checkpoints = {name: c for name in names if (c := attempt(opened, str(checkpoint_dir() / name))) is not None}
 if checkpoints:
     first = next(iter(checkpoints.values()))
-    st.caption(f"probabilistic checkpoints: {', '.join(checkpoints)}; traces of their family: "
-               f"{first.spec.group}, swap p = {first.spec.swap_prob:g}, choice over {first.spec.choice_size}.")
+    st.caption(
+        f"probabilistic checkpoints: {', '.join(checkpoints)}; traces of their family: "
+        f"{first.spec.group}, swap p = {first.spec.swap_prob:g}, choice over {first.spec.choice_size}."
+    )
     cols = st.columns([1, 1, 2])
     source = cols[0].radio("trace", ["generate", "paste"], horizontal=True, key="belief-source")
     seed = cols[1].number_input("seed", 0, 10**9, 3, key="belief-seed")
@@ -42,15 +45,22 @@ if checkpoints:
         frames[name] = rows
     if frames:
         base = next(iter(frames.values()))
-        shown = pd.DataFrame({"line": base["line"], "variable": base["variable"], "shown": base["revealed"],
-                              "exact P(1..n)": [str(p) for p in base["p"]]})
+        shown = pd.DataFrame(
+            {
+                "line": base["line"],
+                "variable": base["variable"],
+                "shown": base["revealed"],
+                "exact P(1..n)": [str(p) for p in base["p"]],
+            }
+        )
         for name, rows in frames.items():
             shown[f"{name}: q"] = [str(q) for q in rows["q"]]
             shown[f"{name}: KL"] = rows["kl"].round(4)
         st.dataframe(shown, hide_index=True, width="stretch")
         fig = go.Figure(go.Bar(x=list(frames), y=[rows["kl"].mean() for rows in frames.values()]))
-        fig.update_layout(title="mean KL(exact || model) over this trace's printed values, nats",
-                          yaxis_title="KL (nats)", height=360)
+        fig.update_layout(
+            title="mean KL(exact || model) over this trace's printed values, nats", yaxis_title="KL (nats)", height=360
+        )
         st.plotly_chart(fig, width="stretch")
 
 st.header("Without renormalisation: the belief mass decays")

@@ -9,9 +9,10 @@ Every kind decodes by concatenation, so ``decode(encode(text)) == text`` exactly
 kind writes the same JSON spec (``Tokenizer.to_spec`` / ``Tokenizer.from_spec``). See base.py
 for the vocabulary layout and the labels ``encode_trace`` attaches to each token.
 """
+
 from __future__ import annotations
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import PermutationGroup, get_group
 from deltalens.tasks.probabilistic import ProbTraceSpec
 from deltalens.tasks.tokenizers.base import (
@@ -42,9 +43,24 @@ TOKENIZERS: dict[str, type[Tokenizer]] = {
 }
 
 __all__ = [
-    "BOS_ID", "PAD_ID", "PROB_EXTRA_TOKENS", "SUPERVISIONS", "TOKENIZERS", "TOKENIZER_KINDS", "TRACE_SPEC_KINDS",
-    "CodeTokenizer", "EncodedTrace", "ProbCodeTokenizer", "ProbStatementTokenizer", "StatementTokenizer",
-    "TokenKind", "Tokenizer", "code_pieces", "code_vocabulary", "make_tokenizer", "split_lines",
+    "BOS_ID",
+    "PAD_ID",
+    "PROB_EXTRA_TOKENS",
+    "SUPERVISIONS",
+    "TOKENIZERS",
+    "TOKENIZER_KINDS",
+    "TRACE_SPEC_KINDS",
+    "CodeTokenizer",
+    "EncodedTrace",
+    "ProbCodeTokenizer",
+    "ProbStatementTokenizer",
+    "StatementTokenizer",
+    "TokenKind",
+    "Tokenizer",
+    "code_pieces",
+    "code_vocabulary",
+    "make_tokenizer",
+    "split_lines",
 ]
 
 

@@ -33,6 +33,7 @@ tokens of that line still carry s_{t-1}.
 Loss masks follow ``logits[:, t-1]`` predicting ``tokens[:, t]``: ``"all"`` marks every token
 but the first as a target (plain next-token prediction); ``"reveal"`` marks only revealed values.
 """
+
 from __future__ import annotations
 
 import enum
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import MAX_N, MIN_N, VARIABLE_NAMES, lex_rank
 from deltalens.tasks.traces import LINE_ACTION, LINE_OUTPUT, PROMPT, Trace, TraceSpec
 
@@ -64,10 +65,10 @@ PAD_ID, BOS_ID = 0, 1
 class TokenKind(enum.IntEnum):
     """What a token is part of (``EncodedTrace.kinds``, ``batch["kinds"]``)."""
 
-    OTHER = 0   # <bos>, <pad>, and the name and newline tokens of output lines
-    INIT = 1    # any token of an init line ">>> a = 3"
+    OTHER = 0  # <bos>, <pad>, and the name and newline tokens of output lines
+    INIT = 1  # any token of an init line ">>> a = 3"
     ACTION = 2  # any token of an action line ">>> a, b = b, a"
-    PRINT = 3   # any token of a print line ">>> print('a', a)"
+    PRINT = 3  # any token of a print line ">>> print('a', a)"
     REVEAL = 4  # a revealed value in an output line: the tokens reveal supervision trains on
 
 
@@ -104,10 +105,7 @@ def code_vocabulary(n: int) -> list[str]:
     """The code tokenizer's tokens for n variables, specials included (ids = list positions)."""
     names = VARIABLE_NAMES[:n]
     syntax = [">>>", " print", "(", ")", ",", " ="]
-    return (
-        list(SPECIAL_TOKENS) + syntax + _output_tokens(n)
-        + [" " + x for x in names] + [f"'{x}'" for x in names]
-    )
+    return list(SPECIAL_TOKENS) + syntax + _output_tokens(n) + [" " + x for x in names] + [f"'{x}'" for x in names]
 
 
 def statement_fixed_vocabulary(n: int) -> list[str]:
@@ -123,13 +121,13 @@ class EncodedTrace:
     """Token ids of one trace and what each token means (all lists have one entry per token)."""
 
     ids: list[int]
-    kinds: list[int]            # TokenKind
-    action_pos: list[int]       # action tokens: index into Trace.actions; else -1
-    perm_ids: list[int]         # action tokens: lex rank of the action's permutation in S_n; else -1
-    is_reveal: list[bool]       # revealed-value tokens
-    answers: list[int]          # revealed value 1..n on reveal tokens; else 0
-    reveal_vars: list[int]      # which variable a reveal token shows (0..n-1); else -1
-    state_steps: list[int]      # t: how many actions are complete at the token
+    kinds: list[int]  # TokenKind
+    action_pos: list[int]  # action tokens: index into Trace.actions; else -1
+    perm_ids: list[int]  # action tokens: lex rank of the action's permutation in S_n; else -1
+    is_reveal: list[bool]  # revealed-value tokens
+    answers: list[int]  # revealed value 1..n on reveal tokens; else 0
+    reveal_vars: list[int]  # which variable a reveal token shows (0..n-1); else -1
+    state_steps: list[int]  # t: how many actions are complete at the token
     trace_states: list[tuple[int, ...]]  # Trace.states: s_0 .. s_m
     trace_seed: int | None = None  # the seed generate_trace made the trace from
 
@@ -284,17 +282,24 @@ class Tokenizer:
         for position, (answer, variable) in reveal_at.items():
             answers[position], reveal_vars[position] = answer, variable
         return EncodedTrace(
-            ids=ids, kinds=kinds, action_pos=action_pos, perm_ids=perm_ids,
-            is_reveal=[a > 0 for a in answers], answers=answers, reveal_vars=reveal_vars,
-            state_steps=steps, trace_states=trace.states, trace_seed=trace.seed,
+            ids=ids,
+            kinds=kinds,
+            action_pos=action_pos,
+            perm_ids=perm_ids,
+            is_reveal=[a > 0 for a in answers],
+            answers=answers,
+            reveal_vars=reveal_vars,
+            state_steps=steps,
+            trace_states=trace.states,
+            trace_seed=trace.seed,
         )
 
     # --- the spec: one JSON format for both kinds ---
     def fingerprint(self) -> str:
         """sha256 of the token strings (of 4096 evenly spaced ones for very large vocabularies)."""
         size = self.vocab_size
-        ids: Iterable[int] = range(size) if size <= 65_536 else sorted(
-            set(range(0, size, max(1, size // 4096))) | {size - 1}
+        ids: Iterable[int] = (
+            range(size) if size <= 65_536 else sorted(set(range(0, size, max(1, size // 4096))) | {size - 1})
         )
         digest = hashlib.sha256()
         for i in ids:

@@ -1,9 +1,10 @@
 """The ``code`` tokenizer: Python-token level, as in the paper; its vocabulary depends only on n."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.tokenizers.base import Tokenizer, code_vocabulary
 from deltalens.tasks.traces import TraceSpec
 

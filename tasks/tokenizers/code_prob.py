@@ -4,19 +4,36 @@ Its first ``code_vocabulary(n)`` ids are the code tokenizer's, so a deterministi
 same ids under both; the extra tokens spell ``import random``, ``random.random() < p``,
 ``random.choice([...])`` and seeds (a number not in the vocabulary is spelled one digit a token).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.tokenizers.base import code_vocabulary
 from deltalens.tasks.tokenizers.code import CodeTokenizer
 
 PROB_KIND = "code-prob"
 _DIGITS = [str(d) for d in range(10)]
-PROB_EXTRA_TOKENS = [
-    " import", " random", "random", ";", ".", "seed", "choice", " if", " else", " <", " (", "[", "]",
-] + _DIGITS + [" " + d for d in _DIGITS]
+PROB_EXTRA_TOKENS = (
+    [
+        " import",
+        " random",
+        "random",
+        ";",
+        ".",
+        "seed",
+        "choice",
+        " if",
+        " else",
+        " <",
+        " (",
+        "[",
+        "]",
+    ]
+    + _DIGITS
+    + [" " + d for d in _DIGITS]
+)
 
 
 def prob_code_vocabulary(n: int) -> list[str]:

@@ -4,11 +4,12 @@ Output lines are tokenized as in ``code``. The action block has one token per el
 action set, ranked without listing it (``full`` on S_10 has 10! action tokens and costs nothing
 until they are decoded).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import ActionSet, PermutationGroup, get_action_set, get_group, read_assignment
 from deltalens.tasks.tokenizers.base import Tokenizer, statement_fixed_vocabulary
 from deltalens.tasks.traces import PROMPT, TraceSpec
@@ -49,7 +50,7 @@ class StatementTokenizer(Tokenizer):
         if token_id is not None:
             return (token_id,)
         if line.startswith(PROMPT):  # a statement: one token, or it is not in the vocabulary
-            body = line[len(PROMPT):-1] if line.endswith("\n") else None
+            body = line[len(PROMPT) : -1] if line.endswith("\n") else None
             try:
                 p = read_assignment(body, self.n) if body is not None else None
             except DeltalensError:

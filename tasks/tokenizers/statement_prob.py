@@ -13,13 +13,14 @@ A trace is ~5x shorter than with ``code-prob``, which is what makes training the
 checkpoints fit a CPU. The vocabulary depends on p and ``choice_size``, so the spec
 records them.
 """
+
 from __future__ import annotations
 
 import itertools
 import re
 from typing import Any
 
-from deltalens.tasks.errors import DeltalensError
+from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import get_group
 from deltalens.tasks.probabilistic import choice_statement, rotation, swap_statement
 from deltalens.tasks.tokenizers.statement import StatementTokenizer
@@ -42,8 +43,11 @@ class ProbStatementTokenizer(StatementTokenizer):
         if 2 <= self.choice_size <= n:
             # only the choices the group contains (an even rotation size is not in A_n)
             group_obj = get_group(group)
-            extra += [f"{PROMPT}{choice_statement(c)}\n" for c in itertools.combinations(range(n), self.choice_size)
-                      if group_obj.contains(rotation(n, c, 1))]
+            extra += [
+                f"{PROMPT}{choice_statement(c)}\n"
+                for c in itertools.combinations(range(n), self.choice_size)
+                if group_obj.contains(rotation(n, c, 1))
+            ]
         self._extra = extra
         self._extra_ids = {line: self.action_offset + self.actions.size + i for i, line in enumerate(extra)}
 
@@ -82,8 +86,10 @@ class ProbStatementTokenizer(StatementTokenizer):
                 f"not p={spec.swap_prob:g}; its vocabulary has one token per statement."
             )
         if spec.mix[2] > 0 and spec.choice_size != self.choice_size:
-            raise DeltalensError(f"the {self.describe()} tokenizer knows random.choice over "
-                                 f"{self.choice_size} variables, not {spec.choice_size}.")
+            raise DeltalensError(
+                f"the {self.describe()} tokenizer knows random.choice over "
+                f"{self.choice_size} variables, not {spec.choice_size}."
+            )
 
     def to_spec(self) -> dict[str, Any]:
         return {**super().to_spec(), "swap_prob": self.swap_prob, "choice_size": self.choice_size}

@@ -1,0 +1,468 @@
+"""HookedDeltaLM: the language model around any delta-rule mixer, weight for weight fla's, as a
+TransformerLens HookedRootModule. HookedDeltaNet, HookedGatedDeltaNet and HookedDeltaProduct are it
+with their own mixer and fla config.
+
+The module tree mirrors fla's `*ForCausalLM` (DeltaNetForCausalLM, GatedDeltaNetForCausalLM,
+GatedDeltaProductForCausalLM share it) so that `state_dict()` keys and shapes are identical and
+weights move both ways (`save_pretrained` / `from_pretrained`, HF format):
+
+    model.embeddings                      nn.Embedding(vocab, d_model)
+    model.layers.{l}.attn_norm            RMSNorm(d_model)
+    model.layers.{l}.attn                 the mixer (projections, short convs, o_norm; see its file)
+    model.layers.{l}.mlp_norm             RMSNorm(d_model)
+    model.layers.{l}.mlp                  gate_proj / up_proj / down_proj (SwiGLU)
+    model.norm                            RMSNorm(d_model)
+    lm_head                               nn.Linear(d_model, vocab), tied to the embedding if asked
+
+Hooks carry TransformerLens names instead of module paths (see models/lm/hook_names.py):
+`setup()` is overridden so that HookPoint.name, `hook_dict` and `mod_dict` use
+hook_embed, blocks.{l}.hook_resid_pre, blocks.{l}.attn.hook_q, ..., ln_final.hook_normalized.
+Residual stream of block l (fla's pre-norm block, written out):
+
+    resid_mid  = resid_pre + attn(attn_norm(resid_pre))
+    resid_post = resid_mid + mlp(mlp_norm(resid_mid))
+
+Interventions: `set_beta_range(layer, head, lo, hi)` rescales a head's write strength beta (paper:
+[0, 1] vs [0, 2]); a hook on blocks.{l}.attn.hook_beta or hook_state that edits a value changes
+everything after it; `state_edit(layer, fn)` applies fn(t, S) -> S after every token of one layer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Optional, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from transformer_lens import HookedRootModule
+from transformer_lens.hook_points import HookPoint
+from transformer_lens.utilities import Slice
+from transformer_lens.utilities import remove_batch_dim as drop_batch_dim
+
+from deltalens.core.atomic import write_atomic
+from deltalens.core.errors import DeltalensError
+from deltalens.models.checkpoint import load_checkpoint, read_config_json
+from deltalens.models.io.configs import FlaSettings, fla_class, to_fla_config
+from deltalens.models.layers.rms_norm import RMSNorm
+from deltalens.models.lm.hook_names import lens_name
+from deltalens.models.lm.lens import LensModel
+
+__all__ = ["HookedDeltaLM", "DeltaBlock", "GatedMLP"]
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+
+
+class GatedMLP(nn.Module):
+    """fla `GatedMLP` with hidden_act='swish': down_proj(silu(gate_proj(x)) * up_proj(x))."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        hidden_ratio: Optional[float] = None,
+        intermediate_size: Optional[int] = None,
+        hidden_act: str = "swish",
+    ) -> None:
+        super().__init__()
+        if hidden_act != "swish":
+            raise NotImplementedError(
+                f"hidden_act={hidden_act!r} is not implemented by deltalens; use 'swish' (fla's default)."
+            )
+        if hidden_ratio is None:
+            hidden_ratio = 4
+        if intermediate_size is None:
+            # fla: 2/3 * hidden_ratio * hidden_size, rounded up to a multiple of 256
+            intermediate_size = int(hidden_size * hidden_ratio * 2 / 3)
+            intermediate_size = 256 * ((intermediate_size + 256 - 1) // 256)
+        self.intermediate_size = intermediate_size
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model) -> (B, T, d_model)
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DeltaBlock(nn.Module):
+    """fla's `DeltaNetBlock` (and its Gated DeltaNet / DeltaProduct twins): pre-norm delta-rule mixer,
+    then pre-norm SwiGLU MLP, both residual."""
+
+    def __init__(self, config, layer_idx: int, mixer_class: type) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.attn_norm = RMSNorm(config.hidden_size, eps=config.norm_eps)
+        self.attn = mixer_class(config, layer_idx)
+        self.mlp_norm = RMSNorm(config.hidden_size, eps=config.norm_eps)
+        self.mlp = GatedMLP(config.hidden_size, config.hidden_ratio, config.intermediate_size, config.hidden_act)
+        self.hook_resid_pre = HookPoint()  # (B, T, d_model)
+        self.hook_attn_out = HookPoint()  # (B, T, d_model)
+        self.hook_resid_mid = HookPoint()  # (B, T, d_model)
+        self.hook_mlp_out = HookPoint()  # (B, T, d_model)
+        self.hook_resid_post = HookPoint()  # (B, T, d_model)
+
+    def forward(self, resid_pre: torch.Tensor) -> torch.Tensor:
+        resid_pre = self.hook_resid_pre(resid_pre)
+        attn_out = self.hook_attn_out(self.attn(self.attn_norm(resid_pre)))
+        resid_mid = self.hook_resid_mid(resid_pre + attn_out)
+        mlp_out = self.hook_mlp_out(self.mlp(self.mlp_norm(resid_mid)))
+        return self.hook_resid_post(resid_mid + mlp_out)
+
+
+class DeltaBackbone(nn.Module):
+    """fla's `DeltaNetModel` parameters (embeddings, layers, norm) plus the two outer hooks."""
+
+    def __init__(self, config, mixer_class: type) -> None:
+        super().__init__()
+        self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
+        self.layers = nn.ModuleList([DeltaBlock(config, i, mixer_class) for i in range(config.num_hidden_layers)])
+        self.norm = RMSNorm(config.hidden_size, eps=config.norm_eps)
+        self.hook_embed = HookPoint()  # (B, T, d_model), named "hook_embed"
+        self.hook_normalized = HookPoint()  # (B, T, d_model), named "ln_final.hook_normalized"
+
+
+def _check_supported(config) -> None:
+    unsupported = []
+    if getattr(config, "attn", None) is not None:
+        unsupported.append("hybrid softmax-attention layers (config.attn)")
+    if getattr(config, "attnres_block_size", None) is not None:
+        unsupported.append("attention residuals (config.attnres_block_size)")
+    if unsupported:
+        raise NotImplementedError(
+            "deltalens implements pure delta-rule stacks; this config asks for "
+            + " and ".join(unsupported)
+            + ". Set them to None."
+        )
+
+
+class HookedDeltaLM(LensModel, HookedRootModule):
+    """A delta-rule language model with TransformerLens hooks; weights interchangeable with fla's.
+
+    Subclasses set `mixer_class` (the token mixer) and `arch`; the config is fla's config object of
+    that architecture or its fla-free twin (models/io/configs.py, what models.build uses).
+    `model(tokens)` maps a LongTensor [B, T] to logits [B, T, vocab]. The delta rule runs on fla's
+    Triton kernels for CUDA tensors and on pure-torch (or C) kernels elsewhere.
+    """
+
+    mixer_class: type = nn.Module
+    arch: str = ""
+    settings: type = FlaSettings  # fla-free config class (its fla_model / model_type name fla's classes)
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        _check_supported(config)
+        self.config = config
+        self.model = DeltaBackbone(config, self.mixer_class)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embeddings.weight
+        self.init_weights()
+        self.setup()
+
+    # ---- construction ----------------------------------------------------------------------
+
+    def init_weights(self) -> None:
+        """fla's initialisation: N(0, initializer_range) for linear, conv and embedding weights."""
+        std = self.config.initializer_range
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+            elif hasattr(module, "reset_parameters") and not isinstance(module, HookPoint):
+                module.reset_parameters()
+
+    def setup(self) -> None:
+        """HookedRootModule.setup with TransformerLens names instead of fla's module paths.
+
+        Every module gets `.name` = lens_name(path); `mod_dict` maps those names to modules and
+        `hook_dict` the HookPoints among them, so run_with_cache keys, run_with_hooks / hooks()
+        names and `hook.name` inside hook functions are all e.g. 'blocks.0.attn.hook_beta'.
+        """
+        self.mod_dict = {}
+        self.hook_dict = {}
+        for path, module in self.named_modules():
+            if path == "":
+                continue
+            name = lens_name(path)
+            module.name = name
+            self.mod_dict[name] = module
+            if isinstance(module, HookPoint):
+                self.hook_dict[name] = module
+
+    def get_caching_hooks(
+        self,
+        names_filter=None,
+        incl_bwd: bool = False,
+        device=None,
+        remove_batch_dim: bool = False,
+        cache: Optional[dict] = None,
+        pos_slice=None,
+    ) -> tuple[dict, list, list]:
+        """HookedRootModule's caching hooks, except that `pos_slice` cuts hook_state along its
+        position axis (dim 1 of (batch, pos, head, d_k, d_v)); the generic rule would cut d_k."""
+        cache, fwd_hooks, bwd_hooks = super().get_caching_hooks(
+            names_filter, incl_bwd, device, remove_batch_dim=remove_batch_dim, cache=cache, pos_slice=pos_slice
+        )
+        positions = Slice.unwrap(pos_slice)
+
+        def save_state(tensor: torch.Tensor, hook: HookPoint, is_backward: bool = False) -> None:
+            stored = tensor.detach().to(device)
+            if remove_batch_dim:
+                stored = drop_batch_dim(stored)
+            cache[hook.name + ("_grad" if is_backward else "")] = positions.apply(stored, dim=-4)
+
+        def swap(hooks: list, is_backward: bool) -> list:
+            return [
+                (name, partial(save_state, is_backward=is_backward) if name.endswith("hook_state") else fn)
+                for name, fn in hooks
+            ]
+
+        return cache, swap(fwd_hooks, False), swap(bwd_hooks, True)
+
+    # ---- shape helpers ---------------------------------------------------------------------
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        return self.model.layers
+
+    @property
+    def n_layers(self) -> int:
+        return self.config.num_hidden_layers
+
+    @property
+    def n_heads(self) -> int:
+        """Heads of the recurrence (Gated DeltaNet: its value heads, num_v_heads)."""
+        return self.model.layers[0].attn.num_heads if self.n_layers else self.config.num_heads
+
+    @property
+    def d_model(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def d_k(self) -> int:
+        """Key (and query) dimension per head."""
+        return self.model.layers[0].attn.head_k_dim if self.n_layers else 0
+
+    @property
+    def d_v(self) -> int:
+        """Value dimension per head."""
+        return self.model.layers[0].attn.head_v_dim if self.n_layers else 0
+
+    @property
+    def cfg(self) -> SimpleNamespace:
+        """TransformerLens-style summary (n_layers, n_heads, d_model, d_k, d_v, d_vocab, ...)."""
+        return SimpleNamespace(
+            model_type=self.arch,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            d_model=self.d_model,
+            d_k=self.d_k,
+            d_v=self.d_v,
+            d_head=self.d_v,
+            d_vocab=self.config.vocab_size,
+            allow_neg_eigval=self.config.allow_neg_eigval,
+            device=self.device,
+            state_norm_every=self.state_norm_every,
+            n_factors=self.n_factors,
+            gated=self.gated,
+        )
+
+    @property
+    def n_factors(self) -> int:
+        """Householder factors per token, n_h (1 except in DeltaProduct)."""
+        return getattr(self.model.layers[0].attn, "n_factors", 1) if self.n_layers else 1
+
+    @property
+    def gated(self) -> bool:
+        """True when the state decays by a gate alpha_t = exp(g_t) (hook_gate)."""
+        return bool(getattr(self.model.layers[0].attn, "use_decay", False)) if self.n_layers else False
+
+    @property
+    def state_norm_every(self) -> int:
+        """Tokens between state renormalisations (deltalens extension; 0 = plain DeltaNet)."""
+        return getattr(self.model.layers[0].attn, "state_norm_every", 0) if self.n_layers else 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    # ---- forward ---------------------------------------------------------------------------
+
+    def forward(self, tokens: torch.Tensor, return_type: Optional[str] = "logits") -> Any:
+        """tokens [B, T] (LongTensor) -> logits [B, T, vocab].
+
+        return_type: "logits" (default), "loss" (mean next-token cross-entropy), "both"
+        ((logits, loss)) or None (run for the hooks only; returns None).
+        """
+        if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.long, torch.int, torch.int32):
+            raise TypeError(
+                f"{type(self).__name__} takes token ids as an integer tensor [batch, pos]; encode text with the "
+                "task's tokenizer first."
+            )
+        if tokens.ndim == 1:
+            tokens = tokens[None]
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}.")
+        if return_type not in ("logits", "loss", "both", None):
+            raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}.")
+        tokens = tokens.to(self.device)
+
+        x = self.model.hook_embed(self.model.embeddings(tokens))  # (B, T, d_model)
+        for block in self.model.layers:
+            x = block(x)
+        x = self.model.hook_normalized(self.model.norm(x))
+        if return_type is None:
+            return None
+        logits = self.lm_head(x)  # (B, T, vocab)
+        if return_type == "logits":
+            return logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
+        return loss if return_type == "loss" else (logits, loss)
+
+    # ---- interventions ---------------------------------------------------------------------
+
+    def _mixers(self, layer: Optional[int]) -> list[nn.Module]:
+        if layer is None:
+            return [block.attn for block in self.model.layers]
+        if not -self.n_layers <= layer < self.n_layers:
+            raise IndexError(f"layer {layer} is out of range for a model with {self.n_layers} layers.")
+        return [self.model.layers[layer].attn]
+
+    def set_beta_range(
+        self,
+        layer: Optional[int],
+        head: Union[int, Sequence[int], None],
+        lo: float,
+        hi: float,
+        factor: Union[int, Sequence[int], None] = None,
+    ) -> None:
+        """beta = lo + (hi - lo) * sigmoid(b_proj(x)) for that layer and head (None = all of them).
+
+        E.g. set_beta_range(11, 3, 0.0, 1.0) takes head 3 of layer 11 from [0, 2] back to [0, 1].
+        `factor` picks Householder factors of a DeltaProduct (None = all). lo and hi are buffers
+        outside the state_dict; `reset_beta_range()` restores the config's.
+        """
+        for mixer in self._mixers(layer):
+            if factor is None:
+                mixer.set_beta_range(lo, hi, head)
+            elif not getattr(mixer, "factor_axis", False):
+                raise DeltalensError(f"{type(self).__name__} applies one factor per token; pass factor=None.")
+            else:
+                mixer.set_beta_range(lo, hi, head, factor=factor)
+
+    def reset_beta_range(self, layer: Optional[int] = None) -> None:
+        """Restore [0, 2] (allow_neg_eigval) or [0, 1] for one layer or, by default, all layers."""
+        for mixer in self._mixers(layer):
+            mixer.reset_beta_range()
+
+    def beta_range(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(lo, hi), each [n_heads] ([n_heads, n_factors] for a DeltaProduct), of one layer."""
+        mixer = self._mixers(layer)[0]
+        return mixer.beta_lo.clone(), mixer.beta_hi.clone()
+
+    @contextmanager
+    def state_edit(self, layer: int, edit: Callable[[int, torch.Tensor], torch.Tensor]) -> Iterator[HookedDeltaLM]:
+        """Within the block, layer `layer` runs the reference recurrence with S_t := edit(t, S_t).
+
+        edit gets t and S_t [batch, head, d_k, d_v] after every token (after all of a DeltaProduct's
+        factors) and returns the state the recurrence continues from (token by token, so slower
+        than the chunked kernel).
+        """
+        mixer = self._mixers(layer)[0]
+        previous, mixer.state_edit = mixer.state_edit, edit
+        try:
+            yield self
+        finally:
+            mixer.state_edit = previous
+
+    def set_kernel(self, use_fla: Optional[bool] = None, chunk_size: int = 64) -> None:
+        """Choose the delta-rule kernel: use_fla None (auto: fla on CUDA), True, or False (torch)."""
+        for mixer in self._mixers(None):
+            mixer.use_fla = use_fla
+            mixer.chunk_size = chunk_size
+
+    # ---- fla / HF interchange ----------------------------------------------------------------
+
+    @classmethod
+    def from_fla(cls, fla_model: nn.Module) -> HookedDeltaLM:
+        """This class with the weights of fla's model (`DeltaNetForCausalLM` for HookedDeltaNet, ...)."""
+        model = cls(fla_model.config)
+        model.load_state_dict(fla_model.state_dict())
+        return model.to(next(fla_model.parameters()).device)
+
+    def to_fla(self) -> nn.Module:
+        """fla's model (`fla.models.DeltaNetForCausalLM` for HookedDeltaNet, ...) with these weights."""
+        fla_model = fla_class(self.settings.fla_model)(to_fla_config(self.config))
+        fla_model.load_state_dict(self.state_dict())
+        return fla_model.to(self.device)
+
+    def save_pretrained(self, save_directory: Union[str, os.PathLike], extra_config: Optional[dict] = None) -> None:
+        """Write `config.json` + `model.safetensors` that fla's `from_pretrained` loads.
+
+        extra_config: extra top-level keys for config.json (e.g. {"deltalens": {...}}); they must
+        not shadow a field of fla's config. HF keeps unknown keys as config attributes, so fla's
+        `*ForCausalLM.from_pretrained` still loads the directory. Each file is written
+        atomically (temp file + rename). As with HF, a tied lm_head.weight is not stored.
+        """
+        directory = Path(save_directory)
+        directory.mkdir(parents=True, exist_ok=True)
+
+        config = self.config.to_dict()
+        if extra_config:
+            reserved = set(type(self.config)().to_dict()) | {"architectures", "model_type", "dtype", "torch_dtype"}
+            clash = sorted(set(extra_config) & reserved)
+            if clash:
+                raise ValueError(
+                    f"extra_config keys {clash} would overwrite {self.settings.fla_config} fields; nest them under "
+                    "your own key, e.g. extra_config={'deltalens': {...}}."
+                )
+            config.update(extra_config)
+        config["architectures"] = [self.settings.fla_model]
+        config["model_type"] = self.settings.model_type
+        config["dtype"] = str(self.lm_head.weight.dtype).replace("torch.", "")
+
+        tensors = {}
+        for key, value in self.state_dict().items():
+            if key == "lm_head.weight" and self.config.tie_word_embeddings:
+                continue  # shares storage with model.embeddings.weight; HF re-ties on load
+            tensors[key] = value.detach().to("cpu").contiguous()
+
+        def write_config(tmp: str) -> None:
+            with open(tmp, "w") as f:
+                json.dump(config, f, indent=2, sort_keys=True)
+                f.write("\n")
+
+        write_atomic(directory / WEIGHTS_NAME, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+        write_atomic(directory / CONFIG_NAME, write_config)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: Union[str, os.PathLike],
+        device: Union[str, torch.device, None] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> HookedDeltaLM:
+        """Load a directory written by this class's or fla's `save_pretrained` (safetensors only).
+
+        The one loader, models/checkpoint.py, reads it; extra keys in config.json (e.g.
+        "deltalens") stay on `model.config` as attributes, as HF does.
+        """
+        model = load_checkpoint(directory)
+        if not isinstance(model, cls):
+            raise DeltalensError(f"{directory} holds a {type(model).__name__}, not a {cls.__name__}.")
+        for key, value in read_config_json(directory).items():
+            if not hasattr(model.config, key):
+                setattr(model.config, key, value)
+        if dtype is not None:
+            model = model.to(dtype)
+        if device is not None:
+            model = model.to(device)
+        return model

@@ -1,0 +1,186 @@
+"""Hook names for the delta-rule family: TransformerLens-style names over fla's module tree.
+
+HookedDeltaNet's modules (and HookedGatedDeltaNet's, HookedDeltaProduct's) sit where fla's
+DeltaNetForCausalLM has them (model.embeddings,
+model.layers.{l}.attn, model.norm, lm_head) so that state_dicts are interchangeable. Its hooks and
+`mod_dict` keys use TransformerLens's vocabulary instead (blocks.{l}.attn.hook_q, ...).
+`lens_name` maps a module path to that name; `deltanet_hook_names` lists the hooks of an n-layer
+model in forward order; `act_name("beta", 0)` is TransformerLens's `get_act_name` for our names,
+on every architecture (`ACT_NAMES` says which short names each one has).
+
+    hook_embed                      (batch, pos, d_model)      token embedding
+    blocks.{l}.hook_resid_pre       (batch, pos, d_model)
+    blocks.{l}.attn.hook_q          (batch, pos, head, d_k)    after conv, activation and L2 norm
+    blocks.{l}.attn.hook_k          (batch, pos, head, d_k)    (scale K**-0.5 is applied later)
+    blocks.{l}.attn.hook_v          (batch, pos, head, d_v)
+    blocks.{l}.attn.hook_beta_logit (batch, pos, head)         b_proj(x); absent if use_beta=False
+    blocks.{l}.attn.hook_beta       (batch, pos, head)         lo + (hi - lo) * sigmoid(logit)
+    blocks.{l}.attn.hook_gate       (batch, pos, head)         decay alpha_t in (0, 1] (gated models)
+    blocks.{l}.attn.hook_state      (batch, pos, head, d_k, d_v)  S_t after token t (on demand)
+    blocks.{l}.attn.hook_z          (batch, pos, head, d_v)    delta-rule output o_t, before o_norm
+    blocks.{l}.hook_attn_out        (batch, pos, d_model)      mixer output after o_proj
+    blocks.{l}.hook_resid_mid       (batch, pos, d_model)
+    blocks.{l}.hook_mlp_out         (batch, pos, d_model)
+    blocks.{l}.hook_resid_post      (batch, pos, d_model)
+    ln_final.hook_normalized        (batch, pos, d_model)      final RMSNorm output
+
+DeltaProduct adds a factor axis (n_h) where a token has one value per Householder factor:
+hook_k (batch, pos, head, factor, d_k), hook_v (..., factor, d_v), hook_beta_logit and hook_beta
+(batch, pos, head, factor).
+"""
+
+from __future__ import annotations
+
+from deltalens.core.errors import DeltalensError
+
+__all__ = ["ACT_NAMES", "ATTN_HOOKS", "BLOCK_HOOKS", "act_name", "deltanet_hook_names", "lens_name"]
+
+ATTN_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_beta_logit", "hook_beta", "hook_gate", "hook_state", "hook_z")
+BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
+
+# Exact renames first, then prefix renames (fla module path -> TransformerLens name).
+_EXACT = {
+    "model.hook_embed": "hook_embed",
+    "model.hook_normalized": "ln_final.hook_normalized",
+    "model.embeddings": "embed",
+    "model.norm": "ln_final",
+    "model.layers": "blocks",
+    "lm_head": "unembed",
+}
+_PREFIX = (("model.layers.", "blocks."),)
+
+
+def lens_name(module_path: str) -> str:
+    """fla module path -> TransformerLens-style name ('model.layers.0.attn.hook_q' -> 'blocks.0.attn.hook_q')."""
+    if module_path in _EXACT:
+        return _EXACT[module_path]
+    for old, new in _PREFIX:
+        if module_path.startswith(old):
+            return new + module_path[len(old) :]
+    return module_path
+
+
+def deltanet_hook_names(n_layers: int, use_beta: bool = True, gated: bool = False) -> list[str]:
+    """Every hook name of an n-layer delta-rule model, in the order the forward pass fires them
+    (DeltaNet: use_beta from its config; gated: Gated DeltaNet, or a DeltaProduct with a forget gate)."""
+    names = ["hook_embed"]
+    for layer in range(n_layers):
+        attn = [h for h in ATTN_HOOKS if (use_beta or h != "hook_beta_logit") and (gated or h != "hook_gate")]
+        names += [f"blocks.{layer}.hook_resid_pre"]
+        names += [f"blocks.{layer}.attn.{h}" for h in attn]
+        names += [f"blocks.{layer}.{h}" for h in BLOCK_HOOKS[1:]]
+    names.append("ln_final.hook_normalized")
+    return names
+
+
+# short name -> where it lives: "" (one per model), "block" (blocks.{l}.hook_x), "attn" (blocks.{l}.attn.hook_x)
+_SITES = {
+    "embed": "",
+    "pos_embed": "",
+    "normalized": "",
+    "resid_pre": "block",
+    "resid_mid": "block",
+    "resid_post": "block",
+    "attn_out": "block",
+    "mlp_out": "block",
+    "hidden": "block",
+    "cell": "block",
+    "q": "attn",
+    "k": "attn",
+    "v": "attn",
+    "z": "attn",
+    "beta_logit": "attn",
+    "beta": "attn",
+    "state": "attn",
+    "gate": "attn",
+    "pattern": "attn",
+    "attn_scores": "attn",
+}
+_GLOBAL = {"embed": "hook_embed", "pos_embed": "hook_pos_embed", "normalized": "ln_final.hook_normalized"}
+# the short names each architecture has a hook for (pos_embed: a Transformer with learned positions only)
+ACT_NAMES = {
+    "deltanet": (
+        "embed",
+        "resid_pre",
+        "q",
+        "k",
+        "v",
+        "beta_logit",
+        "beta",
+        "state",
+        "z",
+        "attn_out",
+        "resid_mid",
+        "mlp_out",
+        "resid_post",
+        "normalized",
+    ),
+    "gated_deltanet": (
+        "embed",
+        "resid_pre",
+        "q",
+        "k",
+        "v",
+        "beta_logit",
+        "beta",
+        "gate",
+        "state",
+        "z",
+        "attn_out",
+        "resid_mid",
+        "mlp_out",
+        "resid_post",
+        "normalized",
+    ),
+    "deltaproduct": (
+        "embed",
+        "resid_pre",
+        "q",
+        "k",
+        "v",
+        "beta_logit",
+        "beta",
+        "gate",
+        "state",
+        "z",
+        "attn_out",
+        "resid_mid",
+        "mlp_out",
+        "resid_post",
+        "normalized",
+    ),  # gate: with use_forget_gate
+    "transformer": (
+        "embed",
+        "resid_pre",
+        "q",
+        "k",
+        "v",
+        "attn_scores",
+        "pattern",
+        "z",
+        "attn_out",
+        "resid_mid",
+        "mlp_out",
+        "resid_post",
+        "normalized",
+    ),
+    "lstm": ("embed", "hidden", "cell", "normalized"),
+}
+
+
+def act_name(name: str, layer: int | None = None) -> str:
+    """A hook's full name from its short name: act_name("beta", 0) -> "blocks.0.attn.hook_beta".
+
+    Short names are those of `ACT_NAMES` (with or without "hook_"); a full name passes through.
+    """
+    if "." in name or name in _GLOBAL.values():
+        return name
+    short = name.removeprefix("hook_")
+    site = _SITES.get(short)
+    if site is None:
+        raise DeltalensError(f"unknown activation {name!r}; use a full hook name or one of {', '.join(_SITES)}.")
+    if site == "":
+        return _GLOBAL[short]
+    if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+        raise DeltalensError(f"{short!r} has one hook per layer: give the layer, e.g. act_name({short!r}, 0).")
+    return f"blocks.{layer}.attn.hook_{short}" if site == "attn" else f"blocks.{layer}.hook_{short}"

@@ -1,0 +1,807 @@
+"""`deltalens reproduce`: sweep file, cell configs, resumable cells, claims, report and figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import plotly.io
+import pytest
+
+import deltalens.training.grid as sweep_module
+from deltalens.cli.main import main
+from deltalens.core.errors import DeltalensError
+from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, evaluate_claims
+from deltalens.reports.reproduce import write_report
+from deltalens.training.config import load_config
+from deltalens.training.grid import (
+    Cell,
+    CellStatus,
+    SearchRun,
+    Thresholds,
+    cell_config,
+    choose_lrs,
+    load_sweep,
+    read_results,
+    read_search,
+    run_cell,
+    with_choices,
+)
+from deltalens.training.loop import LAST, TRAINER_STATE, RunLock
+
+REPO = Path(__file__).resolve().parents[2]
+
+TINY = """
+[sweep]
+steps = {steps}
+eval_multiples = [1, 2, 4]
+eval_traces = 8
+
+[[grid]]
+groups = ["S3"]
+archs = ["deltanet-neg", "lstm"]
+spacings = [1, 2]
+tokenizer = "statement"
+
+[task]
+actions = [4, 4]
+reveal = "mixed"
+
+[optim]
+lr = 3e-3
+warmup_steps = 1
+batch_size = 4
+
+[run]
+eval_every = 0
+eval_traces = 8
+checkpoint_every = 1
+threads = 1
+
+[models.deltanet-neg]
+arch = "deltanet"
+hidden_size = 32
+num_hidden_layers = 1
+num_heads = 2
+allow_neg_eigval = true
+
+[models.lstm]
+arch = "lstm"
+d_model = 32
+n_layers = 1
+"""
+
+CELLS = [
+    "s3-deltanet-neg-statement-k1-s0",
+    "s3-deltanet-neg-statement-k2-s0",
+    "s3-lstm-statement-k1-s0",
+    "s3-lstm-statement-k2-s0",
+]
+
+
+def tiny_sweep(tmp_path, steps: int = 3) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY.format(steps=steps))
+    return path
+
+
+def cli(tmp_path, *extra: str) -> int:
+    return main(
+        [
+            "reproduce",
+            "--sweep",
+            str(tmp_path / "tiny.toml"),
+            "--results",
+            str(tmp_path / "results"),
+            "--out",
+            str(tmp_path / "reports"),
+            "--runs",
+            str(tmp_path / "runs"),
+            "--no-progress",
+            "--no-pfsa",
+            *extra,
+        ]
+    )
+
+
+def test_paper_sweep_has_every_cell_the_search_and_the_shipped_task():
+    sweep = load_sweep(REPO / "sweep" / "paper.toml")
+    names = [c.name for c in sweep.cells]
+    assert len(names) == (2 * 4 * 3 + 2) * 3 == len(set(names))  # every cell with seeds 0, 1, 2
+    assert "s5-deltanet-pos-statement-k8-s2" in names and "s3-transformer-code-k4-s0" in names
+    assert "s3-transformer-code-k1-s0" not in names  # code cells at spacing 4 only
+    searches = read_search(sweep, REPO / "reports" / "sweep")
+    assert len(searches) == 2 * 4 * 2 and all(s.result is not None for s in searches)  # committed search results
+    chosen = choose_lrs(sweep, searches)
+    assert set(chosen) == {(g, a) for g in ("S3", "S5") for a in sweep.models} and set(chosen.values()) <= {1e-3, 3e-3}
+    with pytest.raises(DeltalensError, match="no learning rate chosen yet"):
+        cell_config(sweep.cells[0], sweep)
+    sweep = with_choices(sweep, chosen)
+    configs = [cell_config(c, sweep) for c in sweep.cells]
+    # one budget and stopping rule for all; validation traces are never the test traces (eval seed 0)
+    assert {
+        (
+            c.optim.batch_size,
+            c.optim.warmup_steps,
+            c.optim.min_lr_ratio,
+            c.run.validation_seed,
+            c.run.early_stop_accuracy,
+        )
+        for c in configs
+    } == {(32, 100, 0.1, 1, 0.999)}
+    # DeltaNet's budget, and the baselines' own (they were still improving at 4000 steps)
+    assert {(cell.arch, c.run.steps) for c, cell in zip(configs, sweep.cells)} == {
+        ("deltanet-neg", 4000),
+        ("deltanet-pos", 4000),
+        ("transformer", 8000),
+        ("lstm", 8000),
+    }
+    assert {c.run.seed for c in configs} == {0, 1, 2}
+    assert all(c.optim.lr == chosen[(cell.group, cell.arch)] for c, cell in zip(configs, sweep.cells))
+    # the k = 4 cells train the shipped checkpoints' task and model (the curriculum scaled to the budget)
+    for shipped, cell in [
+        ("s3-deltanet-neg-statement", Cell("S3", "deltanet-neg", 4, "statement")),
+        ("s5-deltanet-pos-statement", Cell("S5", "deltanet-pos", 4, "statement")),
+        ("s3-transformer-code", Cell("S3", "transformer", 4, "code")),
+    ]:
+        shipped_config = load_config(REPO / "checkpoints" / shipped / "train.toml").to_dict()
+        ours = cell_config(cell, sweep).to_dict()
+        assert ours["model"] == shipped_config["model"]
+        assert {k: v for k, v in ours["task"].items() if k != "spacing_schedule"} == {
+            k: v for k, v in shipped_config["task"].items() if k != "spacing_schedule"
+        }
+    k8 = cell_config(Cell("S5", "deltanet-pos", 8, "statement"), sweep).task
+    assert k8.spacing_schedule == [[0, 1, 1], [1500, 1, 8], [2500, 8, 8]] and k8.eval_spacing == 8
+    assert cell_config(Cell("S5", "lstm", 8, "statement"), sweep).task.spacing_schedule == [
+        [0, 1, 1],
+        [3000, 1, 8],
+        [5000, 8, 8],
+    ]
+    assert cell_config(Cell("S3", "lstm", 1, "statement"), sweep).task.spacing_schedule == [[0, 1, 1]]
+
+
+def test_tiny_sweep_end_to_end_then_nothing_is_retrained(tmp_path, monkeypatch, capsys):
+    tiny_sweep(tmp_path)
+    assert cli(tmp_path) == 0
+    results = tmp_path / "results"
+    assert sorted(p.name for p in results.iterdir()) == sorted(f"{c}.json" for c in CELLS)  # no temp files left
+    record = json.loads((results / "s3-lstm-statement-k2-s0.json").read_text())
+    assert record["steps"] == 3 and record["config"]["task"]["eval_spacing"] == 2
+    assert record["config"]["task"]["spacing_schedule"] == [[0, 1, 1], [1, 1, 2], [2, 2, 2]]
+    assert [r["actions"] for r in record["eval"]["lengths"]] == [4, 8, 16]
+    assert record["eval"]["reveal"] == "one" and all(0 <= r["reveal_accuracy"] <= 1 for r in record["eval"]["lengths"])
+    md = (tmp_path / "reports" / "reproduce.md").read_text()
+    assert "**4 of 4 runs measured**" in md
+    assert "### S3, statement tokenizer" in md and "| architecture | k=1 | k=2 |" in md
+    for label in ("| DeltaNet β∈[0,2] |", "| LSTM |"):
+        row = next(line for line in md.splitlines() if line.startswith(label))
+        assert row.count("<br>") == 4 and "not run" not in row  # 1x / 2x / 4x in both spacing columns
+    assert "## Training time" in md and "| s3-lstm-statement-k2 | 3: " in md
+    assert "DeltaNet β∈[0,2] learns to track with sparse reveals | S3 statement |" in md
+    assert "the Transformer needs dense reveals" not in md  # the sweep has no Transformer: no claim about it
+    assert "## Architectures" in md and "| `lstm` | LSTM | d_model=32, n_layers=1 | hidden, cell |" in md
+    figures = tmp_path / "reports" / "figures"
+    for name in ("accuracy_vs_spacing", "accuracy_vs_length"):
+        html = (figures / f"{name}.html").read_text()
+        assert "plotly" in html and "LSTM" in html
+        # a PNG is either written or listed as missing, never silently absent
+        assert (figures / f"{name}.png").is_file() or f"figures/{name}.png" in md.split("Missing PNGs:")[-1]
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished cell was retrained")
+
+    monkeypatch.setattr(sweep_module, "train", no_training)
+    monkeypatch.setattr(sweep_module, "evaluate_lengths", no_training)
+    before = {p.name: p.read_text() for p in results.iterdir()}
+    capsys.readouterr()
+    assert cli(tmp_path) == 0
+    assert "trained 0 run(s)" in capsys.readouterr().out
+    assert {p.name: p.read_text() for p in results.iterdir()} == before
+
+    # a missing result: --no-train reports it, --only trains just that cell
+    (results / "s3-lstm-statement-k1-s0.json").unlink()
+    assert cli(tmp_path, "--no-train") == 0
+    md = (tmp_path / "reports" / "reproduce.md").read_text()
+    assert "not run (not trained yet)" in md and "`s3-lstm-statement-k1-s0`: no result file" in md
+    monkeypatch.undo()
+    trained = []
+    real_run_cell = sweep_module.run_cell
+
+    def counting(cell, *args, **kwargs):
+        trained.append(cell.name)
+        return real_run_cell(cell, *args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "run_cell", counting)
+    assert cli(tmp_path, "--only", "s3-lstm-*", "s3-nothing") == 0
+    assert trained == ["s3-lstm-statement-k1-s0"]  # its finished run was evaluated again, not retrained
+    assert "**4 of 4 runs measured**" in (tmp_path / "reports" / "reproduce.md").read_text()
+
+    # another budget: the old results no longer count
+    assert cli(tmp_path, "--no-train", "--steps", "5") == 0
+    md = (tmp_path / "reports" / "reproduce.md").read_text()
+    assert "**0 of 4 runs measured**" in md and "is from a 3-step run, the sweep asks for 5 steps" in md
+
+
+def test_killed_cell_resumes_from_its_run(tmp_path, monkeypatch):
+    sweep = load_sweep(tiny_sweep(tmp_path, steps=4))
+    cell = sweep.cells[0]
+    real_train = sweep_module.train
+    calls = []
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_step_3(step, loss):
+        if step == 3:
+            raise Killed
+
+    def train(config, run_dir, resume=False, progress=True):
+        calls.append(resume)
+        return real_train(
+            config, run_dir, resume=resume, progress=progress, on_step=kill_at_step_3 if len(calls) == 1 else None
+        )
+
+    monkeypatch.setattr(sweep_module, "train", train)
+    with pytest.raises(Killed):
+        run_cell(cell, sweep, tmp_path / "runs", tmp_path / "results", progress=False)
+    assert not (tmp_path / "results").exists()
+    [run_dir] = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / LAST / TRAINER_STATE).read_text())["step"] == 2
+    record = run_cell(cell, sweep, tmp_path / "runs", tmp_path / "results", progress=False)
+    assert calls == [False, True] and record["steps"] == 4
+    assert read_results(sweep, tmp_path / "results")[0].result == json.loads(json.dumps(record))
+
+
+def result(arch: str, k: int, accs: list[float], group: str = "S3", tokenizer: str = "statement") -> dict:
+    """A hand-made result file: reveal accuracy at 1x, 2x, 4x (16 actions)."""
+    lengths = [{"actions": 16 * m, "x_train": float(m), "reveal_accuracy": a} for m, a in zip((1, 2, 4), accs)]
+    return {"group": group, "arch": arch, "spacing": k, "tokenizer": tokenizer, "eval": {"lengths": lengths}}
+
+
+def verdicts(results, **thresholds) -> dict[str, str]:
+    return {c.key: c.verdict for c in evaluate_claims(results, Thresholds(**thresholds))}
+
+
+def test_claims_follow_the_thresholds():
+    paper_like = [
+        result("deltanet-neg", 1, [1.0, 1.0, 0.99]),
+        result("deltanet-neg", 4, [0.99, 0.98, 0.95]),
+        result("deltanet-neg", 8, [0.95, 0.94, 0.93]),
+        result("deltanet-pos", 1, [0.97, 0.6, 0.4]),
+        result("deltanet-pos", 4, [0.5, 0.4, 0.35]),
+        result("deltanet-pos", 8, [0.4, 0.4, 0.35]),
+        result("transformer", 1, [0.99, 0.5, 0.3]),
+        result("transformer", 4, [0.6, 0.4, 0.3]),
+        result("transformer", 8, [0.45, 0.4, 0.3]),
+        result("lstm", 4, [1.0, 1.0, 1.0]),
+    ]
+    assert set(verdicts(paper_like).values()) == {HOLDS}
+    claims = evaluate_claims(paper_like)
+    assert len(claims) == 5 and {c.setting for c in claims} == {"S3 statement"}
+    sparse = next(c for c in claims if c.key == "neg-sparse")
+    assert sparse.evidence == "1x: k=4: 0.990, k=8: 0.950"
+    # the same numbers against a stricter threshold: DeltaNet [0,2] at k=8 no longer counts as learned
+    strict = verdicts(paper_like, learned=0.97, extrapolates=0.9)
+    assert strict["neg-sparse"] == DOES_NOT_HOLD and strict["neg-extrapolates"] == HOLDS
+
+    opposite = [
+        result("deltanet-neg", 4, [0.99, 0.7, 0.5]),  # learns, but does not extrapolate
+        result("deltanet-pos", 4, [0.95, 0.9, 0.9]),  # [0,1] succeeds
+        result("transformer", 1, [0.99, 0.99, 0.99]),
+        result("transformer", 4, [0.98, 0.97, 0.95]),
+    ]
+    assert verdicts(opposite) == {
+        "neg-sparse": HOLDS,
+        "neg-extrapolates": DOES_NOT_HOLD,
+        "pos-fails": DOES_NOT_HOLD,
+        "transformer-dense": DOES_NOT_HOLD,
+        "transformer-no-extrapolation": DOES_NOT_HOLD,
+    }
+
+    # results, but not the ones a claim needs: no sparse DeltaNet cell, no dense Transformer cell
+    missing = [result("deltanet-neg", 1, [0.95, 0.9, 0.9]), result("transformer", 4, [0.5, 0.4, 0.3])]
+    assert verdicts(missing) == {
+        "neg-sparse": NOT_MEASURED,
+        "neg-extrapolates": HOLDS,
+        "pos-fails": NOT_MEASURED,
+        "transformer-dense": NOT_MEASURED,
+        "transformer-no-extrapolation": NOT_TESTABLE,
+    }
+    # a claim about the cells that learned, when none did, cannot be tested (it neither holds nor fails)
+    none_learned = [result("deltanet-neg", 1, [0.5, 0.4, 0.3]), result("deltanet-neg", 4, [0.89, 0.4, 0.3])]
+    claim = next(c for c in evaluate_claims(none_learned) if c.key == "neg-extrapolates")
+    assert claim.verdict == NOT_TESTABLE and claim.evidence.endswith("1x: k=1: 0.500, k=4: 0.890")
+    # one that learned but was never evaluated beyond 1x is still waiting to be measured
+    short = [
+        {
+            **result("deltanet-neg", 4, [0.95, 0.4, 0.3]),
+            "eval": {"lengths": [{"actions": 16, "x_train": 1, "reveal_accuracy": 0.95}]},
+        }
+    ]
+    assert verdicts(short)["neg-extrapolates"] == NOT_MEASURED
+    # claims are judged per setting: S5 results do not vouch for S3
+    per_setting = evaluate_claims([result("deltanet-neg", 4, [1, 1, 1], group="S5"), result("lstm", 4, [1, 1, 1])])
+    assert {(c.setting, c.key): c.verdict for c in per_setting if c.key == "neg-sparse"} == {
+        ("S5 statement", "neg-sparse"): HOLDS,
+        ("S3 statement", "neg-sparse"): NOT_MEASURED,
+    }
+    assert evaluate_claims([]) == []
+    nothing = evaluate_claims([], settings=["S5 statement"])
+    assert len(nothing) == 5 and {(c.setting, c.verdict) for c in nothing} == {("S5 statement", NOT_MEASURED)}
+
+
+def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, capsys):
+    sweep = load_sweep(tiny_sweep(tmp_path))
+    statuses = [CellStatus(c, short="not trained yet", reason="no result file") for c in sweep.cells]
+    statuses[1].result = {**result("deltanet-neg", 2, [0.95, 0.9, 0.8]), "wall_time_s": 60.0}
+    stale = tmp_path / "reports" / "figures" / "accuracy_vs_length.png"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"an old figure")
+
+    def no_browser(*args, **kwargs):
+        raise RuntimeError("\n\nKaleido requires Google Chrome to be installed.\n\n    $ plotly_get_chrome\n")
+
+    monkeypatch.setattr(plotly.io, "write_image", no_browser)
+    report = write_report(sweep, statuses, tmp_path / "reports")
+    assert "\n" not in report.png_error and "plotly_get_chrome" in report.png_error
+    assert all(f.html.is_file() for f in report.figures)
+    assert (report.figures[0].png is None) and (report.figures[1].png == stale and report.figures[1].png_stale)
+    assert stale.read_bytes() == b"an old figure"  # a PNG this run cannot regenerate is never deleted
+    assert (tmp_path / "reports" / "figures" / "plotly.min.js").is_file()  # the HTML figures work offline
+    html = report.figures[0].html.read_text()
+    assert 'src="plotly.min.js"' in html and "cdn.plot.ly" not in html
+    md = report.markdown.read_text()
+    assert "Missing PNGs: figures/accuracy_vs_spacing.png. PNG export needs" in md
+    assert (
+        "PNGs kept from an earlier run (they may show older numbers than the HTML figures): "
+        "figures/accuracy_vs_length.png" in md
+    )
+    assert "**1 of 4 runs measured**" in md and "| 1x: 0.950<br>2x: 0.900<br>4x: 0.800 |" in md
+    assert md.count("not run (not trained yet)") == 3
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (None, "does not exist"),
+        ("[sweep\nsteps = 3", "not valid TOML"),
+        (
+            TINY.format(steps=3).replace('archs = ["deltanet-neg", "lstm"]', 'archs = ["mamba"]'),
+            "arch 'mamba' has no [models.mamba]",
+        ),
+        (TINY.format(steps=3).replace("[run]", "[run]\nsteps = 9"), "may not set steps"),
+        (TINY.format(steps=3).replace('groups = ["S3"]', 'groups = ["Q7"]'), "cell q7-deltanet-neg-statement-k1-s0"),
+        (
+            TINY.format(steps=3).replace(
+                "eval_traces = 8\n\n[[grid]]", "eval_traces = 8\nvalidation_seed = 0\n\n[[grid]]"
+            ),
+            "validation_seed must differ from eval_seed",
+        ),
+        (TINY.format(steps=0), "steps must be an integer >= 1"),
+        (
+            TINY.format(steps=3).replace(
+                "eval_traces = 8\n\n[[grid]]", "eval_traces = 8\nsteps_by_arch = { mamba = 5 }\n\n[[grid]]"
+            ),
+            "['mamba'] have no [models] table",
+        ),
+        (TINY.format(steps=3).replace("[task]", "[search]\nlrs = [1e-3, 0.001]\n\n[task]"), "lrs repeat a value"),
+        (
+            TINY.format(steps=3).replace(
+                "eval_traces = 8\n\n[[grid]]", "eval_traces = 8\nearly_stop_accuracy = 0.9\n\n[[grid]]"
+            ),
+            "each run's own seed",
+        ),
+    ],
+    ids=[
+        "missing",
+        "malformed",
+        "unknown-arch",
+        "run-steps",
+        "unknown-group",
+        "validation-is-test",
+        "zero-steps",
+        "budget-of-unknown-arch",
+        "repeated-lr",
+        "own-seed-is-the-test-seed",
+    ],
+)
+def test_bad_sweep_file_is_one_clear_line(tmp_path, capsys, text, message):
+    if text is not None:
+        (tmp_path / "tiny.toml").write_text(text)
+    assert cli(tmp_path, "--no-train") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("deltalens: error: ") and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "reports").exists()
+    with pytest.raises(DeltalensError):
+        load_sweep(tmp_path / "tiny.toml")
+
+
+def test_bad_model_table_stops_before_any_training(tmp_path, capsys, monkeypatch):
+    (tmp_path / "tiny.toml").write_text(TINY.format(steps=3).replace("d_model = 32", "d_modle = 32"))
+    monkeypatch.setattr(sweep_module, "train", lambda *a, **k: pytest.fail("trained despite a broken [models] table"))
+    assert cli(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("deltalens: error: sweep file") and "[models.lstm]" in err and err.count("\n") == 1, err
+
+
+def test_interrupt_still_writes_the_report(tmp_path, capsys, monkeypatch):
+    tiny_sweep(tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_module, "run_cell", interrupted)
+    assert cli(tmp_path) == 130
+    assert "rerun `deltalens reproduce` to resume" in capsys.readouterr().err
+    md = (tmp_path / "reports" / "reproduce.md").read_text()
+    assert "not run (interrupted)" in md and md.count("not run (not trained yet)") == 3
+
+
+def test_claims_need_the_seed_mean_and_two_of_three_seeds():
+    def seeds(arch, k, per_seed):
+        return [{**result(arch, k, accs), "seed": i} for i, accs in enumerate(per_seed)]
+
+    dense = seeds("transformer", 1, [[0.95, 0.5, 0.3]] * 3)
+    # mean at k=4 is 0.85 < 0.9 but one seed learned: "needs dense reveals" holds for 2 of 3 seeds
+    two_of_three = dense + seeds("transformer", 4, [[0.95, 0.5, 0.3], [0.8, 0.5, 0.3], [0.8, 0.5, 0.3]])
+    claim = next(c for c in evaluate_claims(two_of_three, seeds=3) if c.key == "transformer-dense")
+    assert claim.verdict == HOLDS and "holds for 2 of 3 seeds" in claim.evidence
+    # the mean stays below 0.9 (0.883) yet two seeds learned at k=4: only 1 of 3 seeds holds
+    one_of_three = dense + seeds("transformer", 4, [[0.95, 0.5, 0.3], [0.95, 0.5, 0.3], [0.75, 0.5, 0.3]])
+    claim = next(c for c in evaluate_claims(one_of_three, seeds=3) if c.key == "transformer-dense")
+    assert claim.verdict == DOES_NOT_HOLD and "holds for 1 of 3 seeds" in claim.evidence
+    # a cell with 2 of its 3 seeds does not count yet
+    partial = dense + seeds("transformer", 4, [[0.5, 0.5, 0.3], [0.5, 0.5, 0.3]])
+    claim = next(c for c in evaluate_claims(partial, seeds=3) if c.key == "transformer-dense")
+    assert claim.verdict == NOT_MEASURED
+    # and with the sweep's cells known, "every k > 1" waits for k = 8 too, however k = 4 came out
+    expected = {"S3 statement": {("transformer", 1), ("transformer", 4), ("transformer", 8)}}
+    claim = next(c for c in evaluate_claims(two_of_three, seeds=3, expected=expected) if c.key == "transformer-dense")
+    assert claim.verdict == NOT_MEASURED and "cells not complete yet: transformer k=8" in claim.evidence
+
+
+def test_needs_dense_reveals_is_untestable_once_the_dense_cell_failed():
+    def seeds(k, per_seed):  # one Transformer cell on S5, a result per seed
+        return [{**result("transformer", k, accs, group="S5"), "seed": i} for i, accs in enumerate(per_seed)]
+
+    def judged(results):
+        return {c.key: c for c in evaluate_claims(results, seeds=3, expected=expected)}
+
+    expected = {"S5 statement": {("transformer", 1), ("transformer", 4), ("transformer", 8)}}
+    failed = seeds(1, [[0.68, 0.5, 0.3], [0.59, 0.5, 0.3], [0.62, 0.5, 0.3]])
+    # decided by the complete k = 1 cell alone: the sparse cells (still training) cannot change it
+    claims = judged(failed)
+    assert claims["transformer-dense"].verdict == NOT_TESTABLE
+    assert "k=1 at 1x 0.630 [0.590–0.680], 0 of 3 seeds ≥ 0.9" in claims["transformer-dense"].evidence
+    assert claims["transformer-no-extrapolation"].verdict == NOT_MEASURED  # k = 4, 8 might still learn
+    # with the sparse cells in (not learning either), both are untestable rather than refuted
+    everything = failed + seeds(4, [[0.3, 0.3, 0.3]] * 3) + seeds(8, [[0.3, 0.3, 0.3]] * 3)
+    assert {key: c.verdict for key, c in judged(everything).items()} == {
+        "transformer-dense": NOT_TESTABLE,
+        "transformer-no-extrapolation": NOT_TESTABLE,
+    }
+    # a dense cell whose mean passes but where only 1 of 3 seeds learned is no baseline either
+    shaky = judged(seeds(1, [[0.99, 0.5, 0.3], [0.89, 0.5, 0.3], [0.89, 0.5, 0.3]]))["transformer-dense"]
+    assert shaky.verdict == NOT_TESTABLE and "1 of 3 seeds" in shaky.evidence
+    # a dense cell that learned leaves the verdict to the sparse cells
+    learned = judged(seeds(1, [[0.95, 0.5, 0.3]] * 3))["transformer-dense"]
+    assert learned.verdict == NOT_MEASURED and "cells not complete yet" in learned.evidence
+
+
+def test_search_runs_first_and_its_choice_configures_every_cell(tmp_path, capsys):
+    text = (
+        TINY.format(steps=4)
+        .replace("[optim]\nlr = 3e-3", "[optim]")
+        .replace("[task]", "[search]\nlrs = [1e-3, 3e-2]\neval_every = 2\n\n[task]")
+        .replace("[sweep]", "[sweep]\nvalidation_seed = 5\nseeds = [0, 1]")
+    )
+    (tmp_path / "tiny.toml").write_text(text)
+    assert cli(tmp_path, "--only", "search-*", "*-k1-s1") == 0
+    sweep = load_sweep(tmp_path / "tiny.toml")
+    searches = read_search(sweep, tmp_path / "results")
+    assert sorted(s.cell.name for s in searches) == sorted(
+        f"search-s3-{a}-lr{lr}" for a in ("deltanet-neg", "lstm") for lr in ("0.001", "0.03")
+    )
+    assert all(s.result is not None and [h["step"] for h in s.result["history"]] == [2, 4] for s in searches)
+    record = searches[0].result
+    assert record["config"]["run"]["validation_seed"] == 5 and record["config"]["task"]["spacing"] == [1, 1]
+    chosen = choose_lrs(sweep, searches)
+    statuses = read_results(with_choices(sweep, chosen), tmp_path / "results")
+    done = {s.cell.name: s.result for s in statuses if s.result is not None}
+    assert sorted(done) == ["s3-deltanet-neg-statement-k1-s1", "s3-lstm-statement-k1-s1"]
+    for name, rec in done.items():
+        arch = "lstm" if "lstm" in name else "deltanet-neg"
+        assert rec["config"]["optim"]["lr"] == chosen[("S3", arch)] and rec["config"]["run"]["seed"] == 1
+    md = (tmp_path / "reports" / "reproduce.md").read_text()
+    assert "## Learning-rate search" in md and "1 of 2 seeds" in md
+    assert (tmp_path / "reports" / "figures" / "lr_search.html").is_file()
+
+
+def test_choose_lrs_takes_the_highest_validation_peak_then_the_faster_run():
+    sweep = load_sweep(REPO / "sweep" / "paper.toml")
+
+    def status(group, arch, lr, curve):
+        history = [{"step": 100 * (i + 1), "reveal_accuracy": a} for i, a in enumerate(curve)]
+        return CellStatus(SearchRun(group, arch, lr), result={"history": history})
+
+    searches = [
+        status("S3", "lstm", 1e-3, [0.5, 0.9]),
+        status("S3", "lstm", 3e-3, [0.7, 0.95]),
+        status("S3", "transformer", 1e-3, [0.99, 1.0]),
+        status("S3", "transformer", 3e-3, [1.0, 1.0]),
+        status("S5", "lstm", 1e-3, [0.3]),
+        CellStatus(SearchRun("S5", "lstm", 3e-3)),
+    ]
+    assert choose_lrs(sweep, searches) == {("S3", "lstm"): 3e-3, ("S3", "transformer"): 3e-3}
+
+
+def test_lanes_train_cells_in_parallel_processes(tmp_path):
+    tiny_sweep(tmp_path)
+    assert cli(tmp_path, "--lanes", "2") == 0
+    results = tmp_path / "results"
+    assert sorted(p.name for p in results.iterdir()) == sorted(f"{c}.json" for c in CELLS)
+    records = [json.loads((results / f"{c}.json").read_text()) for c in CELLS]
+    assert all(r["steps"] == 3 and len(r["eval"]["lengths"]) == 3 for r in records)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in state  # a zombie has stopped
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM", "SIGKILL"])
+def test_lanes_stop_with_the_sweep_and_keep_their_checkpoints(tmp_path, how):
+    """However the sweep process is stopped, its lanes stop too (saving their last checkpoint):
+    an orphaned lane kept training for hours on a locked run folder."""
+    tiny_sweep(tmp_path, steps=1_000_000)
+    command = [
+        sys.executable,
+        "-m",
+        "deltalens.cli.main",
+        "reproduce",
+        "--sweep",
+        str(tmp_path / "tiny.toml"),
+        "--results",
+        str(tmp_path / "results"),
+        "--out",
+        str(tmp_path / "reports"),
+        "--runs",
+        str(tmp_path / "runs"),
+        "--no-progress",
+        "--no-pfsa",
+        "--lanes",
+        "2",
+    ]
+    sweep = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    lanes: list[int] = []
+    try:
+        states = lambda: list((tmp_path / "runs").glob(f"*/{LAST}/{TRAINER_STATE}"))  # noqa: E731
+        deadline = time.monotonic() + 120
+        while len(states()) < 2 and time.monotonic() < deadline and sweep.poll() is None:
+            time.sleep(0.5)
+        assert len(states()) == 2, sweep.stderr.read().decode()[-2000:] if sweep.poll() is not None else "no lanes"
+        lanes = [int(lock.read_text().split()[1]) for lock in (tmp_path / "runs").glob("*/.lock")]
+        assert len(lanes) == 2 and all(_alive(pid) for pid in lanes)
+        if how == "Ctrl-C":  # the terminal sends SIGINT to the whole process group
+            os.killpg(sweep.pid, signal.SIGINT)
+        else:
+            os.kill(sweep.pid, getattr(signal, how))
+        sweep.wait(timeout=120)
+        deadline = time.monotonic() + 60
+        while any(_alive(pid) for pid in lanes) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not any(_alive(pid) for pid in lanes), f"lanes still training after the sweep got {how}"
+        if how != "SIGKILL":
+            assert sweep.returncode == 130  # stopped as Ctrl-C stops it: the report says what to resume
+        steps = [json.loads(state.read_text())["step"] for state in states()]
+        assert all(0 < step < 1_000_000 for step in steps)
+        # and the run folders are free again: a resumed sweep could take them (no "being written" refusal)
+        for run_dir in {state.parent.parent for state in states()}:
+            with RunLock(run_dir):
+                pass
+    finally:  # a failing test leaves no sweep or lane behind
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+        for pid in lanes:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_crashing_lane_is_that_cells_failure_and_the_others_finish(tmp_path, capsys):
+    from deltalens.training.grid import config_hash
+
+    sweep = load_sweep(tiny_sweep(tmp_path))
+    broken = next(c for c in sweep.cells if c.name == "s3-lstm-statement-k1-s0")
+    # a trainer state that is not JSON: run_cell raises a plain ValueError inside the worker process
+    state = tmp_path / "runs" / f"{broken.name}-{config_hash(cell_config(broken, sweep))}" / LAST / TRAINER_STATE
+    state.parent.mkdir(parents=True)
+    state.write_text("{not json")
+    assert cli(tmp_path, "--lanes", "2") == 0
+    out = capsys.readouterr()
+    assert "trained 3 run(s), 1 failed" in out.out
+    assert "s3-lstm-statement-k1-s0: training failed: JSONDecodeError" in out.err
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == sorted(
+        f"{c}.json" for c in CELLS if c != "s3-lstm-statement-k1-s0"
+    )
+
+
+def test_a_diverging_search_run_is_recorded_and_the_other_lr_is_chosen(tmp_path, monkeypatch):
+    text = (
+        TINY.format(steps=2)
+        .replace("[optim]\nlr = 3e-3", "[optim]")
+        .replace("[task]", "[search]\nlrs = [1e-3, 3e-2]\neval_every = 1\n\n[task]")
+        .replace("[sweep]", "[sweep]\nvalidation_seed = 5")
+    )
+    (tmp_path / "tiny.toml").write_text(text)
+    real_train = sweep_module.train
+
+    def diverging(config, run_dir, **kwargs):
+        if config.optim.lr == 3e-2:
+            raise DeltalensError("loss became nan at step 1; stopped")
+        return real_train(config, run_dir, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "train", diverging)
+    assert cli(tmp_path, "--only", "search-*") == 0
+    sweep = load_sweep(tmp_path / "tiny.toml")
+    searches = read_search(sweep, tmp_path / "results")
+    failed = [s.result for s in searches if s.result.get("failed")]
+    assert len(failed) == 2 and all("nan" in r["failed"] for r in failed)  # one per architecture
+    assert choose_lrs(sweep, searches) == {("S3", "deltanet-neg"): 1e-3, ("S3", "lstm"): 1e-3}
+
+
+def test_a_family_sweep_names_its_architectures_and_reports_the_products(tmp_path):
+    """A sweep of the delta-rule family: its own title, a family table row per architecture with the hooks
+    and probes that apply, no claims about architectures it lacks, and the products section when
+    scripts/family_products.py left OUT/products.json."""
+    text = TINY.format(steps=2).replace('archs = ["deltanet-neg", "lstm"]', 'archs = ["deltanet-neg", "dp2"]')
+    text = text.replace("[sweep]", '[sweep]\ntitle = "Family test"\nclaims = false')
+    text = text.replace("spacings = [1, 2]", "spacings = [1]")
+    text += """
+[models.dp2]
+arch = "deltaproduct"
+hidden_size = 32
+num_hidden_layers = 1
+num_heads = 2
+head_dim = 8
+num_householder = 2
+allow_neg_eigval = true
+"""
+    (tmp_path / "tiny.toml").write_text(text)
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "products.json").write_text(
+        json.dumps(
+            {
+                "sweep": "tiny",
+                "traces": 8,
+                "runs": [
+                    {
+                        "cell": "s3-dp2-statement-k1-s0",
+                        "group": "S3",
+                        "arch": "dp2",
+                        "seed": 0,
+                        "reveal_accuracy_1x": 0.5,
+                        "tracking_head": [0, 1],
+                        "decoded_accuracy": 0.75,
+                        "heldout_residual": 0.5,
+                        "spectral_agreement": 0.25,
+                        "implements": False,
+                        "acts_as": "pi",
+                        "n_actions": 10,
+                        "heads": [],
+                    },
+                    {
+                        "cell": "s3-deltanet-neg-statement-k1-s0",
+                        "group": "S3",
+                        "arch": "deltanet-neg",
+                        "seed": 0,
+                        "reveal_accuracy_1x": 1.0,
+                        "tracking_head": [0, 0],
+                        "decoded_accuracy": 0.125,
+                        "heldout_residual": 1.5,
+                        "spectral_agreement": 0.375,
+                        "context_spread": 0.625,
+                        "readout_head": [0, 1],
+                        "readout_decoded_accuracy": 1.0,
+                        "readout_heldout_residual": 0.5,
+                        "state_head": [0, 1],
+                        "state_value_accuracy": 0.875,
+                        "state_value_control": 0.25,
+                        "implements": False,
+                        "acts_as": "g",
+                        "n_actions": 10,
+                        "heads": [],
+                    },
+                ],
+                "missing_checkpoints": [],
+            }
+        )
+    )
+    assert cli(tmp_path) == 0
+    md = (tmp_path / "reports" / "reproduce.md").read_text()
+    assert md.startswith("# Family test")
+    row = next(line for line in md.splitlines() if line.startswith("| `dp2` | DeltaProduct |"))
+    assert "num_householder=2" in row and "per factor" in row and "per-token product" in row
+    assert "## The paper's claims" not in md  # claims = false
+    assert "## Per-token products of reflections" in md
+    # a file written before the context spread and the state probe existed shows '–' there
+    assert "| S3 | dp2 | 0 of 1 | 0.750 [0.750–0.750] | 0.250 | 0.500 | – | – | – | 0.500 |" in md
+    assert (
+        "| S3 | DeltaNet β∈[0,2] | 0 of 1 | 0.125 [0.125–0.125] | 0.375 | 1.500 | 0.625 | 1.000 [1.000–1.000] "
+        "| 0.875 [0.875–0.875] | 1.000 |"
+    ) in md
+    results = json.loads((tmp_path / "results" / "s3-dp2-statement-k1-s0.json").read_text())
+    assert results["config"]["model"]["arch"] == "deltaproduct" and results["steps"] == 2
+    # a probe run before any cell finished leaves no empty section behind
+    (tmp_path / "reports" / "products.json").write_text(
+        json.dumps({"sweep": "tiny", "traces": 8, "runs": [], "missing_checkpoints": []})
+    )
+    assert cli(tmp_path, "--no-train") == 0
+    assert "Per-token products" not in (tmp_path / "reports" / "reproduce.md").read_text()
+
+
+def test_a_setting_is_not_asked_a_claim_its_grid_cannot_answer():
+    # the code grid trains the Transformer at k = 4 only: "needs dense reveals" compares k = 1 with k > 1
+    expected = {
+        "S3 code": {("deltanet-neg", 4), ("transformer", 4)},
+        "S3 statement": {("transformer", 1), ("transformer", 4)},
+    }
+    claims = evaluate_claims(
+        [result("transformer", 4, [0.5, 0.4, 0.3], tokenizer="code"), result("transformer", 4, [0.5, 0.4, 0.3])],
+        settings=list(expected),
+        expected=expected,
+    )
+    keys = {(c.setting, c.key) for c in claims}
+    assert ("S3 code", "transformer-dense") not in keys and ("S3 statement", "transformer-dense") in keys
+    assert ("S3 code", "transformer-no-extrapolation") in keys and ("S3 code", "neg-sparse") in keys
+
+
+def test_claims_of_a_setting_are_only_about_its_architectures():
+    expected = {
+        "S3 code": {("deltanet-neg", 4), ("transformer", 4)},
+        "S3 statement": {("deltanet-pos", 4), ("deltanet-neg", 4)},
+    }
+    claims = evaluate_claims(
+        [result("deltanet-neg", 4, [1.0], tokenizer="code")], settings=list(expected), expected=expected
+    )
+    keys = {(c.setting, c.key) for c in claims}
+    assert ("S3 code", "pos-fails") not in keys and ("S3 code", "transformer-no-extrapolation") in keys
+    assert ("S3 statement", "pos-fails") in keys and ("S3 statement", "transformer-no-extrapolation") not in keys
+
+
+def test_longer_runs_outside_the_protocol_are_tabled_with_their_trend(tmp_path):
+    from deltalens.reports.long_runs_section import long_run_lines
+
+    assert long_run_lines(tmp_path) == []
+    curve = [{"step": s, "reveal_accuracy": a} for s, a in ((500, 0.3), (1000, 0.5), (1500, 0.62), (2000, 0.7))]
+    (tmp_path / "search").mkdir()
+    (tmp_path / "search" / "long_k1.json").write_text(
+        json.dumps(
+            {
+                "what": "Under-trained or at a limit?",
+                "command": "deltalens train X",
+                "runs": [
+                    {
+                        "run": "a",
+                        "group": "S5",
+                        "arch": "transformer",
+                        "lr": 3e-3,
+                        "steps_done": 2000,
+                        "train_wall_s": 120.0,
+                        "validation": curve,
+                    }
+                ],
+            }
+        )
+    )
+    lines = long_run_lines(tmp_path)
+    assert lines[0] == "### Longer runs outside the protocol" and "Under-trained or at a limit?" in lines[2]
+    assert "| S5 | Transformer | 0.003 | 2000 | 0.700 (2000) | 0.620 → 0.700 | 2.0 min |" in lines
