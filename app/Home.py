@@ -3,26 +3,59 @@
 Pages (app/views/): Checkpoints, Trace explorer, Heads, Interventions, Beliefs. The checkpoint
 folder is $DELTALENS_APP_CHECKPOINTS (set by `deltalens app --checkpoints DIR`), else the shipped
 checkpoints/.
+
+This script imports nothing heavy: the navigation, the page's title and what it shows are on the
+screen before a page imports torch and the library (seconds, the first time a server runs one).
 """
 
-from pathlib import Path
+import os
 
-import streamlit as st
+# One BLAS/OpenMP thread per computation (app/common.py says why); set before numpy or torch load.
+for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(variable, "1")
 
-from deltalens.app.common import checkpoint_dir
+from pathlib import Path  # noqa: E402
+
+import streamlit as st  # noqa: E402
+
+from deltalens.app.folder import checkpoint_dir  # noqa: E402
 
 VIEWS = Path(__file__).resolve().parent / "views"
+PAGES = {  # file -> (title, what the page shows: drawn before its first import)
+    "checkpoints.py": (
+        "Checkpoints",
+        "Every checkpoint in the folder with its card and saved accuracies, the family of architectures, "
+        "and the paper's claims with their verdicts (all from saved files).",
+    ),
+    "trace_explorer.py": (
+        "Trace explorer",
+        "A generated or pasted REPL trace: each revealed value coloured by whether the model predicts it, "
+        "the true state after each action; paste a print without its output to ask the model.",
+    ),
+    "heads.py": (
+        "Heads",
+        "Per head: beta and the transition eigenvalues, products of reflections, the state's subspace, "
+        "and linear probes, measured on held-out traces.",
+    ),
+    "interventions.py": (
+        "Interventions",
+        "Rescale, ablate or patch chosen heads and see the reveal accuracy before and after, the trace "
+        "under the intervention, and the paper's beta-range sweep over every head.",
+    ),
+    "beliefs.py": (
+        "Beliefs",
+        "Probabilistic traces: the exact posterior at every printed value next to each probabilistic "
+        "checkpoint's prediction, and how an unnormalised belief decays.",
+    ),
+}
 
 st.set_page_config(page_title="deltalens", layout="wide")
 st.sidebar.markdown("**deltalens**: state tracking in linear RNNs")
 st.sidebar.caption(f"checkpoints: `{checkpoint_dir()}`")
 page = st.navigation(
-    [
-        st.Page(VIEWS / "checkpoints.py", title="Checkpoints", default=True),
-        st.Page(VIEWS / "trace_explorer.py", title="Trace explorer"),
-        st.Page(VIEWS / "heads.py", title="Heads"),
-        st.Page(VIEWS / "interventions.py", title="Interventions"),
-        st.Page(VIEWS / "beliefs.py", title="Beliefs"),
-    ]
+    [st.Page(VIEWS / file, title=title, default=file == "checkpoints.py") for file, (title, _) in PAGES.items()]
 )
+title, summary = next(entry for entry in PAGES.values() if entry[0] == page.title)
+st.title(title)
+st.caption(summary)
 page.run()

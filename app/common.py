@@ -1,17 +1,12 @@
-"""What every page of the dashboard shares: the checkpoint folder, cached models and computations,
-the trace view, and one sentence on the page for any error (the server never goes down).
+"""What every page of the dashboard shares: the checkpoint folder and picker, cached models, controls
+that belong to one checkpoint, and one sentence on the page for any error (the server never goes down).
 
-Models are cached with st.cache_resource (one copy per checkpoint); heavy results (captures,
-reports) too, keyed by the checkpoint's path and the controls that made them; small frames with
-st.cache_data. The computations themselves are the library's.
+Models are cached with st.cache_resource (one copy per checkpoint); measurements in memory and on
+disk (app/disk_cache.py); the computations themselves are the library's.
 """
 
 from __future__ import annotations
 
-import hashlib
-import html
-import json
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -19,25 +14,21 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
+import torch
+from threadpoolctl import threadpool_limits
 
-from deltalens.core.atomic import write_json_atomic
+from deltalens.app.disk_cache import cached_sweep  # noqa: F401  (re-exported: the pages' one import)
+from deltalens.app.folder import ENV_DIR, PAPER_MODEL, checkpoint_dir  # noqa: F401
+from deltalens.app.trace_view import state_text, trace_html  # noqa: F401
 from deltalens.core.errors import DeltalensError
-from deltalens.interp.capture import capture
-from deltalens.interp.head_sweep import SweepResult, sweep
 from deltalens.models.architecture import ARTICLE
-from deltalens.probes.eigenvalues import eigenvalue_report
-from deltalens.probes.linear_probes import linear_probes
-from deltalens.probes.products import product_report
-from deltalens.probes.subspace import subspace_report
-from deltalens.tasks.groups import VARIABLE_NAMES
-from deltalens.training.opened import SHIPPED, Checkpoint, list_checkpoints, open_checkpoint
+from deltalens.training.opened import Checkpoint, list_checkpoints, open_checkpoint
 
-ENV_DIR = "DELTALENS_APP_CHECKPOINTS"  # set by `deltalens app --checkpoints DIR`
-SWEEP_CACHE = Path(os.environ.get("DELTALENS_CACHE", Path.home() / ".cache" / "deltalens")) / "sweeps"
-
-
-def checkpoint_dir() -> Path:
-    return Path(os.environ.get(ENV_DIR) or SHIPPED)
+# The dashboard's matrices are small (thousands of rows by a few hundred): one thread each is as
+# fast, and OpenMP/BLAS threads spin when the cores are busy (an SVD of 2000 x 256: 0.1 s on one
+# thread, up to 9 s on two, measured on a loaded 2-core machine). Home.py sets the same for a server.
+torch.set_num_threads(1)
+threadpool_limits(1)
 
 
 def attempt(fn: Callable, *args: Any, **kwargs: Any):
@@ -56,6 +47,13 @@ def locked(checkpoint: Checkpoint, fn: Callable, *args: Any, **kwargs: Any):
     """`attempt(fn, ...)` holding the checkpoint's model lock (for anything that runs its model)."""
     with model_lock(str(checkpoint.path)):
         return attempt(fn, *args, **kwargs)
+
+
+@st.cache_resource(max_entries=32)
+def model_lock(path: str) -> threading.Lock:
+    """One lock per cached model: sessions share it (st.cache_resource) and run in their own
+    threads, so every forward that attaches hooks holds this lock."""
+    return threading.Lock()
 
 
 @st.cache_data(show_spinner=False)
@@ -80,7 +78,7 @@ def opened(path: str) -> Checkpoint:
 
 
 def pick_checkpoint(
-    key: str, label: str = "checkpoint", where: Callable[[pd.Series], bool] | None = None, default: str | None = None
+    key: str, label: str = "checkpoint", where: Callable[[pd.Series], bool] | None = None, default: str = PAPER_MODEL
 ) -> Checkpoint | None:
     """A selectbox over the folder's checkpoints (optionally filtered), then the opened checkpoint."""
     table = attempt(checkpoint_table, str(checkpoint_dir()))
@@ -94,97 +92,85 @@ def pick_checkpoint(
             st.error(f"no checkpoint in {checkpoint_dir()} fits this page.")
             return None
     names = list(table["name"])
-    index = names.index(default) if default in names else 0
-    name = st.selectbox(label, names, index=index, key=key)
+    if st.session_state.get(key) not in names:  # first visit, or a folder without the last choice
+        st.session_state[key] = default if default in names else names[0]
+    name = st.selectbox(label, names, key=key)
     return attempt(opened, str(checkpoint_dir() / name))
 
 
-@st.cache_resource(max_entries=8)
-def model_lock(path: str) -> threading.Lock:
-    """One lock per cached model: sessions share it (st.cache_resource) and run in their own
-    threads, so every forward that attaches hooks holds this lock."""
-    return threading.Lock()
+class Controls:
+    """The widgets after a checkpoint picker, each with a key of its own per checkpoint.
+
+    A checkpoint switch therefore never leaves a widget showing one value while the page computes
+    with another. Each control starts from this checkpoint's own last value, else from the last
+    choice made on this page when it is valid for this checkpoint (`carry`), else from the
+    checkpoint's own default; a remembered choice that does not carry over is said in one sentence
+    under the controls (`show_notes`) until the user touches that control.
+    """
+
+    def __init__(self, page: str, checkpoint: Checkpoint):
+        self.page, self.checkpoint = page, checkpoint.path.name
+        self.article = ARTICLE.get(checkpoint.arch, checkpoint.arch)
+        self.notes: list[str] = []
+
+    def key(self, name: str) -> str:
+        return f"{self.page}-{name}@{self.checkpoint}"
+
+    def last(self, name: str, default: Any = None) -> Any:
+        """The last value chosen for control `name` on this page, on any checkpoint."""
+        return st.session_state.get(f"{self.page}-{name}@last", (default, None))[0]
+
+    def widget(
+        self,
+        draw: Callable,
+        name: str,
+        *args: Any,
+        default: Any,
+        valid: Callable[[Any], bool] | None = None,
+        carry: bool = True,
+        why: Callable[[Any, str], str] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """`draw(*args, key=..., **kwargs)` (an st widget) seeded as the class docstring says.
+
+        valid(value): whether a value applies to this checkpoint; why(value, checkpoint): the sentence
+        for a remembered value that is not carried over (None: nothing to say)."""
+        valid = valid or (lambda value: True)
+        key, state = self.key(name), st.session_state
+        if key not in state or not _safe(valid, state[key]):
+            value, source = state.get(f"{self.page}-{name}@last", (None, None))
+            if f"{key}#kept" in state and _safe(valid, state[f"{key}#kept"]):
+                state[key] = state[f"{key}#kept"]  # back on this checkpoint: its own last choice
+            elif carry and source is not None and _safe(valid, value):
+                state[key] = value  # the choice made on another checkpoint applies here too
+            else:
+                state[key] = default
+                note = why(value, source) if why is not None and source is not None and value != default else None
+                if note:
+                    state[f"{key}#note"] = (note, default)
+        kept = state.get(f"{key}#note")
+        if kept is not None and state[key] == kept[1]:
+            self.notes.append(kept[0])
+        elif kept is not None:
+            del state[f"{key}#note"]  # the user has chosen since: the note is stale
+        value = draw(*args, key=key, **kwargs)
+        state[f"{self.page}-{name}@last"] = (value, self.checkpoint)
+        state[f"{key}#kept"] = value  # widget state is dropped while the widget is not drawn; this is not
+        return value
+
+    def show_notes(self) -> None:
+        for note in self.notes:
+            st.info(note)
 
 
-@st.cache_resource(show_spinner="running the model on held-out traces ...", max_entries=16)
-def head_measurements(path: str, n_traces: int, seed: int) -> dict[str, Any]:
-    """Capture, eigenvalue, product, subspace and probe reports of a delta-rule checkpoint on held-out traces
-    (products: None when the traces carry no action permutations, e.g. probabilistic ones; products_readout,
-    the products between read-outs: None when the traces have fewer than two reveals with distinct values)."""
-    checkpoint = opened(path)
-    batch = checkpoint.batch(n_traces, seed=seed)
-    with model_lock(path):
-        cap = capture(checkpoint.model, batch, names=("beta", "k", "state", "resid"))
-    products = {}
-    for span in ("action", "readout"):
-        try:
-            products[span] = product_report(cap, seed=seed, span=span)
-        except DeltalensError:
-            products[span] = None
-    return {
-        "batch": batch,
-        "capture": cap,
-        "eigenvalues": eigenvalue_report(cap),
-        "products": products["action"],
-        "products_readout": products["readout"],
-        "subspace": subspace_report(cap, seed=seed),
-        "probes": linear_probes(cap, seed=seed),
-    }
-
-
-def cached_sweep(checkpoint: Checkpoint, n_traces: int, intervention: str = "beta-range") -> SweepResult:
-    """The head sweep, computed once per checkpoint (weights) and kept in a cache folder the user can delete."""
-    weights = (checkpoint.path / "model.safetensors").read_bytes()
-    key = hashlib.sha1(weights + f"{intervention}/{n_traces}".encode()).hexdigest()[:16]
-    file = SWEEP_CACHE / f"{checkpoint.path.name}-{key}.json"
+def _safe(valid: Callable[[Any], bool], value: Any) -> bool:
     try:
-        data = json.loads(file.read_text())
-        return SweepResult(
-            baseline=data["baseline"],
-            frame=pd.DataFrame(data["heads"]),
-            intervention=data["intervention"],
-            n_traces=data["n_traces"],
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # not cached yet, or unreadable: compute it again
-    with model_lock(str(checkpoint.path)):
-        result = sweep(checkpoint.model, checkpoint.batch(n_traces, seed=0), intervention, progress=False)
-    write_json_atomic(file, result.to_dict())
-    return result
+        return bool(valid(value))
+    except Exception:  # a remembered value of another type: not valid here
+        return False
 
 
 def describe(checkpoint: Checkpoint) -> str:
     spec = checkpoint.spec
     task = f"{spec.group} {spec.action_set}, {checkpoint.task.tokenizer} tokenizer" if spec is not None else "no task"
     return f"{ARTICLE.get(checkpoint.arch, checkpoint.arch)} ({task})"
-
-
-def state_text(state: tuple[int, ...]) -> str:
-    return " ".join(f"{VARIABLE_NAMES[i]}={v}" for i, v in enumerate(state))
-
-
-def trace_html(rows: pd.DataFrame) -> str:
-    """The REPL transcript with every revealed value coloured (green: the model's argmax is right,
-    red: wrong), its probability on hover and below it, and the true state after each action."""
-    lines: dict[int, list[str]] = {}
-    states: dict[int, tuple] = {}
-    for row in rows.itertuples():
-        piece = html.escape(row.token.rstrip("\n"))
-        if row.is_reveal:
-            colour = "#c8f7c5" if row.correct else "#ffc9c9"
-            tip = html.escape(f"p = {row.p_token:.3f}; top: " + ", ".join(row.top))
-            piece = (
-                f'<span style="background:{colour};padding:0 2px;border-radius:3px" title="{tip}">'
-                f"{piece}<sub>{row.p_token:.2f}</sub></span>"
-            )
-        lines.setdefault(row.line, []).append(piece)
-        if row.kind == "action":
-            states[row.line] = row.state
-    out = []
-    for line in sorted(lines):
-        text = "".join(lines[line])
-        if line in states:
-            text += f'<span style="color:#888">    # {state_text(states[line])}</span>'
-        out.append(text)
-    body = "\n".join(out)
-    return f'<pre style="font-size:0.85rem;line-height:1.35;background:#fafafa;padding:0.6rem">{body}</pre>'

@@ -40,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return int(args.func(args) or 0)
+        if isinstance(getattr(args, "checkpoint", None), str):
+            _check_checkpoint(args.checkpoint)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a full disk behind `> file` shows here, not silently at exit
+        return code
     except DeltalensError as err:
         if args.debug:
             raise
@@ -55,8 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # a file we could not read or write: name it
         if args.debug:
             raise
-        where = f" {err.filename}" if err.filename else ""
-        print(f"deltalens: error: cannot use{where}: {err.strerror or type(err).__name__}", file=sys.stderr)
+        reason = err.strerror or type(err).__name__
+        if err.filename:
+            print(f"deltalens: error: cannot use {err.filename}: {reason}", file=sys.stderr)
+        else:  # no file named: the output stream itself (stdout redirected to a full disk, say)
+            _silence_stdout()
+            print(
+                f"deltalens: error: cannot write the output: {reason}; what was written is incomplete", file=sys.stderr
+            )
         return 2
     except Exception as err:  # a bug or an unforeseen input: still one line unless --debug
         if args.debug:
@@ -65,6 +75,14 @@ def main(argv: list[str] | None = None) -> int:
             f"deltalens: unexpected {type(err).__name__}: {err} (rerun with --debug for the traceback)", file=sys.stderr
         )
         return 1
+
+
+def _check_checkpoint(name: str) -> None:
+    """A model folder from elsewhere is checked before torch loads or anything is allocated."""
+    from deltalens.models.io.footprint import check_folder
+    from deltalens.training.checkpoint_names import resolve_checkpoint
+
+    check_folder(resolve_checkpoint(name))
 
 
 def _silence_stdout() -> None:

@@ -1,6 +1,6 @@
 """`deltalens reproduce`: train the paper's sweep (only what is missing) and write the report.
 
-    deltalens reproduce [--sweep sweep/paper.toml] [--results reports/sweep] [--out reports]
+    deltalens reproduce [--sweep sweep/paper.toml] [--results results/sweep] [--out results]
                         [--runs runs/sweep] [--only CELL_GLOB ...] [--no-train] [--steps N] [--lanes N]
 
 Finished runs are read from their result files (results_dir/<cell>.json and results_dir/search/,
@@ -29,15 +29,15 @@ def _add(total, outcome) -> None:
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "reproduce",
-        help="train the paper's experiment sweep (what is missing) and write reports/reproduce.md",
+        help="train the paper's experiment sweep (what is missing) and write results/reproduce.md",
         description="Reproduce Siems et al. (2026): train every cell of a sweep file (group x architecture x "
         "reveal spacing x tokenizer) that has no result yet, evaluate it at 1x, 2x and 4x the training length, "
         "and write a markdown report with the paper's claims judged against the measured numbers, plus plotly "
         "figures. Killed runs resume; finished cells are never retrained.",
     )
     parser.add_argument("--sweep", default="sweep/paper.toml", help="sweep file (default sweep/paper.toml)")
-    parser.add_argument("--results", default="reports/sweep", help="one JSON per finished cell (default reports/sweep)")
-    parser.add_argument("--out", default="reports", help="where reproduce.md and figures/ go (default reports)")
+    parser.add_argument("--results", default="results/sweep", help="one JSON per finished cell (default results/sweep)")
+    parser.add_argument("--out", default="results", help="where reproduce.md and figures/ go (default results)")
     parser.add_argument("--runs", default="runs/sweep", help="training run directories, resumable (default runs/sweep)")
     parser.add_argument(
         "--only",

@@ -1,9 +1,45 @@
-"""The one exception type for mistakes a person can fix (bad group name, corrupt checkpoint, ...).
+"""The one exception type for mistakes a person can fix (bad group name, corrupt checkpoint, ...),
+and the sentence for a write that the disk refused.
 
-It lives in `tasks` because every other room imports `tasks`. The CLI prints its message as one
-line on stderr and exits 2; a traceback is shown only with `--debug`.
+It lives in `core` because every room imports it. The CLI prints its message as one line on
+stderr and exits 2; a traceback is shown only with `--debug`.
 """
+
+from __future__ import annotations
+
+import contextlib
+import errno
+from collections.abc import Iterator
+
+# errors of the storage, not of the program: a full disk, a quota, a file too big, a read-only mount
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
+# the same errors from writers that re-raise them as their own type (safetensors' SafetensorError)
+_STORAGE_TEXT = ("No space left on device", "Disk quota exceeded", "File too large", "Read-only file system")
 
 
 class DeltalensError(ValueError):
     """A problem with the user's input, stated as one sentence that names the problem and the fix."""
+
+
+def storage_failure(err: BaseException) -> str | None:
+    """What the storage refused ("No space left on device", ...), or None for any other error."""
+    if isinstance(err, OSError) and err.errno in _STORAGE_ERRNOS:
+        return err.strerror or errno.errorcode.get(err.errno, "write error")
+    text = str(err)
+    return next((reason for reason in _STORAGE_TEXT if reason in text), None)
+
+
+@contextlib.contextmanager
+def reporting_storage_failure(path, intact: str) -> Iterator[None]:
+    """Turn a write the storage refused into one sentence naming `path` and saying what is intact.
+
+    The writer inside must already have cleaned up after itself (staging folders, temp files)."""
+    try:
+        yield
+    except DeltalensError:
+        raise
+    except Exception as err:
+        reason = storage_failure(err)
+        if reason is None:
+            raise
+        raise DeltalensError(f"cannot write {path}: {reason}; {intact}") from None

@@ -24,6 +24,7 @@ each importing only the rooms before it: deltalens.tasks, .models, .training, .i
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -69,6 +70,45 @@ _API = {
     **dict.fromkeys(("set_progress",), "deltalens.core.display"),
     **dict.fromkeys(("DeltalensError",), "deltalens.core.errors"),
 }
+
+if TYPE_CHECKING:  # the same names, eagerly, for static tools (Pyright, jedi, IDEs); tests keep both in step
+    from deltalens.core.display import set_progress
+    from deltalens.core.errors import DeltalensError
+    from deltalens.interp.capture import Capture, capture
+    from deltalens.interp.head_sweep import SweepResult, sweep, sweep_figure
+    from deltalens.interp.interventions import (
+        Intervention,
+        ablate_head,
+        accuracy_under,
+        clamp_gate,
+        head_means,
+        patch_activation,
+        patch_state,
+        rescale_beta,
+        reveal_accuracy,
+    )
+    from deltalens.models.architecture import ARCHITECTURES, FAMILY
+    from deltalens.models.build import build
+    from deltalens.models.lm.hook_names import ACT_NAMES, act_name
+    from deltalens.probes.eigenvalues import (
+        EigenvalueReport,
+        beta_heatmap,
+        eigenvalue_histogram,
+        eigenvalue_report,
+        product_eigenvalue_figure,
+    )
+    from deltalens.probes.linear_probes import ProbeReport, linear_probes, probe_accuracy_figure
+    from deltalens.probes.products import ProductReport, product_decoding_figure, product_report
+    from deltalens.probes.subspace import SubspaceReport, pca_figure, singular_value_figure, subspace_report
+    from deltalens.probes.summary import ProbeSummary, probe_summary
+    from deltalens.tasks.dataset import make_batch
+    from deltalens.tasks.pfsa import joint_filter, marginal_filter
+    from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace, parse_prob_trace
+    from deltalens.tasks.tokenizers import make_tokenizer
+    from deltalens.tasks.traces import TraceSpec, generate_trace
+    from deltalens.training.belief_kl import BeliefKL, belief_kl, kl_figure
+    from deltalens.training.evaluate import evaluate, evaluate_checkpoint
+    from deltalens.training.opened import Checkpoint, list_checkpoints, load, open_checkpoint
 
 __all__ = sorted(_API)
 

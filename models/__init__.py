@@ -28,26 +28,50 @@ Every model carries `arch` (one of ARCHITECTURES) and `model_config`, a JSON-abl
 * lstm: `models.lstm.LSTMConfig`; the model is `models.lstm.HookedLSTM`.
 
 Importing this package is cheap: each architecture's module (TransformerLens, fla) loads when
-a model of it is first built (models/build.py). The modules: architecture.py (what kind of model),
-build.py, checkpoint.py (the directory format), atomic.py (atomic writes), fla_config.py (fla's
-configs without fla), delta_lm.py (the LM around every delta-rule mixer), deltanet.py,
-gated_deltanet.py and deltaproduct.py with their mixers, kernels (delta_rule.py, gated_delta_rule.py),
-norms and short convolution, transformer.py, lstm.py.
+a model of it is first built (models/build.py). The tiers, lowest first: architecture.py (what kind
+of model); ops/ (the delta-rule kernels); layers/ (mixers, norms, short convolution); io/ (the file
+format: the family's typed configs without fla, the one writer and reader of a config.json +
+model.safetensors folder, the "deltalens" section); lm/ (the language models: delta_lm.py around
+every delta-rule mixer, deltanet.py, gated_deltanet.py, deltaproduct.py, transformer.py, lstm.py);
+build.py; checkpoint.py (models.save / load: a checkpoint folder, swapped in atomically).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# torch-free, so imported here; `build` must be bound here, before anything imports the submodule of
+# that name (which would otherwise shadow the function as the package attribute)
 from deltalens.models.architecture import ARCHITECTURES
 from deltalens.models.build import DELTANET_EXTENSION_KEYS, build, deltanet_model_config, fla_model_config
-from deltalens.models.checkpoint import load_checkpoint as load
-from deltalens.models.checkpoint import read_checkpoint_meta
-from deltalens.models.checkpoint import save_checkpoint as save
 
-__all__ = [
-    "ARCHITECTURES",
-    "DELTANET_EXTENSION_KEYS",
-    "build",
-    "deltanet_model_config",
-    "fla_model_config",
-    "load",
-    "read_checkpoint_meta",
-    "save",
-]
+# public name -> (module, name there) of what needs torch; loaded on first use, so that the
+# torch-free modules (models/io/footprint.py, ...) can check a folder before torch is imported
+_API = {
+    "load": ("deltalens.models.checkpoint", "load_checkpoint"),
+    "read_checkpoint_meta": ("deltalens.models.checkpoint", "read_checkpoint_meta"),
+    "save": ("deltalens.models.checkpoint", "save_checkpoint"),
+}
+
+if TYPE_CHECKING:  # the same names, eagerly, for static tools
+    from deltalens.models.checkpoint import load_checkpoint as load
+    from deltalens.models.checkpoint import read_checkpoint_meta
+    from deltalens.models.checkpoint import save_checkpoint as save
+
+__all__ = sorted(
+    [*_API, "ARCHITECTURES", "DELTANET_EXTENSION_KEYS", "build", "deltanet_model_config", "fla_model_config"]
+)
+
+
+def __getattr__(name: str):
+    if name in _API:
+        module, attribute = _API[name]
+        value = getattr(importlib.import_module(module), attribute)
+        globals()[name] = value  # once loaded, a plain attribute
+        return value
+    raise AttributeError(f"module 'deltalens.models' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_API})

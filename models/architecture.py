@@ -36,6 +36,7 @@ _CLASS_ARCH = {
     "HookedLSTM": "lstm",
     "TransformerBridge": "transformer",
 }
+CLASS_NAME = {arch: name for name, arch in _CLASS_ARCH.items()}  # architecture -> its model class
 
 _DELTA_HOOKS = "q, k, v, beta_logit, beta, state, z"
 _DELTA_PROBES = "eigenvalues, state rank and subspaces, linear probes, belief decay"

@@ -12,7 +12,23 @@ from typing import Any
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import ARCHITECTURES
-from deltalens.models.io.configs import SETTINGS
+from deltalens.models.io.configs import (  # re-exported: models.fla_model_config, ...
+    DELTANET_EXTENSION_KEYS,
+    EXTENSION_KEYS,
+    SETTINGS,
+    config_keys,
+    deltanet_model_config,
+    fla_model_config,
+)
+
+__all__ = [
+    "DELTANET_EXTENSION_KEYS",
+    "EXTENSION_KEYS",
+    "build",
+    "deltanet_model_config",
+    "fla_model_config",
+    "weight_bytes",
+]
 
 
 def build(arch: str, **config: Any):
@@ -38,32 +54,6 @@ def build(arch: str, **config: Any):
     raise DeltalensError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
 
 
-# deltalens's own config fields per architecture. fla's configs keep unknown keyword arguments as
-# attributes and write them to config.json, so these ride along in the same config object; fla
-# itself ignores them (its DeltaNetForCausalLM runs the plain delta rule on the same weights).
-EXTENSION_KEYS: dict[str, tuple[str, ...]] = {
-    "deltanet": ("state_norm_every",),
-    "gated_deltanet": (),
-    "deltaproduct": (),
-}
-DELTANET_EXTENSION_KEYS = EXTENSION_KEYS["deltanet"]
-
-
-def _config_keys(arch: str) -> list[str]:
-    return list(SETTINGS[arch].defaults) + list(EXTENSION_KEYS[arch])
-
-
-def fla_model_config(config, arch: str = "deltanet") -> dict[str, Any]:
-    """The JSON-able fla config arguments (and deltalens extensions) of an fla config (object or dict)."""
-    as_dict = config if isinstance(config, dict) else config.to_dict()
-    return {key: as_dict[key] for key in _config_keys(arch) if key in as_dict}
-
-
-def deltanet_model_config(config) -> dict[str, Any]:
-    """`fla_model_config` of a DeltaNet config."""
-    return fla_model_config(config, "deltanet")
-
-
 def _build_delta_family(arch: str, config: dict[str, Any]):
     if arch == "deltanet":
         from deltalens.models.lm.deltanet import HookedDeltaNet as cls  # lazy: see above
@@ -72,7 +62,7 @@ def _build_delta_family(arch: str, config: dict[str, Any]):
     else:
         from deltalens.models.lm.deltaproduct import HookedDeltaProduct as cls
 
-    known = set(_config_keys(arch))
+    known = set(config_keys(arch))
     unknown = sorted(set(config) - known)
     if unknown:
         # fla's config swallows unknown keys silently; a typo would build the wrong model.
@@ -80,14 +70,36 @@ def _build_delta_family(arch: str, config: dict[str, Any]):
             f"unknown {arch} config key(s) {', '.join(map(repr, unknown))}; "
             f"use fla {SETTINGS[arch].fla_config} arguments such as {', '.join(sorted(known))}"
         )
-    model = cls(SETTINGS[arch](**config))
-    _stamp(model, arch, lambda: fla_model_config(model.config, arch))
-    return model
+    return cls(SETTINGS[arch](**config))  # the class carries `arch` and `model_config`
 
 
-def _stamp(model, arch: str, model_config) -> None:
-    """Give a model `arch` and `model_config` unless its class already defines them."""
-    if not hasattr(model, "arch"):
-        model.arch = arch
-    if not hasattr(model, "model_config"):
-        model.model_config = model_config()
+# the config field that counts layers, per architecture (the weights grow linearly in it)
+LAYERS_FIELD = {
+    "deltanet": "num_hidden_layers",
+    "gated_deltanet": "num_hidden_layers",
+    "deltaproduct": "num_hidden_layers",
+    "transformer": "n_layers",
+    "lstm": "n_layers",
+}
+
+
+def weight_bytes(arch: str, **config: Any) -> int:
+    """The bytes of a model's parameters and buffers, from its config, allocating nothing.
+
+    Models with one and with two layers are built on the meta device (no memory), and the rest
+    extrapolated linearly: a config asking for 10**5 layers is measured as fast as one with two."""
+    import torch  # lazy: this module is imported by code that never builds a model
+
+    field = LAYERS_FIELD.get(arch)
+    layers = config.get(field) if field else None
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 2:
+        return _meta_bytes(torch, arch, config)
+    one, two = (_meta_bytes(torch, arch, {**config, field: n}) for n in (1, 2))
+    return one + (layers - 1) * (two - one)
+
+
+def _meta_bytes(torch, arch: str, config: dict[str, Any]) -> int:
+    with torch.device("meta"):
+        model = build(arch, **config)
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}.values()  # tied weights once
+    return sum(t.numel() * t.element_size() for t in tensors)

@@ -3,6 +3,8 @@
     eigenvalues.py    beta and the transition eigenvalues 1 - beta per head; the tracking head
     subspace.py       the state's singular values, effective rank, PCA dimension, action-key span
     linear_probes.py  decoding each variable's value from the residual stream and each head's state
+    products.py       does a head's per-token product of reflections apply the action's permutation?
+    representations.py  the permutation groups' representations behind it: irreps, intertwiner fit, decoding
     summary.py        every per-head measurement of a checkpoint in one table (`deltalens probe`)
     belief_decay.py   how the unnormalised belief mass of a linear filter decays (PFSA-SR)
 

@@ -160,25 +160,10 @@ def _perm_odd(perm_ids: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-@torch.no_grad()
-def eigenvalue_report(
-    source, batch=None, threshold: float = REFLECTION_THRESHOLD, trivial_tol: float = 1e-4
-) -> EigenvalueReport:
-    """Beta and eigenvalue statistics of every head; `source` is a Capture (with NAMES) or a model + batch."""
-    cap = delta_rule_capture(source, batch, NAMES)
-    for name in [f"blocks.{l}.attn.hook_{x}" for l in range(cap.n_layers) for x in NAMES]:
-        if name not in cap:
-            raise DeltalensError(f"the capture lacks {name}; capture with names=('beta', 'k').")
-    L, H = cap.n_layers, cap.n_heads
-    n_f = cap.layer("beta", 0).shape[-1] if cap.layer("beta", 0).ndim == 3 else 1  # factors per token
-    rows_of = [factor_rows(cap.layer("beta", l), cap.layer("k", l)) for l in range(L)]  # one row per factor
-    N = rows_of[0][0].shape[0] if L else len(cap) * n_f
-    kinds = cap.labels["kind"].numpy().repeat(n_f)
-    is_action = kinds == int(TokenKind.ACTION)
-
-    betas = np.stack([b.numpy() for b, _, _ in rows_of], 1)  # (N, L, H)
-    eigs = np.stack([transition_eigenvalues(b, k).numpy() for b, k, _ in rows_of], 1)
-    tokens = pd.DataFrame(
+def _token_frame(cap, betas: np.ndarray, eigs: np.ndarray, kinds: np.ndarray, n_f: int) -> pd.DataFrame:
+    """One row per (token factor, layer, head) from betas and eigenvalues (N * n_f, L, H)."""
+    N, L, H = betas.shape
+    return pd.DataFrame(
         {
             "trace": np.repeat(cap.labels["trace"].numpy().repeat(n_f), L * H),
             "position": np.repeat(cap.labels["position"].numpy().repeat(n_f), L * H),
@@ -192,9 +177,11 @@ def eigenvalue_report(
             "eigenvalue": eigs.reshape(-1),
         }
     )
-    tokens["negative"] = tokens["eigenvalue"] < 0
-    tokens["reflection"] = tokens["eigenvalue"] < threshold
-    by_kind = (
+
+
+def _by_kind(tokens: pd.DataFrame) -> pd.DataFrame:
+    """Per (layer, head, kind): beta and eigenvalue statistics."""
+    return (
         tokens.groupby(["layer", "head", "kind"], observed=True)
         .agg(
             n=("beta", "size"),
@@ -208,11 +195,14 @@ def eigenvalue_report(
         .reset_index()
     )
 
+
+def _head_rows(betas: np.ndarray, eigs: np.ndarray, act: np.ndarray, threshold: float, n_f: int) -> pd.DataFrame:
+    """Per (layer, head): the headline numbers on action tokens (`act`, one flag per factor row)."""
+    _, L, H = betas.shape
     rows = []
     for l in range(L):
         for h in range(H):
             b, e = betas[:, l, h], eigs[:, l, h]
-            act = is_action
             rows.append(
                 {
                     "layer": l,
@@ -226,27 +216,51 @@ def eigenvalue_report(
                     "min_eigenvalue": float(e.min()),
                 }
             )
-    heads = pd.DataFrame(rows)
+    return pd.DataFrame(rows)
 
-    products, product_eigs = _products(cap, threshold, trivial_tol)
-    if not products.empty:
-        stats = (
-            products.groupby(["layer", "head"])
-            .agg(
-                product_reflection_fraction=("reflection", "mean"),
-                parity_agreement=("parity_match", "mean"),
-                tokens_per_action=("n_tokens", "mean"),
-            )
-            .reset_index()
-        )
-        heads = heads.merge(stats, on=["layer", "head"], how="left")
-    else:
+
+def _with_product_stats(heads: pd.DataFrame, products: pd.DataFrame) -> pd.DataFrame:
+    """heads plus the per-action product statistics (NaN without action products)."""
+    if products.empty:
         for column in ("product_reflection_fraction", "parity_agreement", "tokens_per_action"):
             heads[column] = float("nan")
+        return heads
+    stats = (
+        products.groupby(["layer", "head"])
+        .agg(
+            product_reflection_fraction=("reflection", "mean"),
+            parity_agreement=("parity_match", "mean"),
+            tokens_per_action=("n_tokens", "mean"),
+        )
+        .reset_index()
+    )
+    return heads.merge(stats, on=["layer", "head"], how="left")
+
+
+@torch.no_grad()
+def eigenvalue_report(
+    source, batch=None, threshold: float = REFLECTION_THRESHOLD, trivial_tol: float = 1e-4
+) -> EigenvalueReport:
+    """Beta and eigenvalue statistics of every head; `source` is a Capture (with NAMES) or a model + batch."""
+    cap = delta_rule_capture(source, batch, NAMES)
+    for name in [f"blocks.{l}.attn.hook_{x}" for l in range(cap.n_layers) for x in NAMES]:
+        if name not in cap:
+            raise DeltalensError(f"the capture lacks {name}; capture with names=('beta', 'k').")
+    L = cap.n_layers
+    n_f = cap.layer("beta", 0).shape[-1] if cap.layer("beta", 0).ndim == 3 else 1  # factors per token
+    rows_of = [factor_rows(cap.layer("beta", l), cap.layer("k", l)) for l in range(L)]  # one row per factor
+    kinds = cap.labels["kind"].numpy().repeat(n_f)
+    betas = np.stack([b.numpy() for b, _, _ in rows_of], 1)  # (N, L, H)
+    eigs = np.stack([transition_eigenvalues(b, k).numpy() for b, k, _ in rows_of], 1)
+    tokens = _token_frame(cap, betas, eigs, kinds, n_f)
+    tokens["negative"] = tokens["eigenvalue"] < 0
+    tokens["reflection"] = tokens["eigenvalue"] < threshold
+    heads = _head_rows(betas, eigs, kinds == int(TokenKind.ACTION), threshold, n_f)
+    products, product_eigs = _products(cap, threshold, trivial_tol)
     return EigenvalueReport(
         tokens=tokens,
-        by_kind=by_kind,
-        heads=heads,
+        by_kind=_by_kind(tokens),
+        heads=_with_product_stats(heads, products),
         products=products,
         product_eigenvalues=product_eigs,
         threshold=threshold,

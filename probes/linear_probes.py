@@ -177,6 +177,44 @@ def probe_targets(cap, target: str) -> np.ndarray:
     return (initial[:, None, :] == states[:, :, None]).argmax(-1)
 
 
+def _probe_capture(source, batch, names: list[str]) -> Capture:
+    """`source` if it is a Capture holding every name, else a capture of the model on `batch`."""
+    if isinstance(source, Capture):
+        missing = [name for name in names if name not in source]
+        if missing:
+            raise DeltalensError(f"the capture lacks {', '.join(missing)}; capture with names=('resid', 'state').")
+        return source
+    if batch is None:
+        raise DeltalensError("pass a Capture, or a model together with a batch of traces.")
+    return capture(source, batch, names=names)
+
+
+def _split_rows(cap, at, after_init: bool, test_fraction: float, max_tokens: int, rng) -> tuple:
+    """(train rows, test rows, number of test traces): the probed tokens, split by trace."""
+    n_traces = cap.n_traces
+    order = rng.permutation(n_traces)
+    n_test = max(1, int(round(test_fraction * n_traces)))
+    test_traces = order[:n_test]
+    trace = cap.labels["trace"].numpy()
+    chosen = probe_positions(cap, at)
+    if after_init:
+        is_init = (cap.labels["kind"] == int(TokenKind.INIT)).numpy()
+        position = cap.labels["position"].numpy()
+        last_init = np.full(n_traces, -1)
+        np.maximum.at(last_init, trace[is_init], position[is_init])
+        chosen &= position > last_init[trace]
+    is_test = np.isin(trace, test_traces)
+    train_rows = np.nonzero(chosen & ~is_test)[0]
+    test_rows = np.nonzero(chosen & is_test)[0]
+    if len(train_rows) > max_tokens:
+        train_rows = np.sort(rng.choice(train_rows, max_tokens, replace=False))
+    if len(test_rows) > max_tokens:
+        test_rows = np.sort(rng.choice(test_rows, max_tokens, replace=False))
+    if len(train_rows) == 0 or len(test_rows) == 0:
+        raise DeltalensError("no tokens of the requested kinds on one side of the trace split; use more traces.")
+    return train_rows, test_rows, n_test
+
+
 def linear_probes(
     source,
     batch: dict[str, torch.Tensor] | None = None,
@@ -201,59 +239,27 @@ def linear_probes(
     if not 0 < test_fraction < 1:
         raise DeltalensError(f"test_fraction must be between 0 and 1, got {test_fraction!r}.")
     plan = probe_sites(source, sites)
-    names = list(dict.fromkeys(name for *_, name in plan))
-    if isinstance(source, Capture):
-        cap = source
-        missing = [name for name in names if name not in cap]
-        if missing:
-            raise DeltalensError(f"the capture lacks {', '.join(missing)}; capture with names=('resid', 'state').")
-    elif batch is None:
-        raise DeltalensError("pass a Capture, or a model together with a batch of traces.")
-    else:
-        cap = capture(source, batch, names=names)
-    n_traces = cap.n_traces
-    if n_traces < 2:
+    cap = _probe_capture(source, batch, list(dict.fromkeys(name for *_, name in plan)))
+    if cap.n_traces < 2:
         raise DeltalensError("probes split held-out data by trace: give a batch of at least 2 traces.")
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(n_traces)
-    n_test = max(1, int(round(test_fraction * n_traces)))
-    test_traces = order[:n_test]
-    trace = cap.labels["trace"].numpy()
-    chosen = probe_positions(cap, at)
-    if after_init:
-        is_init = (cap.labels["kind"] == int(TokenKind.INIT)).numpy()
-        position = cap.labels["position"].numpy()
-        last_init = np.full(n_traces, -1)
-        np.maximum.at(last_init, trace[is_init], position[is_init])
-        chosen &= position > last_init[trace]
-    is_test = np.isin(trace, test_traces)
-    train_rows = np.nonzero(chosen & ~is_test)[0]
-    test_rows = np.nonzero(chosen & is_test)[0]
-    if len(train_rows) > max_tokens:
-        train_rows = np.sort(rng.choice(train_rows, max_tokens, replace=False))
-    if len(test_rows) > max_tokens:
-        test_rows = np.sort(rng.choice(test_rows, max_tokens, replace=False))
-    if len(train_rows) == 0 or len(test_rows) == 0:
-        raise DeltalensError("no tokens of the requested kinds on one side of the trace split; use more traces.")
+    rng = np.random.default_rng(seed)  # one stream: the trace split, the token subsets, the controls
+    train_rows, test_rows, n_test = _split_rows(cap, at, after_init, test_fraction, max_tokens, rng)
     labels = {target: probe_targets(cap, target) for target in targets}  # each (N, n)
     rows = []
     jobs = [(site, target, var) for site in plan for target in targets for var in range(cap.n_vars)]
-    iterator = progress_bar(jobs, enabled=progress, desc="probes", leave=False)
     features_cache: dict[str, np.ndarray] = {}
-    for (label, kind, layer, head, name), target, var in iterator:
+    for (label, kind, layer, head, name), target, var in progress_bar(
+        jobs, enabled=progress, desc="probes", leave=False
+    ):
         key = f"{name}/{head}"
         if key not in features_cache:
-            acts = cap[name]
-            if head is not None:
-                acts = acts[:, head]
+            acts = cap[name] if head is None else cap[name][:, head]
             features_cache[key] = acts.flatten(1).numpy().astype(np.float64)
         x = features_cache[key]
-        y = labels[target][:, var]
-        y_train, y_test = y[train_rows], y[test_rows]
+        y_train, y_test = labels[target][train_rows, var], labels[target][test_rows, var]
         accuracy = _fit_score(x[train_rows], y_train, x[test_rows], y_test, max_iter, seed)
         control = _fit_score(x[train_rows], rng.permutation(y_train), x[test_rows], y_test, max_iter, seed)
         values, counts = np.unique(y_train, return_counts=True)
-        chance = float((y_test == values[counts.argmax()]).mean())
         rows.append(
             {
                 "site": label,
@@ -264,13 +270,13 @@ def linear_probes(
                 "variable": var,
                 "accuracy": accuracy,
                 "control_accuracy": control,
-                "chance": chance,
+                "chance": float((y_test == values[counts.argmax()]).mean()),
                 "n_train": len(train_rows),
                 "n_test": len(test_rows),
                 "n_features": x.shape[1],
             }
         )
-    return ProbeReport(results=pd.DataFrame(rows), n_train_traces=n_traces - n_test, n_test_traces=n_test)
+    return ProbeReport(results=pd.DataFrame(rows), n_train_traces=cap.n_traces - n_test, n_test_traces=n_test)
 
 
 # ---- figures --------------------------------------------------------------------------------

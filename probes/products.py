@@ -9,7 +9,8 @@ the `code` tokenizer, multiplies all of them: probes/eigenvalues.transition_prod
 applies the actions' permutations if, in one fixed basis for all tokens, P_t acts on some subspace
 as rho(pi_t) for a representation rho of the group G the actions generate: an intertwiner F
 (d_k x dim rho) with P_t F = F rho(pi_t). The probe reads only P_t, i.e. the weights and the
-activations; the action identities enter only as the question asked.
+activations; the action identities enter only as the question asked. The group maths (cycle
+types, irreps, the intertwiner fit and decoding) is probes/representations.py.
 
 1. irreducible representations: every non-trivial irrep of G is tried (`irreps`: for S4 the
    standard 3-dim one (pi's permutation matrix on the sum-zero vectors), standard x sign, the 2-dim
@@ -56,21 +57,35 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import delta_rule_capture
 from deltalens.probes.eigenvalues import transition_products
+from deltalens.probes.representations import (  # the group maths; its public names stay importable from here
+    MAX_IRREP_ORDER,
+    Irrep,
+    RepresentationFit,
+    cycle_type,
+    fit_representation,
+    generated_group,
+    group_representations,
+    irreps,
+    spectral_cycle_type,
+    standard_rep,
+)
 from deltalens.tasks.groups import lex_unrank
 from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = [
     "NAMES",
     "SPANS",
+    "MAX_IRREP_ORDER",
+    "HeadFit",
     "Irrep",
     "ProductReport",
     "product_report",
+    "fit_head",
     "cycle_type",
     "generated_group",
     "irreps",
@@ -82,166 +97,6 @@ __all__ = [
 NAMES = ("beta", "k")
 SPANS = ("action", "readout")  # one product per action, or per stretch between consecutive read-outs
 TIE = 1e-3  # fitting residuals closer than this count as equal when picking a head's irrep
-MAX_IRREP_ORDER = 120  # every irrep up to |G| = 120 (S5: the regular representation is 120 x 120)
-
-
-def cycle_type(perm: tuple[int, ...]) -> tuple[int, ...]:
-    """Cycle lengths of a permutation (given as images of 0..n-1), longest first, fixed points included."""
-    seen, lengths = set(), []
-    for start in range(len(perm)):
-        if start in seen:
-            continue
-        length, i = 0, start
-        while i not in seen:
-            seen.add(i)
-            i = perm[i]
-            length += 1
-        lengths.append(length)
-    return tuple(sorted(lengths, reverse=True))
-
-
-def _partitions(n: int, largest: int | None = None):
-    largest = n if largest is None else largest
-    if n == 0:
-        yield ()
-        return
-    for part in range(min(n, largest), 0, -1):
-        for rest in _partitions(n - part, part):
-            yield (part, *rest)
-
-
-def _spectrum(partition: tuple[int, ...], d: int, parity_dim: bool = False) -> np.ndarray:
-    """The d eigenvalues of a permutation of this cycle type acting on a d-dim space (1 elsewhere);
-    `parity_dim`: plus one dimension with eigenvalue -1 (see `spectral_cycle_type`)."""
-    values = [np.exp(2j * np.pi * j / length) for length in partition for j in range(1, length)]
-    values += [-1.0] * parity_dim
-    return np.array(values + [1.0] * (d - len(values)), dtype=complex)
-
-
-def spectral_cycle_type(eigenvalues: np.ndarray, n: int) -> tuple[tuple[int, ...], float]:
-    """The cycle type (a partition of n) whose spectrum is closest to `eigenvalues` (d complex values),
-    by optimal matching; returns (cycle type, mean matching distance).
-
-    The determinant of n_h reflections with beta near 2 is near (-1)^n_h whatever the permutation,
-    so a head that applies even and odd permutations with a fixed n_h corrects the parity in one
-    more dimension (S4 with 3 reflections: a 3-cycle is 1, w, w^2 on the standard representation
-    and -1 beside it). A cycle type whose sign disagrees with det P_t is matched with that extra -1;
-    when |det P_t| < 0.5 (betas far from 2, or decay) both readings are tried."""
-    d = len(eigenvalues)
-    det = float(np.prod(eigenvalues).real)
-    best, best_cost = (1,) * n, np.inf
-    for partition in _partitions(n):
-        sign = (-1) ** (n - len(partition))
-        for parity_dim in (False, True) if abs(det) < 0.5 else (det * sign < 0,):
-            if n - len(partition) + parity_dim > d:
-                continue
-            target = _spectrum(partition, d, parity_dim)
-            cost = np.abs(eigenvalues[:, None] - target[None, :])
-            rows, cols = linear_sum_assignment(cost)
-            total = cost[rows, cols].mean()
-            if total < best_cost - 1e-12:
-                best, best_cost = partition, total
-    return best, float(best_cost)
-
-
-def standard_rep(perms: list[tuple[int, ...]]) -> np.ndarray:
-    """rho(pi) (len(perms), n-1, n-1): pi's permutation matrix (e_i -> e_pi(i)) on the sum-zero subspace."""
-    n = len(perms[0])
-    basis = np.linalg.qr(np.eye(n) - 1.0 / n)[0][:, : n - 1]  # orthonormal basis of sum-zero vectors
-    mats = np.zeros((len(perms), n, n))
-    for a, p in enumerate(perms):
-        mats[a, list(p), list(range(n))] = 1.0
-    return basis.T @ mats @ basis
-
-
-def _mult(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(a[i] for i in b)
-
-
-def generated_group(perms, limit: int | None = None) -> list[tuple[int, ...]] | None:
-    """The group the permutations generate (closure under composition), sorted; None once it has more
-    than `limit` elements (S_10 has 3.6 million)."""
-    gens = sorted(set(map(tuple, perms)))
-    elements = {tuple(range(len(gens[0])))}
-    frontier = list(elements)
-    while frontier:
-        new = {_mult(g, s) for g in frontier for s in gens} - elements
-        elements |= new
-        if limit is not None and len(elements) > limit:
-            return None
-        frontier = list(new)
-    return sorted(elements)
-
-
-@dataclass
-class Irrep:
-    """A non-trivial irreducible real representation of a finite permutation group."""
-
-    name: str  # "standard", "standard x sign", "sign", or "dim d #k"
-    dim: int
-    faithful: bool  # only the identity acts as the identity matrix
-    matrices: np.ndarray  # (|G|, dim, dim), orthogonal, in the order of the group's elements
-
-
-def irreps(elements: list[tuple[int, ...]], seed: int = 0) -> list[Irrep]:
-    """The group's non-trivial irreducible representations, up to equivalence.
-
-    Eigenspaces of a random symmetric matrix commuting with the left-regular representation L are
-    irreducible invariant subspaces (generically; every irrep of S_n and A_n is real); restricting L
-    to one gives its irrep, named by its character where it is the standard one (fixed points - 1),
-    the sign, or their product.
-    """
-    order, n = len(elements), len(elements[0])
-    index = {g: i for i, g in enumerate(elements)}
-    L = np.zeros((order, order, order))
-    for a, g in enumerate(elements):
-        for h in elements:
-            L[a, index[_mult(g, h)], index[h]] = 1.0
-    X = np.random.default_rng(seed).standard_normal((order, order))
-    C = np.einsum("gij,jk,glk->il", L, X + X.T, L)
-    values, vectors = np.linalg.eigh(C)
-    scale = max(1.0, np.abs(values).max())
-    cuts = np.flatnonzero(np.diff(values) > 1e-6 * scale) + 1
-    sign = np.array([1.0 if _even(g) else -1.0 for g in elements])
-    standard = np.array([sum(g[i] == i for i in range(n)) - 1.0 for g in elements])
-    found: dict[tuple, Irrep] = {}
-    for block in np.split(np.arange(order), cuts):
-        B = vectors[:, block]
-        mats = np.einsum("ai,gab,bj->gij", B, L, B)
-        character = np.einsum("gii->g", mats)
-        key = tuple(np.round(character, 4))
-        if key in found or (len(block) == 1 and np.allclose(character, 1.0)):
-            continue  # an equivalent copy, or the trivial representation
-        identity = np.eye(len(block))
-        faithful = sum(np.abs(m - identity).max() < 1e-6 for m in mats) == 1
-        if np.allclose(character, standard):
-            name = "standard"
-        elif np.allclose(character, standard * sign):
-            name = "standard x sign"
-        elif len(block) == 1 and np.allclose(character, sign):
-            name = "sign"
-        else:
-            name = f"dim {len(block)} #{sum(r.dim == len(block) for r in found.values()) + 1}"
-        found[key] = Irrep(name, len(block), bool(faithful), mats)
-    return sorted(found.values(), key=lambda r: (not r.faithful, r.name != "standard", r.dim))
-
-
-def _even(p: tuple[int, ...]) -> bool:
-    return sum(length - 1 for length in cycle_type(p)) % 2 == 0
-
-
-def _fit_intertwiner(P: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, float]:
-    """F (d, m) with ||F|| = 1 minimising sum ||P_t F - F R_t||^2; returns (F, rms relative residual)."""
-    d, m = P.shape[-1], R.shape[-1]
-    eye_m, eye_d = np.eye(m), np.eye(d)
-    # vec(P F - F R) = (I_m kron P - R^T kron I_d) vec(F), vec column-major
-    M = np.zeros((d * m, d * m))
-    for P_t, R_t in zip(P, R):
-        L = np.kron(eye_m, P_t) - np.kron(R_t.T, eye_d)
-        M += L.T @ L
-    values, vectors = np.linalg.eigh(M)
-    F = vectors[:, 0].reshape(m, d).T
-    return F, float(np.sqrt(max(values[0], 0.0) / len(P)))
 
 
 @dataclass(repr=False)
@@ -354,6 +209,114 @@ def _readout_spans(cap) -> tuple[torch.Tensor, dict[int, int], dict[int, tuple[i
     return group, first, perms
 
 
+@dataclass
+class HeadFit:
+    """One head's products P_t against the group: the best-fitting representation, what it decodes, the verdict."""
+
+    best: RepresentationFit  # the lowest fitting residual; near-ties (within TIE) keep the earlier irrep
+    fits: list[str]  # every irrep (either orientation) whose held-out median residual is under the threshold
+    spectral: list[tuple[tuple[int, ...], float]]  # per product: (cycle type read off its spectrum, distance)
+    spectral_agreement: float  # fraction of products whose spectral cycle type is the true one
+    context_spread: float  # mean ||P_t - mean P of the same element|| / sqrt(d_k): 0 for a function of the action
+    decoded_accuracy: float  # held-out products decoded to the right element (NaN: none held out)
+    implements: bool
+
+    def row(self) -> dict:
+        """The head's columns of ProductReport.heads (after layer and head)."""
+        best = self.best
+        return {
+            "n_actions": len(best.decoded),
+            "spectral_agreement": self.spectral_agreement,
+            "context_spread": self.context_spread,
+            "rep": best.rep.name,
+            "rep_dim": best.rep.dim,
+            "faithful": best.rep.faithful,
+            "acts_as": "g^-1" if best.inverse else "g",
+            "fit_residual": best.fit_residual,
+            "heldout_residual": best.heldout_residual,
+            "decoded_accuracy": self.decoded_accuracy,
+            "fits": ", ".join(dict.fromkeys(self.fits)),
+            "implements": self.implements,
+        }
+
+
+def _context_spread(P: np.ndarray, element_index: np.ndarray, n_elements: int) -> float:
+    """How much P_t varies between occurrences of the same element (0: a function of the action alone)."""
+    means = np.stack(
+        [
+            P[element_index == g].mean(0) if (element_index == g).any() else np.eye(P.shape[-1])
+            for g in range(n_elements)
+        ]
+    )
+    return float(np.mean(np.linalg.norm(P - means[element_index], axis=(1, 2)) / np.sqrt(P.shape[-1])))
+
+
+def fit_head(
+    P: np.ndarray,
+    reps: list[Irrep],
+    element_index: np.ndarray,
+    fit: np.ndarray,
+    true_types: list[tuple[int, ...]],
+    n_elements: int,
+    accuracy_threshold: float = 0.9,
+    residual_threshold: float = 0.25,
+) -> HeadFit:
+    """Every representation in both orientations on one head's products P (A, d_k, d_k); the verdict.
+
+    element_index (A,): each product's true element among the group's n_elements; fit (A,): the
+    products that fit the intertwiners (the rest are decoded); true_types: their cycle types."""
+    held = ~fit
+    n = sum(true_types[0]) if true_types else 0  # a cycle type's lengths add up to n
+    spectral = [spectral_cycle_type(lam, n) for lam in np.linalg.eigvals(P)]
+    fits, best = [], None
+    for rep in reps:
+        for inverse in (False, True):
+            candidate = fit_representation(P, rep, inverse, element_index, fit)
+            if candidate.heldout_residual <= residual_threshold:
+                fits.append(rep.name)
+            # Chosen on the fitting half (rms residual), judged on the held-out half. Near-ties
+            # (within TIE) keep the earlier irrep: faithful ones, the standard first.
+            if best is None or candidate.fit_residual < best.fit_residual - TIE:
+                best = candidate
+    accuracy = float((best.decoded[held] == element_index[held]).mean()) if held.any() else float("nan")
+    agree = np.array([s[0] == t for s, t in zip(spectral, true_types)])
+    implements = bool(
+        best.rep.faithful and accuracy >= accuracy_threshold and best.heldout_residual <= residual_threshold
+    )
+    spread = _context_spread(P, element_index, n_elements)
+    return HeadFit(best, fits, spectral, float(agree.mean()), spread, accuracy, implements)
+
+
+def _chosen_spans(cap, span: str, max_actions: int, seed: int):
+    """The spans (as `_action_spans`) with up to `max_actions` of them kept (a random subset, the others' group
+    set to -1), plus the permutations of every span, kept or not: they define the group to decode in."""
+    group, first, perm_of = (_action_spans if span == "action" else _readout_spans)(cap)
+    ids = sorted(first)
+    rng = np.random.default_rng(seed)
+    chosen = set(rng.permutation(ids)[:max_actions].tolist()) if len(ids) > max_actions else set(ids)
+    group = torch.where(torch.isin(group, torch.tensor(sorted(chosen))), group, torch.full_like(group, -1))
+    return group, first, perm_of, [perm_of[g] for g in ids]
+
+
+def _action_frame(cap, layer, head, rows, perms, true_types, fit, head_fit: HeadFit, elements) -> pd.DataFrame:
+    """ProductReport.actions for one head: one row per product."""
+    return pd.DataFrame(
+        {
+            "layer": layer,
+            "head": head,
+            "trace": cap.labels["trace"][rows].numpy(),
+            "action_pos": cap.labels["action_pos"][rows].numpy(),
+            "perm": ["".join(map(str, p)) for p in perms],
+            "cycle_type": ["+".join(map(str, t)) for t in true_types],
+            "spectral_cycle_type": ["+".join(map(str, s[0])) for s in head_fit.spectral],
+            "spectral_distance": [s[1] for s in head_fit.spectral],
+            "fit": fit,
+            "decoded_perm": ["".join(map(str, elements[i])) for i in head_fit.best.decoded],
+            "residual": head_fit.best.residual,
+        }
+    )
+
+
 @torch.no_grad()
 def product_report(
     source,
@@ -382,20 +345,8 @@ def product_report(
     n = cap.n_vars
     if n < 2:
         raise DeltalensError("the product probe needs traces that carry their actions' permutations (perm_id).")
-    action_pos, trace = cap.labels["action_pos"], cap.labels["trace"]
-    group, first, perm_of = (_action_spans if span == "action" else _readout_spans)(cap)
-    ids = sorted(first)
-    rng = np.random.default_rng(seed)
-    chosen = set(rng.permutation(ids)[:max_actions].tolist()) if len(ids) > max_actions else set(ids)
-    group = torch.where(torch.isin(group, torch.tensor(sorted(chosen))), group, torch.full_like(group, -1))
-
-    observed = [perm_of[g] for g in ids]
-    elements = generated_group(observed, limit=MAX_IRREP_ORDER)
-    if elements is not None:
-        reps = irreps(elements, seed=seed)
-    else:  # a big group (S6 and up): its standard representation only, decoded among the actions seen
-        elements = sorted(set(observed))
-        reps = [Irrep("standard", n - 1, True, standard_rep(elements))]
+    group, first, perm_of, observed = _chosen_spans(cap, span, max_actions, seed)
+    elements, reps = group_representations(observed, n, seed=seed)
     where = {g: i for i, g in enumerate(elements)}
     frames, head_rows = [], []
     factors = cap.layer("beta", 0).shape[-1] if cap.layer("beta", 0).ndim == 3 else 1
@@ -404,85 +355,15 @@ def product_report(
         rows = [first[g] for g in gids.tolist()]
         perms = [perm_of[g] for g in gids.tolist()]
         true_types = [cycle_type(p) for p in perms]
-        fit = np.array([int(trace[r]) % 2 == 0 for r in rows])
-        held = ~fit
+        fit = np.array([int(cap.labels["trace"][r]) % 2 == 0 for r in rows])
         element_index = np.array([where[tuple(p)] for p in perms])
         for head in range(P_all.shape[1]):
             P = P_all[:, head].numpy()
-            spectral = [spectral_cycle_type(lam, n) for lam in np.linalg.eigvals(P)]
-            fits, best = [], None
-            for rep in reps:
-                for inverse in (False, True):
-                    table = np.transpose(rep.matrices, (0, 2, 1)) if inverse else rep.matrices  # (|G|, m, m)
-                    F, fit_residual = _fit_intertwiner(P[fit], table[element_index[fit]])
-                    FR = np.einsum("dm,cmk->cdk", F, table)  # (|G|, d, m)
-                    errors = np.linalg.norm(np.einsum("ade,em->adm", P, F)[:, None] - FR[None], axis=(2, 3))
-                    residual = errors[np.arange(len(P)), element_index]
-                    held_residual = float(np.median(residual[held])) if held.any() else float("nan")
-                    if held_residual <= residual_threshold:
-                        fits.append(rep.name)
-                    # Chosen on the fitting half (rms residual), judged on the held-out half. Near-ties
-                    # (within TIE) keep the earlier irrep: faithful ones, the standard first.
-                    if best is None or fit_residual < best["fit_residual"] - TIE:
-                        best = {
-                            "rep": rep,
-                            "inverse": inverse,
-                            "fit_residual": fit_residual,
-                            "heldout_residual": held_residual,
-                            "decoded": errors.argmin(1),
-                            "residual": residual,
-                        }
-            # how much P_t varies between occurrences of the same action (0: a function of the action alone)
-            means = np.stack(
-                [
-                    P[element_index == g].mean(0) if (element_index == g).any() else np.eye(P.shape[-1])
-                    for g in range(len(elements))
-                ]
+            head_fit = fit_head(
+                P, reps, element_index, fit, true_types, len(elements), accuracy_threshold, residual_threshold
             )
-            spread = float(np.mean(np.linalg.norm(P - means[element_index], axis=(1, 2)) / np.sqrt(P.shape[-1])))
-            decoded = best["decoded"]
-            accuracy = float((decoded[held] == element_index[held]).mean()) if held.any() else float("nan")
-            rep = best["rep"]
-            agree = np.array([s[0] == t for s, t in zip(spectral, true_types)])
-            head_rows.append(
-                {
-                    "layer": layer,
-                    "head": head,
-                    "n_actions": len(P),
-                    "spectral_agreement": float(agree.mean()),
-                    "context_spread": spread,
-                    "rep": rep.name,
-                    "rep_dim": rep.dim,
-                    "faithful": rep.faithful,
-                    "acts_as": "g^-1" if best["inverse"] else "g",
-                    "fit_residual": best["fit_residual"],
-                    "heldout_residual": best["heldout_residual"],
-                    "decoded_accuracy": accuracy,
-                    "fits": ", ".join(dict.fromkeys(fits)),
-                    "implements": bool(
-                        rep.faithful
-                        and accuracy >= accuracy_threshold
-                        and best["heldout_residual"] <= residual_threshold
-                    ),
-                }
-            )
-            frames.append(
-                pd.DataFrame(
-                    {
-                        "layer": layer,
-                        "head": head,
-                        "trace": trace[rows].numpy(),
-                        "action_pos": action_pos[rows].numpy(),
-                        "perm": ["".join(map(str, p)) for p in perms],
-                        "cycle_type": ["+".join(map(str, t)) for t in true_types],
-                        "spectral_cycle_type": ["+".join(map(str, s[0])) for s in spectral],
-                        "spectral_distance": [s[1] for s in spectral],
-                        "fit": fit,
-                        "decoded_perm": ["".join(map(str, elements[i])) for i in decoded],
-                        "residual": best["residual"],
-                    }
-                )
-            )
+            head_rows.append({"layer": layer, "head": head, **head_fit.row()})
+            frames.append(_action_frame(cap, layer, head, rows, perms, true_types, fit, head_fit, elements))
     return ProductReport(
         heads=pd.DataFrame(head_rows),
         actions=pd.concat(frames, ignore_index=True),

@@ -108,6 +108,46 @@ class SubspaceReport(Summary):
         return self.heads
 
 
+def _head_measures(S, pca_states, action_keys, key_rtol: float) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
+    """One head's measures from its states S (N, d_k, d_v) on the chosen tokens, the states for PCA and
+    the action keys (M, d_k): (the numbers of SubspaceReport.heads, the mean normalised state spectrum,
+    the PCA explained-variance ratios, the keys' sigma / sigma_1)."""
+    erank = effective_rank(S)
+    sigma = torch.linalg.svdvals(S.double())
+    top = sigma[:, :1]
+    nonzero = top[:, 0] > 1e-12
+    mean_spectrum = (sigma[nonzero] / top[nonzero]).mean(0).numpy() if bool(nonzero.any()) else np.zeros(sigma.shape[1])
+    (dim90, dim99), ratio = pca_dims(pca_states.flatten(1))
+    k_rank, k_dim90, k_dim99, k_sigma = numerical_rank(action_keys, key_rtol)
+    valid = erank[~torch.isnan(erank)]
+    numbers = {
+        "effective_rank": float(valid.mean()) if len(valid) else float("nan"),
+        "effective_rank_std": float(valid.std()) if len(valid) > 1 else 0.0,
+        "pca_dim_90": dim90,
+        "pca_dim_99": dim99,
+        "key_rank": k_rank,
+        "key_dim_90": k_dim90,
+        "key_dim_99": k_dim99,
+        "state_dim": int(S.shape[-2] * S.shape[-1]),
+    }
+    return numbers, mean_spectrum, ratio, k_sigma
+
+
+def _indexed(layer: int, head: int, values) -> list[dict]:
+    """Rows (layer, head, index, singular_value) of a spectrum."""
+    return [{"layer": layer, "head": head, "index": i, "singular_value": float(v)} for i, v in enumerate(values)]
+
+
+def _pca_rows(layer: int, head: int, ratio: np.ndarray, pca_components: int) -> list[dict]:
+    """Rows of SubspaceReport.pca: the first `pca_components` ratios and their running sum."""
+    shown = ratio[:pca_components]
+    cumulative = np.cumsum(ratio)[:pca_components]
+    return [
+        {"layer": layer, "head": head, "component": i + 1, "explained_variance_ratio": float(r), "cumulative": float(c)}
+        for i, (r, c) in enumerate(zip(shown, cumulative))
+    ]
+
+
 @torch.no_grad()
 def subspace_report(
     source,
@@ -144,52 +184,17 @@ def subspace_report(
         states = cap.layer("state", l)  # (N, H, d_k, d_v)
         keys = cap.layer("k", l)  # (N, H, d_k), or (N, H, n_h, d_k)
         for h in range(cap.n_heads):
-            S = states[rows_all, h]
-            erank = effective_rank(S)
-            sigma = torch.linalg.svdvals(S.double())
-            top = sigma[:, :1]
-            nonzero = top[:, 0] > 1e-12
-            mean_spectrum = (
-                (sigma[nonzero] / top[nonzero]).mean(0).numpy() if bool(nonzero.any()) else np.zeros(sigma.shape[1])
-            )
-            (dim90, dim99), ratio = pca_dims(states[pca_rows, h].flatten(1))
             # every factor's key counts (DeltaProduct: (N, H, n_h, d_k))
-            k_rank, k_dim90, k_dim99, k_sigma = numerical_rank(keys[action, h].reshape(-1, keys.shape[-1]), key_rtol)
-            valid = erank[~torch.isnan(erank)]
-            heads.append(
-                {
-                    "layer": l,
-                    "head": h,
-                    "effective_rank": float(valid.mean()) if len(valid) else float("nan"),
-                    "effective_rank_std": float(valid.std()) if len(valid) > 1 else 0.0,
-                    "pca_dim_90": dim90,
-                    "pca_dim_99": dim99,
-                    "key_rank": k_rank,
-                    "key_dim_90": k_dim90,
-                    "key_dim_99": k_dim99,
-                    "state_dim": int(S.shape[-2] * S.shape[-1]),
-                    "n_tokens": int(len(rows_all)),
-                    "n_action_keys": int(action.sum()),
-                }
+            action_keys = keys[action, h].reshape(-1, keys.shape[-1])
+            numbers, mean_spectrum, ratio, k_sigma = _head_measures(
+                states[rows_all, h], states[pca_rows, h], action_keys, key_rtol
             )
-            spectra += [
-                {"layer": l, "head": h, "index": i, "singular_value": float(v)} for i, v in enumerate(mean_spectrum)
-            ]
-            shown = ratio[:pca_components]
-            cumulative = np.cumsum(ratio)[:pca_components]
-            pca += [
-                {
-                    "layer": l,
-                    "head": h,
-                    "component": i + 1,
-                    "explained_variance_ratio": float(r),
-                    "cumulative": float(c),
-                }
-                for i, (r, c) in enumerate(zip(shown, cumulative))
-            ]
-            key_spectra += [
-                {"layer": l, "head": h, "index": i, "singular_value": float(v)} for i, v in enumerate(k_sigma)
-            ]
+            heads.append(
+                {"layer": l, "head": h, **numbers, "n_tokens": int(len(rows_all)), "n_action_keys": int(action.sum())}
+            )
+            spectra += _indexed(l, h, mean_spectrum)
+            pca += _pca_rows(l, h, ratio, pca_components)
+            key_spectra += _indexed(l, h, k_sigma)
     return SubspaceReport(
         heads=pd.DataFrame(heads),
         spectra=pd.DataFrame(spectra),

@@ -59,7 +59,7 @@ def _show(step) -> str:
     return "–" if step is None else str(int(step))
 
 
-LONG_HORIZON = Path("reports") / "pfsa" / "long_horizon.json"  # written by scripts/pfsa_long_horizon.py
+LONG_HORIZON = Path("results") / "pfsa" / "long_horizon.json"  # written by scripts/pfsa_long_horizon.py
 
 
 def _spread(values: list[float]) -> str:

@@ -1,7 +1,7 @@
 """The reproduce report: OUT/reproduce.md with the paper's claims judged, a table per setting,
 the PFSA-SR section, and figures (HTML always, PNG when kaleido finds a browser).
 
-    report = write_report(sweep, read_results(sweep, "reports/sweep"), Path("reports"), Path("checkpoints"))
+    report = write_report(sweep, read_results(sweep, "results/sweep"), Path("results"), Path("checkpoints"))
 """
 
 from __future__ import annotations
@@ -271,17 +271,51 @@ def _wall_time_lines(sweep, statuses, searches) -> list[str]:
 
 
 def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str] = (), searches=()) -> str:
-    results = [s.result for s in statuses if s.result is not None]
+    """The report, section by section: header and protocol, architectures, the paper's claims, the
+    learning-rate search, longer runs, a results table per setting, cells not run, training time, the
+    ``extra`` sections (PFSA-SR, per-token products), figures."""
     # budget, optimiser (but its lr) and task are shared by every cell
     config = cell_config(statuses[0].cell, sweep, lr=sweep.optim.get("lr", 3e-3)).to_dict()
-    task, optim = config["task"], config["optim"]
+    searches = list(searches)
+    lines = [*_header_lines(sweep, statuses), *_protocol_lines(sweep, config), *_architecture_lines(sweep)]
+    if sweep.judge_claims:
+        lines += _claim_lines(sweep, claims, sweep.eval_multiples)
+    lines += _search_lines(sweep, searches) + long_run_lines(out)
+    lines += _results_lines(sweep, statuses, config["task"])
+    lines += _not_run_lines(statuses)
+    lines += _wall_time_lines(sweep, statuses, searches)
+    lines += [*extra, *_figure_lines(figures, out)]
+    return "\n".join(lines)
+
+
+def _length_texts(sweep, task: dict) -> tuple[str, str]:
+    """The test lengths as multiples ('1x / 2x / 4x') and in actions ('16 / 32 / 64')."""
     length, multiples = task["actions"][1], sweep.eval_multiples
-    lengths = " / ".join(f"{m}x" for m in multiples)
-    actions = " / ".join(str(m * length) for m in multiples)
-    mixed, sparse = curriculum(2, sweep.steps, sweep.mixed_from, sweep.sparse_from)[1:]
+    return " / ".join(f"{m}x" for m in multiples), " / ".join(str(m * length) for m in multiples)
+
+
+def _header_lines(sweep, statuses) -> list[str]:
+    """The title and what was measured: runs with results, runs missing, total training time."""
+    results = [s.result for s in statuses if s.result is not None]
     wall = sum(r.get("wall_time_s", 0) for r in results)
     wall_text = f"{wall / 60:.0f} min" if wall >= 60 else f"{wall:.0f} s"
     not_run = len(statuses) - len(results)
+    return [
+        f"# {sweep.title}",
+        "",
+        f"Written by `deltalens reproduce` from sweep `{sweep.path}`: **{len(results)} of {len(statuses)} runs "
+        f"measured** ({len(sweep.seeds)} seeds per cell){f', {not_run} not run' if not_run else ''}; the measured "
+        f"runs trained for {wall_text} in total. `deltalens reproduce` trains only what is missing (`--lanes N` "
+        "at a time); `--no-train` rewrites this report.",
+        "",
+    ]
+
+
+def _protocol_lines(sweep, config: dict) -> list[str]:
+    """The protocol every cell shares: budget, curriculum, test traces, how spread is reported."""
+    task, optim = config["task"], config["optim"]
+    lengths, actions = _length_texts(sweep, task)
+    mixed, sparse = curriculum(2, sweep.steps, sweep.mixed_from, sweep.sparse_from)[1:]
     seeds = ", ".join(str(x) for x in sweep.seeds)
     if sweep.search is not None:
         lr_text = (
@@ -298,22 +332,15 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
         if sweep.early_stop_accuracy
         else ""
     )
-    lines = [
-        f"# {sweep.title}",
-        "",
-        f"Written by `deltalens reproduce` from sweep `{sweep.path}`: **{len(results)} of {len(statuses)} runs "
-        f"measured** ({len(sweep.seeds)} seeds per cell){f', {not_run} not run' if not_run else ''}; the measured "
-        f"runs trained for {wall_text} in total. `deltalens reproduce` trains only what is missing (`--lanes N` "
-        "at a time); `--no-train` rewrites this report.",
-        "",
+    return [
         "## Protocol",
         "",
         f"* **Same tuning budget for every architecture:** a learning-rate search at k = 1 chooses each "
         f"architecture's lr per group on the validation split; then every cell trains {sweep.steps} optimiser "
         f"steps at most{by_arch_text}{stop_text}, batch {optim['batch_size']}, {lr_text} "
         f"(warmup {optim['warmup_steps']} steps, cosine decay to {optim['min_lr_ratio']:g}x), seeds {seeds}; "
-        f"{task['action_set']}, {length} actions per training trace, training reveals `{task['reveal']}`, "
-        f"loss on `{task['supervision']}` tokens.",
+        f"{task['action_set']}, {task['actions'][1]} actions per training trace, training reveals "
+        f"`{task['reveal']}`, loss on `{task['supervision']}` tokens.",
         f"* **Same curriculum for every architecture**, ending at the cell's spacing k, as `[from_step, lo, hi]`: "
         f"`[[0, 1, 1], [{mixed[0]}, 1, k], [{sparse[0]}, k, k]]` at {sweep.steps} steps, stage starts scaled "
         "with a budget (spacing 1 first, then drawn per trace from 1..k, then k alone); for k = 1, `[[0, 1, 1]]`.",
@@ -324,16 +351,17 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
         "* **Spread:** every number is the mean over seeds with [min–max]; a claim holds only when it holds for "
         "the seed mean and for at least 2 of 3 seeds; a cell counts once all its seeds have results.",
         "",
-        *_architecture_lines(sweep),
     ]
-    if sweep.judge_claims:
-        lines += _claim_lines(sweep, claims, multiples)
 
-    lines += _search_lines(sweep, list(searches)) + long_run_lines(out)
-    lines += ["## Results", ""]
+
+def _results_lines(sweep, statuses, task: dict) -> list[str]:
+    """A table per setting (group, tokenizer): architecture x spacing k, seed mean [min–max] per length."""
+    lengths, actions = _length_texts(sweep, task)
+    multiples = sweep.eval_multiples
+    results = [s.result for s in statuses if s.result is not None]
     summaries = {(s["group"], s["tokenizer"], s["arch"], s["spacing"]): s for s in spread(results, len(sweep.seeds))}
-    settings = list(dict.fromkeys(s.cell.setting for s in statuses))
-    for setting in settings:
+    lines = ["## Results", ""]
+    for setting in dict.fromkeys(s.cell.setting for s in statuses):
         group, tokenizer = setting.split(" ", 1)
         cells: dict[tuple[str, int], list] = {}
         for s in statuses:
@@ -366,19 +394,26 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
                     row.append(text if have >= len(seeds_here) else f"{have} of {len(seeds_here)} seeds<br>{text}")
             lines.append(f"| {ARCH_LABELS.get(arch, arch)} | " + " | ".join(row) + " |")
         lines.append("")
+    return lines
 
+
+def _not_run_lines(statuses) -> list[str]:
+    """The cells without a result (and why), and the lengths that could not be evaluated."""
     missing = [s for s in statuses if s.result is None]
     errors = [(s.cell.name, r) for s in statuses if s.result for r in s.result["eval"]["lengths"] if "error" in r]
-    if missing or errors:
-        lines += ["### Cells not run", ""] if missing else []
-        lines += [f"* `{s.cell.name}`: {s.reason}" for s in missing]
-        if errors:
-            lines += ["", "Lengths that could not be evaluated (shown as –):", ""]
-            lines += [f"* `{name}` at {r['actions']} actions: {r['error']}" for name, r in errors]
-        lines.append("")
+    if not (missing or errors):
+        return []
+    lines = ["### Cells not run", ""] if missing else []
+    lines += [f"* `{s.cell.name}`: {s.reason}" for s in missing]
+    if errors:
+        lines += ["", "Lengths that could not be evaluated (shown as –):", ""]
+        lines += [f"* `{name}` at {r['actions']} actions: {r['error']}" for name, r in errors]
+    return [*lines, ""]
 
-    lines += _wall_time_lines(sweep, statuses, list(searches))
-    lines += [*extra, "## Figures", ""]
+
+def _figure_lines(figures, out: Path) -> list[str]:
+    """Each figure as its PNG with links to both files (paths relative to OUT), then what is missing or stale."""
+    lines = ["## Figures", ""]
     for figure in figures:
         html = figure.html.relative_to(out).as_posix()
         if figure.png is not None:
@@ -400,4 +435,4 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
             f"{stale[0].png_error}.",
             "",
         ]
-    return "\n".join(lines)
+    return lines

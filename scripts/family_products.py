@@ -8,8 +8,8 @@ head's state holds the variables' values (a linear probe: a model can track the 
 per-token products that are no fixed representation). Writes OUT/products.json, which the
 "Per-token products" section of `deltalens reproduce --out OUT` reads.
 
-    python3 scripts/family_products.py [--sweep sweep/family.toml] [--results reports/family/sweep]
-                                       [--runs runs/family] [--out reports/family] [--traces 64]
+    python3 scripts/family_products.py [--sweep sweep/family.toml] [--results results/family/sweep]
+                                       [--runs runs/family] [--out results/family] [--traces 64]
                                        [--state-traces 256]
 """
 
@@ -79,9 +79,9 @@ def state_decoding(checkpoint, traces: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", default="sweep/family.toml")
-    parser.add_argument("--results", default="reports/family/sweep")
+    parser.add_argument("--results", default="results/family/sweep")
     parser.add_argument("--runs", default="runs/family")
-    parser.add_argument("--out", default="reports/family")
+    parser.add_argument("--out", default="results/family")
     parser.add_argument("--traces", type=int, default=64, help="held-out traces per run for the product probe")
     parser.add_argument("--state-traces", type=int, default=256, help="held-out traces per run for the state probe")
     args = parser.parse_args()

@@ -11,7 +11,7 @@ have none after the initial assignment, so the long horizons are also a length e
 A rotary Transformer is loaded with a context long enough for the traces (its weights do not
 depend on the context length).
 
-Writes reports/pfsa/long_horizon.json, which the PFSA-SR section of `deltalens reproduce` reads.
+Writes results/pfsa/long_horizon.json, which the PFSA-SR section of `deltalens reproduce` reads.
 
     python3 scripts/pfsa_long_horizon.py [--seeds 0 1 2] [--traces 32] [--only NAME ...]
 """
@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=32, help="traces per kind (default 32)")
     parser.add_argument("--only", nargs="+", help="checkpoint names (default: every *-prob checkpoint)")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "pfsa-seeds"))
-    parser.add_argument("--out", default=str(ROOT / "reports" / "pfsa" / "long_horizon.json"))
+    parser.add_argument("--out", default=str(ROOT / "results" / "pfsa" / "long_horizon.json"))
     args = parser.parse_args()
     names = args.only or sorted(p.name for p in (ROOT / "checkpoints").iterdir() if p.name.endswith("-prob"))
     out = Path(args.out)

@@ -35,7 +35,7 @@ and the posterior predictive of a revealed value, before it is read, is
 prints several variables (``print(a, b, c)``) is read left to right: each value is predicted
 given the values printed before it on the same line.
 
-A linear RNN cannot divide by the norm. Its best imitation (``LinearJointFilter``) masks and
+A linear RNN cannot divide by the norm. Its best imitation (``run_linear_joint``) masks and
 transitions without renormalising; in exact arithmetic this loses nothing (the mask and the
 kernel commute with scaling, so b~_t / ||b~_t||_1 is the exact b_t), but the mass
 ||b~_t||_1 = P(o_1, ..., o_k), the probability of everything revealed so far, shrinks with every
@@ -43,7 +43,7 @@ partial reveal and underflows to 0 in finite precision (probes/belief_decay.py m
 A full reveal pins the state, and a linear RNN can treat it as a reset (b~ <- one-hot: an input
 term B(x_t) with A(x_t) = 0); ``full_reset`` does that.
 
-The marginal representation (``marginal_filter``, ``LinearMarginalFilter``):
+The marginal representation (``marginal_filter``, ``run_linear_marginal``):
 
 * transition: ``M <- sum_k probs[k] P_k M`` with ``(P_k M)[i] = M[perms[k][i]]`` (rows move with
   the values). Marginalising commutes with a mixture of permutations, so this is EXACT.
@@ -56,8 +56,8 @@ The marginal representation (``marginal_filter``, ``LinearMarginalFilter``):
   tasks/adversary.py); the first value of a full reveal and the belief after it (it pins the
   state). It fails when correlations matter: after ``a, b, c = random.choice([(a, b, c), (b, c,
   a), (c, a, b)])`` every marginal is 1/3, exactly as under a uniform shuffle, yet seeing a
-  pins b and c; the marginal filter still says 1/2 (tests/test_pfsa.py shows both).
-* the linear version (``LinearMarginalFilter``): reveal = zero row i and column v (A(x_t), a
+  pins b and c; the marginal filter still says 1/2 (tests/tasks/test_pfsa.py shows both).
+* the linear version (``run_linear_marginal``): reveal = zero row i and column v (A(x_t), a
   mask) plus e_i e_v^T (B(x_t), injected certainty), no balancing. Revealed rows are restored
   to mass 1, but mass that other rows had in column v is lost for good, so rows that are never
   revealed decay (an adversary makes it exponential).
@@ -74,139 +74,47 @@ import functools
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Union
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from deltalens.core.errors import DeltalensError
-from deltalens.tasks.groups import VARIABLE_NAMES, Permutation, apply_permutation, identity, inverse, is_permutation
+from deltalens.tasks.belief_arrays import like, mass, max_entry, take, to_numpy
+from deltalens.tasks.marginal_belief import (
+    marginal_mask,
+    marginal_transition,
+    point_marginals,
+    sinkhorn,
+    total_support,
+)
+from deltalens.tasks.permutations import VARIABLE_NAMES, Permutation, apply_permutation, inverse
+from deltalens.tasks.pfsa_inputs import Action, Event, Observation, at_line
 
 MAX_JOINT_N = 8  # 8! = 40320 belief entries; 9! would be 362880 per step, too slow for the CPU tests
 
-
-# --- inputs: Sigma ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Action:
-    """An input sigma that moves values: ``q -> q o perms[k]`` with probability ``probs[k]``.
-
-    A deterministic statement has one branch. ``line`` (1-based, 0 = none) only names the
-    statement in messages and is left out of equality.
-    """
-
-    perms: tuple[Permutation, ...]
-    probs: tuple[float, ...]
-    line: int = field(default=0, compare=False)
-
-    def __post_init__(self) -> None:
-        if not self.perms or len(self.perms) != len(self.probs):
-            raise DeltalensError("an action needs one probability per permutation, and at least one.")
-        n = len(self.perms[0])
-        if any(not is_permutation(p, n) for p in self.perms):
-            raise DeltalensError(f"an action's branches must all be permutations of {n} points.")
-        if any(not 0.0 <= w <= 1.0 for w in self.probs) or not math.isclose(sum(self.probs), 1.0, abs_tol=1e-12):
-            raise DeltalensError(f"an action's branch probabilities must be in [0, 1] and sum to 1, got {self.probs}.")
-
-    @classmethod
-    def deterministic(cls, p: Permutation, line: int = 0) -> Action:
-        return cls((tuple(p),), (1.0,), line)
-
-    @classmethod
-    def swap(cls, n: int, i: int, j: int, p: float, line: int = 0) -> Action:
-        """Swap variables i and j with probability p (``(b, a) if random.random() < p else (a, b)``)."""
-        t = list(range(n))
-        t[i], t[j] = j, i
-        return cls((tuple(t), identity(n)), (p, 1.0 - p), line)
-
-    @classmethod
-    def choice(cls, perms: Sequence[Permutation], line: int = 0) -> Action:
-        """``random.choice`` over the listed assignments: each with probability 1 / len."""
-        return cls(tuple(tuple(p) for p in perms), tuple(1.0 / len(perms) for _ in perms), line)
-
-    @property
-    def n(self) -> int:
-        return len(self.perms[0])
-
-    @property
-    def is_deterministic(self) -> bool:
-        return len(set(p for p, w in zip(self.perms, self.probs) if w > 0)) == 1
-
-    def branches(self) -> list[tuple[Permutation, float]]:
-        """(permutation, probability) with equal permutations merged and zero branches dropped."""
-        merged: dict[Permutation, float] = {}
-        for p, w in zip(self.perms, self.probs):
-            if w > 0:
-                merged[p] = merged.get(p, 0.0) + w
-        return list(merged.items())
-
-
-@dataclass(frozen=True)
-class Observation:
-    """An input that reveals: ``values[k]`` is printed for variable ``variables[k]``, in order."""
-
-    variables: tuple[int, ...]
-    values: tuple[int, ...]
-    line: int = field(default=0, compare=False)
-
-    def __post_init__(self) -> None:
-        if (
-            not self.variables
-            or len(self.variables) != len(self.values)
-            or len(set(self.variables)) != len(self.variables)
-        ):
-            raise DeltalensError("an observation names each printed variable once, with one value each.")
-
-    def is_full(self, n: int) -> bool:
-        """A full reveal shows every variable: it pins the state."""
-        return len(self.variables) == n
-
-    def describe(self) -> str:
-        return ", ".join(f"{VARIABLE_NAMES[i]} = {v}" for i, v in zip(self.variables, self.values))
-
-
-Event = Union[Action, Observation]
-
-
-def _where(event: Event) -> str:
-    return f"line {event.line}: " if event.line else ""
-
-
-# --- array helpers: one code path for numpy and torch --------------------------------------
-
-
-def _is_numpy(x: Any) -> bool:
-    return isinstance(x, np.ndarray)
-
-
-def _take(x: Any, index: np.ndarray, axis: int = 0) -> Any:
-    """x[index] along axis 0 (gather), for numpy arrays and torch tensors alike."""
-    if _is_numpy(x):
-        return x[index]
-    import torch  # only when given tensors: `deltalens belief` runs on numpy without torch (~1.6 s)
-
-    return x[torch.from_numpy(index).to(x.device)]
-
-
-def _like(x: Any, arr: np.ndarray) -> Any:
-    """arr as an array of x's kind, dtype and device."""
-    if _is_numpy(x):
-        return arr.astype(x.dtype)
-    import torch  # only when given tensors: `deltalens belief` runs on numpy without torch (~1.6 s)
-
-    return torch.from_numpy(np.ascontiguousarray(arr)).to(dtype=x.dtype, device=x.device)
-
-
-def mass(x: Any) -> float:
-    """||x||_1 of a non-negative belief, summed in float64 (so the sum itself never underflows)."""
-    if _is_numpy(x):
-        return float(x.sum(dtype=np.float64))
-    return float(x.double().sum())
-
-
-def max_entry(x: Any) -> float:
-    return float(x.max()) if _is_numpy(x) else float(x.double().max())
+__all__ = [  # this module's names and, re-exported, those of the modules it is built from
+    "MAX_JOINT_N",
+    "PFSA",
+    "Action",
+    "Event",
+    "FilterResult",
+    "LinearRun",
+    "Observation",
+    "RevealPosterior",
+    "enumerate_posteriors",
+    "joint_filter",
+    "marginal_filter",
+    "marginal_mask",
+    "marginal_transition",
+    "mass",
+    "max_entry",
+    "point_marginals",
+    "run_linear_joint",
+    "run_linear_marginal",
+    "sinkhorn",
+    "total_support",
+]
 
 
 # --- the automaton --------------------------------------------------------------------------
@@ -292,7 +200,7 @@ class PFSA:
     def _check_observation(self, obs: Observation) -> None:
         if max(obs.variables) >= self.n or min(obs.values) < 1 or max(obs.values) > self.n:
             raise DeltalensError(
-                f"{_where(obs)}the print shows {obs.describe()}, outside {self.n} variables and values 1..{self.n}."
+                f"{at_line(obs)}the print shows {obs.describe()}, outside {self.n} variables and values 1..{self.n}."
             )
 
     # linear steps (numpy or torch, any dtype)
@@ -300,18 +208,18 @@ class PFSA:
         """b D_sigma, gathered: b'[q'] = sum_k probs[k] * b[q' o perms[k]^-1]."""
         if action.n != self.n:
             raise DeltalensError(
-                f"{_where(action)}the statement moves {action.n} variables, the automaton has {self.n}."
+                f"{at_line(action)}the statement moves {action.n} variables, the automaton has {self.n}."
             )
         out = None
         for p, w in action.branches():
-            term = _take(b, self.preimage(p))
+            term = take(b, self.preimage(p))
             term = term if w == 1.0 else term * w
             out = term if out is None else out + term
         return out
 
     def mask(self, b: Any, obs: Observation) -> Any:
         """b * rho(o): the reveal without renormalising (linear)."""
-        return b * _like(b, self.rho(obs).astype(np.float64))
+        return b * like(b, self.rho(obs).astype(np.float64))
 
     # read-outs
     def predictive(self, b: np.ndarray, variable: int) -> np.ndarray:
@@ -321,14 +229,6 @@ class PFSA:
     def marginals(self, b: np.ndarray) -> np.ndarray:
         """The n x n marginal matrix M[i, v - 1] of a joint belief."""
         return np.stack([self.predictive(b, i) for i in range(self.n)])
-
-
-def point_marginals(q: Sequence[int]) -> np.ndarray:
-    """The marginal matrix of a known state: M[i, q[i] - 1] = 1."""
-    n = len(q)
-    m = np.zeros((n, n))
-    m[np.arange(n), np.asarray(q) - 1] = 1.0
-    return m
 
 
 # --- exact filtering ---------------------------------------------------------------------------
@@ -373,7 +273,7 @@ class FilterResult:
 
 def _refuse(obs: Observation, variable: int, value: int) -> DeltalensError:
     return DeltalensError(
-        f"{_where(obs)}the print shows {VARIABLE_NAMES[variable]} = {value}, which no outcome of the "
+        f"{at_line(obs)}the print shows {VARIABLE_NAMES[variable]} = {value}, which no outcome of the "
         "statements before it allows; the trace is inconsistent."
     )
 
@@ -430,82 +330,7 @@ def enumerate_posteriors(q0: Sequence[int], events: Sequence[Event]) -> list[np.
     return list(acc / acc.sum(axis=1, keepdims=True))
 
 
-# --- marginal representation -----------------------------------------------------------------
-
-
-def marginal_transition(m: Any, action: Action) -> Any:
-    """sum_k probs[k] P_k M: variable i takes the marginal of variable perms[k][i] (exact, linear)."""
-    out = None
-    for p, w in action.branches():
-        term = _take(m, np.asarray(p, dtype=np.int64))
-        term = term if w == 1.0 else term * w
-        out = term if out is None else out + term
-    return out
-
-
-def _reveal_masks(n: int, variable: int, value: int) -> tuple[np.ndarray, np.ndarray]:
-    """keep: 0 on row `variable` and column `value`, 1 elsewhere; inject: e_variable e_value^T."""
-    keep = np.ones((n, n))
-    keep[variable, :] = 0.0
-    keep[:, value - 1] = 0.0
-    inject = np.zeros((n, n))
-    inject[variable, value - 1] = 1.0
-    return keep, inject
-
-
-def marginal_mask(m: Any, variable: int, value: int) -> Any:
-    """The linear-RNN reveal: A(x) M + B(x) with A = zero row i and column v, B = e_i e_v^T."""
-    keep, inject = _reveal_masks(m.shape[0], variable, value)
-    return m * _like(m, keep) + _like(m, inject)
-
-
-def _has_perfect_matching(support: np.ndarray) -> bool:
-    """Kuhn's augmenting paths on a boolean bipartite adjacency matrix (rows -> columns)."""
-    n = support.shape[0]
-    owner = [-1] * support.shape[1]
-
-    def augment(row: int, seen: list[bool]) -> bool:
-        for col in np.flatnonzero(support[row]):
-            if not seen[col]:
-                seen[col] = True
-                if owner[col] < 0 or augment(owner[col], seen):
-                    owner[col] = row
-                    return True
-        return False
-
-    return all(augment(row, [False] * support.shape[1]) for row in range(n))
-
-
-def total_support(m: np.ndarray) -> np.ndarray:
-    """m with every entry that lies on no perfect matching of its support set to 0.
-
-    Sinkhorn scaling drives exactly those entries to 0, but only as O(1/iterations); pruning
-    them first gives the same limit with geometric convergence.
-    """
-    support = m > 0
-    out = m.copy()
-    for i, j in zip(*np.nonzero(support)):
-        rest = np.delete(np.delete(support, i, axis=0), j, axis=1)
-        if rest.size and not _has_perfect_matching(rest):
-            out[i, j] = 0.0
-    return out
-
-
-def sinkhorn(m: np.ndarray, tol: float = 1e-13, max_iter: int = 5000) -> np.ndarray:
-    """Scale rows and columns of a non-negative matrix until it is doubly stochastic."""
-    m = total_support(m)
-    for _ in range(max_iter):
-        rows = m.sum(axis=1)
-        if np.any(rows <= 0):
-            raise DeltalensError("the marginal belief has a variable with no possible value left.")
-        m /= rows[:, None]
-        cols = m.sum(axis=0)
-        if np.any(cols <= 0):
-            raise DeltalensError("the marginal belief has a value no variable can hold.")
-        m /= cols[None, :]
-        if np.abs(m.sum(axis=1) - 1.0).max() < tol:
-            break
-    return m
+# --- marginal representation (its steps: tasks.marginal_belief) ------------------------------
 
 
 def marginal_filter(n: int, q0: Sequence[int], events: Iterable[Event]) -> FilterResult:
@@ -560,7 +385,7 @@ def run_linear_joint(pfsa: PFSA, events: Sequence[Event], b0: Any = None, full_r
         elif full_reset and event.is_full(pfsa.n):
             onehot = np.zeros(pfsa.num_states)
             onehot[pfsa.index([event.values[event.variables.index(i)] for i in range(pfsa.n)])] = 1.0
-            b = _like(b, onehot)
+            b = like(b, onehot)
         else:
             b = pfsa.mask(b, event)
         masses.append(mass(b))
@@ -576,21 +401,17 @@ def run_linear_marginal(
     ``m0`` sets the dtype (numpy or torch); by default the float64 point marginals of q0.
     """
     m = point_marginals(q0) if m0 is None else m0
-    masses, peaks, history = [mass(m)], [max_entry(m)], [_to_numpy(m)]
+    masses, peaks, history = [mass(m)], [max_entry(m)], [to_numpy(m)]
     for event in events:
         if isinstance(event, Action):
             m = marginal_transition(m, event)
         elif full_reset and event.is_full(n):
             state = [event.values[event.variables.index(i)] for i in range(n)]
-            m = _like(m, point_marginals(state))
+            m = like(m, point_marginals(state))
         else:
             for variable, value in zip(event.variables, event.values):
                 m = marginal_mask(m, variable, value)
         masses.append(mass(m))
         peaks.append(max_entry(m))
-        history.append(_to_numpy(m))
+        history.append(to_numpy(m))
     return LinearRun(np.array(masses), np.array(peaks), m, np.stack(history))
-
-
-def _to_numpy(x: Any) -> np.ndarray:
-    return x.astype(np.float64) if _is_numpy(x) else x.detach().double().cpu().numpy()

@@ -52,6 +52,7 @@ import numpy as np
 from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import (
     VARIABLE_NAMES,
+    ActionSet,
     Permutation,
     apply_permutation,
     get_action_set,
@@ -255,24 +256,10 @@ def generate_prob_trace(spec: ProbTraceSpec, seed: int, posteriors: bool = True)
         info.append(LineInfo(LINE_INIT, 0, variables=(i,)))
     states, actions, kinds, kernels = [state], [], [], []
     reveals: list[Reveal] = []
-    print_all = f"{PROMPT}print({_names(tuple(range(n)))})\n"
     for t in range(1, m + 1):
         u = rng.random()
         kind = next(ACTION_KINDS[k] for k in range(3) if u < cumulative[k] or k == 2)
-        if kind == "det":
-            p = det_set.sample(rng)  # type: ignore[union-attr]
-            line, kernel, realised = det_set.line(p), Action.deterministic(p), p  # type: ignore[union-attr]
-        elif kind == "swap":
-            i, j = sorted(rng.sample(range(n), 2))
-            line = f"{PROMPT}{swap_statement(i, j, spec.swap_prob)}\n"
-            kernel = Action.swap(n, i, j, spec.swap_prob)
-            realised = transposition(n, i, j) if hidden.random() < spec.swap_prob else identity(n)
-        else:
-            chosen = tuple(sorted(rng.sample(range(n), spec.choice_size)))
-            options = [rotation(n, chosen, s) for s in range(spec.choice_size)]
-            line = f"{PROMPT}{choice_statement(chosen)}\n"
-            kernel = Action.choice(options)
-            realised = hidden.choice(options)  # same draw as random.choice on a list of that length
+        line, kernel, realised = _draw_action(kind, spec, n, det_set, rng, hidden)
         state = apply_permutation(state, realised)
         states.append(state)
         actions.append(realised)
@@ -280,23 +267,8 @@ def generate_prob_trace(spec: ProbTraceSpec, seed: int, posteriors: bool = True)
         kernels.append(Action(kernel.perms, kernel.probs, line=len(lines) + 1))
         lines.append(line)
         info.append(LineInfo(LINE_ACTION, t, action=t - 1))
-        if spec.spacing is not None:
-            reveal_now = t % spec.spacing == 0
-        else:
-            reveal_now = spec.reveal_prob is not None and rng.random() < spec.reveal_prob
-        if not reveal_now:
-            continue
-        if rng.random() < spec.full_reveal_prob:
-            shown: tuple[int, ...] = tuple(range(n))
-            lines.append(print_all)
-            lines.append(" ".join(map(str, state)) + "\n")
-        else:
-            v = rng.randrange(n)
-            shown = (v,)
-            lines.append(f"{PROMPT}print('{VARIABLE_NAMES[v]}', {VARIABLE_NAMES[v]})\n")
-            lines.append(f"{VARIABLE_NAMES[v]} {state[v]}\n")
-        info += [LineInfo(LINE_PRINT, t, variables=shown), LineInfo(LINE_OUTPUT, t, variables=shown)]
-        reveals.append(Reveal(len(lines) - 1, t, shown, tuple(state[v] for v in shown)))
+        if _reveals_after(t, spec, rng):
+            reveals.append(_write_reveal(t, state, spec, rng, lines, info))
 
     trace = ProbTrace(
         spec,
@@ -313,6 +285,52 @@ def generate_prob_trace(spec: ProbTraceSpec, seed: int, posteriors: bool = True)
     if posteriors:
         trace.posteriors = group_posteriors(joint_filter(trace.pfsa(), trace.events).reveals, reveals)
     return trace
+
+
+def _draw_action(
+    kind: str, spec: ProbTraceSpec, n: int, det_set: ActionSet | None, rng: random.Random, hidden: random.Random
+) -> tuple[str, Action, Permutation]:
+    """(the statement's REPL line, its kernel delta, the permutation it realises) for one action of
+    `kind`: `rng` writes the statement, `hidden` draws the outcome as the transcript's own call will."""
+    if kind == "det":
+        p = det_set.sample(rng)  # type: ignore[union-attr]
+        return det_set.line(p), Action.deterministic(p), p  # type: ignore[union-attr]
+    if kind == "swap":
+        i, j = sorted(rng.sample(range(n), 2))
+        line = f"{PROMPT}{swap_statement(i, j, spec.swap_prob)}\n"
+        realised = transposition(n, i, j) if hidden.random() < spec.swap_prob else identity(n)
+        return line, Action.swap(n, i, j, spec.swap_prob), realised
+    chosen = tuple(sorted(rng.sample(range(n), spec.choice_size)))
+    options = [rotation(n, chosen, s) for s in range(spec.choice_size)]
+    line = f"{PROMPT}{choice_statement(chosen)}\n"
+    realised = hidden.choice(options)  # same draw as random.choice on a list of that length
+    return line, Action.choice(options), realised
+
+
+def _reveals_after(t: int, spec: ProbTraceSpec, rng: random.Random) -> bool:
+    """Whether a reveal follows action t: every `spacing`-th action, or with `reveal_prob`."""
+    if spec.spacing is not None:
+        return t % spec.spacing == 0
+    return spec.reveal_prob is not None and rng.random() < spec.reveal_prob
+
+
+def _write_reveal(
+    t: int, state: tuple[int, ...], spec: ProbTraceSpec, rng: random.Random, lines: list[str], info: list[LineInfo]
+) -> Reveal:
+    """Append a print and its output line after action t: every variable with probability
+    `full_reveal_prob` (a full reset), else one random variable. Returns the reveal."""
+    n = len(state)
+    if rng.random() < spec.full_reveal_prob:
+        shown: tuple[int, ...] = tuple(range(n))
+        lines.append(f"{PROMPT}print({_names(shown)})\n")
+        lines.append(" ".join(map(str, state)) + "\n")
+    else:
+        v = rng.randrange(n)
+        shown = (v,)
+        lines.append(f"{PROMPT}print('{VARIABLE_NAMES[v]}', {VARIABLE_NAMES[v]})\n")
+        lines.append(f"{VARIABLE_NAMES[v]} {state[v]}\n")
+    info += [LineInfo(LINE_PRINT, t, variables=shown), LineInfo(LINE_OUTPUT, t, variables=shown)]
+    return Reveal(len(lines) - 1, t, shown, tuple(state[v] for v in shown))
 
 
 def group_posteriors(posteriors: list[RevealPosterior], reveals: list[Reveal]) -> list[list[RevealPosterior]]:

@@ -21,7 +21,7 @@ def test_every_arrow_between_rooms_points_down():
     assert problems == []
     # the graph is read from the code, not empty: the probes measure captures, the report judges runs
     assert "interp" in edges["probes"] and "training" in edges["reports"] and "tasks" in edges["models"]
-    assert edges["tasks"] == set()
+    assert edges["core"] == set() and edges["tasks"] == {"core"}  # core is the bottom room, tasks the next
 
 
 def test_the_graph_script_catches_an_upward_import(tmp_path, monkeypatch):
@@ -64,10 +64,38 @@ print(json.dumps({"names": names, "files": files}))
     assert all(name.startswith("deltalens") for names in report["files"].values() for name in names)
 
 
+def _ruff() -> str:
+    return shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+
+
 def test_ruff_check_is_clean():
-    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
-    result = subprocess.run([ruff, "check", "--no-cache", str(REPO)], capture_output=True, text=True)
+    result = subprocess.run([_ruff(), "check", "--no-cache", str(REPO)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_is_clean():
+    result = subprocess.run([_ruff(), "format", "--check", "--no-cache", str(REPO)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# pyproject's [build-system] requires setuptools>=68; --no-build-isolation builds with whatever the venv sees
+CAN_BUILD_IN_PLACE = """
+import importlib.util
+try:
+    import setuptools
+except ImportError:
+    print(False)
+else:
+    wheel = any(importlib.util.find_spec(m) for m in ("setuptools.command.bdist_wheel", "wheel"))
+    print(int(setuptools.__version__.split(".")[0]) >= 68 and wheel)
+"""
+
+
+def _build_isolation(python: Path) -> list[str]:
+    """--no-build-isolation when the setuptools `python` sees can build the wheel (>= 68, with bdist_wheel);
+    otherwise pip's isolated build, which installs a setuptools that meets the requirement (from PyPI)."""
+    out = subprocess.run([python, "-c", CAN_BUILD_IN_PLACE], capture_output=True, text=True, check=True).stdout
+    return ["--no-build-isolation"] if out.strip() == "True" else []
 
 
 def test_pip_install_claims_only_the_deltalens_name(tmp_path):
@@ -90,28 +118,31 @@ def test_pip_install_claims_only_the_deltalens_name(tmp_path):
         REPO, build, ignore=shutil.ignore_patterns(".git", "runs", "*.egg-info", "build", "__pycache__", "checkpoints")
     )
     # the venv's own interpreter, and --ignore-installed: pip must never touch this environment's install
-    subprocess.run(
-        [
-            python,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--ignore-installed",
-            str(build),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    flags = ["--quiet", "--no-deps", *_build_isolation(python), "--ignore-installed"]
+    installed = subprocess.run([python, "-m", "pip", "install", *flags, str(build)], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
     added = {p.name for p in purelib.iterdir()} - before
     top_level = {name for name in added if not name.endswith((".dist-info", ".pth")) and name != "__pycache__"}
     assert top_level == {"deltalens"}, added
-    assert {p.name for p in (purelib / "deltalens").iterdir()} >= {"core", "tasks", "models", "cli", "reports", "__init__.py"}
+    assert {p.name for p in (purelib / "deltalens").iterdir()} >= {
+        "core",
+        "tasks",
+        "models",
+        "cli",
+        "reports",
+        "__init__.py",
+    }
     assert (venv / "bin" / "deltalens").is_file()
     # the C sources of the CPU kernels travel with the package (they are built on first use)
-    assert {p.name for p in (purelib / "deltalens" / "models" / "ops" / "csrc").iterdir()} >= {"delta_rule.c", "short_conv.c"}
+    assert {p.name for p in (purelib / "deltalens" / "models" / "ops" / "csrc").iterdir()} >= {
+        "delta_rule.c",
+        "short_conv.c",
+    }
+    # results (reports' .md, .json, figures) live in results/, outside the package: reports/ ships code only
+    shipped = [
+        p for p in (purelib / "deltalens" / "reports").rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    ]
+    assert shipped and all(p.suffix == ".py" for p in shipped), sorted(str(p) for p in shipped if p.suffix != ".py")
     assert sysconfig  # the purelib above is the venv's own, not this interpreter's
 
 

@@ -119,113 +119,149 @@ def _resume_and_train(
     elif last.exists():
         raise DeltalensError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
     (run_dir / "train.toml").write_text(dump_toml(config))
-    return _train_steps(
-        config, run_dir, data, model, optimizer, device, step, wall, history, stopped_early, progress, on_step
-    )
+    run = _Run(config, run_dir, data, model, optimizer, device, step, wall, history, stopped_early)
+    return _train_steps(run, progress, on_step)
 
 
-def _train_steps(
-    config, run_dir, data, model, optimizer, device, step, wall, history, stopped_early, progress, on_step
-) -> TrainResult:
-    """The loop itself (the run folder is locked; everything is checked and prepared)."""
-    last = run_dir / LAST
+@dataclass
+class _Run:
+    """A run in progress (its folder locked, everything checked and prepared): what a step
+    changes and what a checkpoint records."""
 
-    def save(metrics: dict[str, Any]) -> None:
+    config: TrainConfig
+    run_dir: Path
+    data: TrainingData
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    step: int  # optimiser steps completed
+    wall: float  # training time so far, evaluations excluded
+    history: list[dict[str, Any]]  # one entry per evaluation
+    stopped_early: bool
+
+    @property
+    def last(self) -> Path:
+        return self.run_dir / LAST
+
+    def save(self, metrics: dict[str, Any]) -> None:
+        """Checkpoint the model, the optimiser and the trainer state into `last/`, atomically."""
+        config = self.config
         extra = {
-            "tokenizer": data.tokenizer.to_spec(),
-            "task": data.task_dict(),
-            "training": {"config": config.to_dict(), "step": step, "wall_time_s": round(wall, 1)},
+            "tokenizer": self.data.tokenizer.to_spec(),
+            "task": self.data.task_dict(),
+            "training": {"config": config.to_dict(), "step": self.step, "wall_time_s": round(self.wall, 1)},
             "metrics": metrics,
         }
-        staging = run_dir / f".{LAST}.staging"
+        staging = self.run_dir / f".{LAST}.staging"
         shutil.rmtree(staging, ignore_errors=True)
-        models.save(model, staging, extra=extra)
-        save_optimizer(optimizer, staging)
+        models.save(self.model, staging, extra=extra)
+        save_optimizer(self.optimizer, staging)
         (staging / TRAINER_STATE).write_text(
             json.dumps(
                 {
-                    "step": step,
-                    "wall_time_s": wall,
-                    "history": history,
+                    "step": self.step,
+                    "wall_time_s": self.wall,
+                    "history": self.history,
                     "config": config.to_dict(),
-                    "stopped_early": stopped_early,
+                    "stopped_early": self.stopped_early,
                 }
             )
         )
-        replace_dir(staging, last)
+        replace_dir(staging, self.last)
 
-    def run_eval() -> dict[str, Any]:
-        model.eval()
+    def run_eval(self) -> dict[str, Any]:
+        """Held-out validation accuracy now, appended to the history."""
+        config = self.config
+        self.model.eval()
         result = evaluate(
-            model, data.tokenizer, data.eval_spec(), n_traces=config.run.eval_traces, seed=validation_seed(config)
+            self.model,
+            self.data.tokenizer,
+            self.data.eval_spec(),
+            n_traces=config.run.eval_traces,
+            seed=validation_seed(config),
         )
-        model.train()
+        self.model.train()
         entry = {
-            "step": step,
+            "step": self.step,
             "reveal_accuracy": result.reveal_accuracy,
             "trace_accuracy": result.trace_accuracy,
-            "train_wall_s": round(wall, 1),
+            "train_wall_s": round(self.wall, 1),
         }  # training time so far, evaluations excluded
-        history.append(entry)
+        self.history.append(entry)
         return entry
 
-    total = config.run.steps
-    bar = progress_bar(total=total, initial=step, enabled=progress, desc="train")
-    model.train()
+    def optimizer_step(self, bar) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """One AdamW step on batch `step` (loss, reveal accuracy, lr); a non-finite loss stops
+        the run before the parameters change."""
+        config, optimizer, total = self.config, self.optimizer, self.config.run.steps
+        lr = learning_rate(self.step, total, config.optim.lr, config.optim.warmup_steps, config.optim.min_lr_ratio)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batch = self.data.train_batch(self.step, config.optim.batch_size, total)
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        loss, accuracy = next_token_loss(self.model(batch["tokens"]), batch)
+        if not torch.isfinite(loss):
+            bar.close()
+            raise DeltalensError(
+                f"loss became {loss.item()} at step {self.step + 1}; stopped. The last good checkpoint "
+                f"({self.last if self.last.exists() else 'none yet'}) is kept: lower optim.lr or raise "
+                "optim.warmup_steps"
+            )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.optim.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.optim.grad_clip)
+        optimizer.step()
+        return loss, accuracy, lr
+
+    def evaluate_and_checkpoint(self, bar, progress: bool) -> None:
+        """After a step: evaluate (and maybe stop early) and checkpoint, each at its cadence."""
+        run = self.config.run
+        if run.eval_every and self.step % run.eval_every == 0:
+            entry = self.run_eval()
+            if progress:  # beside the bar, on stderr: a caller's stdout stays its own
+                bar.write(f"step {self.step}: held-out reveal accuracy {entry['reveal_accuracy']:.4f}", file=sys.stderr)
+            if run.early_stop_accuracy and entry["reveal_accuracy"] >= run.early_stop_accuracy:
+                self.stopped_early = True
+        if run.checkpoint_every and self.step % run.checkpoint_every == 0 and self.step < run.steps:
+            self.save(self.history[-1] if self.history else {})
+
+
+def _train_steps(run: _Run, progress: bool, on_step) -> TrainResult:
+    """The loop itself: steps until the budget is spent or the run stops early, then a final
+    evaluation and checkpoint; Ctrl-C checkpoints the finished steps."""
+    total = run.config.run.steps
+    bar = progress_bar(total=total, initial=run.step, enabled=progress, desc="train")
+    run.model.train()
     in_step = False  # True while parameters and optimiser state are being changed
     try:
         with DeferredInterrupt() as ctrl_c:
-            while step < total and not stopped_early:
+            while run.step < total and not run.stopped_early:
                 if ctrl_c.requested:
                     raise KeyboardInterrupt
                 in_step = True
                 started = time.perf_counter()
-                lr = learning_rate(step, total, config.optim.lr, config.optim.warmup_steps, config.optim.min_lr_ratio)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                batch = {k: v.to(device) for k, v in data.train_batch(step, config.optim.batch_size, total).items()}
-                loss, accuracy = next_token_loss(model(batch["tokens"]), batch)
-                if not torch.isfinite(loss):
-                    bar.close()
-                    raise DeltalensError(
-                        f"loss became {loss.item()} at step {step + 1}; stopped. The last good checkpoint "
-                        f"({last if last.exists() else 'none yet'}) is kept: lower optim.lr or raise optim.warmup_steps"
-                    )
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if config.optim.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
-                optimizer.step()
-                step += 1
+                loss, accuracy, lr = run.optimizer_step(bar)
+                run.step += 1
                 in_step = False
-                wall += time.perf_counter() - started
+                run.wall += time.perf_counter() - started
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{accuracy.item():.3f}", lr=f"{lr:.1e}")
                 if on_step is not None:
-                    on_step(step, loss.item())
-                evaluated = config.run.eval_every and step % config.run.eval_every == 0
-                if evaluated:
-                    entry = run_eval()
-                    if progress:  # beside the bar, on stderr: a caller's stdout stays its own
-                        bar.write(
-                            f"step {step}: held-out reveal accuracy {entry['reveal_accuracy']:.4f}", file=sys.stderr
-                        )
-                    if config.run.early_stop_accuracy and entry["reveal_accuracy"] >= config.run.early_stop_accuracy:
-                        stopped_early = True
-                if config.run.checkpoint_every and step % config.run.checkpoint_every == 0 and step < total:
-                    save(history[-1] if history else {})
+                    on_step(run.step, loss.item())
+                run.evaluate_and_checkpoint(bar, progress)
     except KeyboardInterrupt:
         # Between steps the state is whole: checkpoint the finished steps, then stop as asked. Inside a
         # step (only a second, forcing Ctrl-C gets there) it may be torn: keep the last checkpoint.
         bar.close()
         if not in_step:
-            save(history[-1] if history else {})
+            run.save(run.history[-1] if run.history else {})
         raise
     bar.close()
-    if not history or history[-1]["step"] != step:
-        run_eval()
-    save(history[-1])
-    return TrainResult(run_dir, step, wall, history, stopped_early)
+    if not run.history or run.history[-1]["step"] != run.step:
+        run.run_eval()
+    run.save(run.history[-1])
+    return TrainResult(run.run_dir, run.step, run.wall, run.history, run.stopped_early)
 
 
 RUN_MARKER = ".deltalens-run"  # written into every run folder: what `--out` may reuse

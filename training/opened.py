@@ -31,11 +31,9 @@ from deltalens.models.lm.lens import attach_tokenizer
 from deltalens.tasks.dataset import make_batch
 from deltalens.tasks.tokenizers import Tokenizer
 from deltalens.tasks.traces import TraceSpec
+from deltalens.training.checkpoint_names import SHIPPED, _checkpoint_dirs, checkpoint_roots, resolve_checkpoint  # noqa: F401 (re-exported)
 from deltalens.training.config import TaskConfig
 from deltalens.training.data import TrainingData
-
-# the repository's shipped checkpoints (training/ sits beside checkpoints/ in the repository)
-SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints"
 
 
 @dataclass(repr=False)
@@ -170,39 +168,26 @@ def load(name_or_path, device: str | torch.device | None = None, dtype: torch.dt
     return model
 
 
-def checkpoint_roots() -> list[Path]:
-    """Where shipped checkpoints are looked up by name: $DELTALENS_CHECKPOINTS (os.pathsep-separated
-    folders), then the repository's checkpoints/ folder."""
-    roots = [Path(p) for p in os.environ.get("DELTALENS_CHECKPOINTS", "").split(os.pathsep) if p]
-    return [*roots, SHIPPED]
+CARD_NAME = "CARD.md"
+MAX_CARD_BYTES = 1 << 20  # a model card is prose; a bigger file is not one
 
 
-def resolve_checkpoint(name_or_path) -> Path:
-    """A checkpoint folder from a path or a shipped checkpoint's name (from any working directory)."""
-    path = Path(name_or_path).expanduser()
-    if path.is_absolute() or len(path.parts) > 1 or (path / CONFIG_NAME).is_file():
-        return path  # a path: models.read_checkpoint_meta says what is wrong with it, if anything
-    for root in checkpoint_roots():  # a bare name: a shipped checkpoint before a stray local folder
-        if (root / path / CONFIG_NAME).is_file():
-            return root / path
-    if path.exists():
-        return path
-    known = ", ".join(p.name for p in _checkpoint_dirs()[:6]) or "none found"
-    raise DeltalensError(
-        f"{name_or_path!r} is neither a checkpoint folder nor a shipped checkpoint's name "
-        f"(shipped: {known}; see deltalens.list_checkpoints())."
-    )
+def read_card(folder) -> str | None:
+    """The checkpoint's CARD.md as text, None when it has none.
 
-
-def _checkpoint_dirs() -> list[Path]:
-    """Every checkpoint folder under the roots, the first of each name (hidden folders skipped)."""
-    found: dict[str, Path] = {}
-    for root in checkpoint_roots():
-        if root.is_dir():
-            for entry in sorted(root.iterdir()):
-                if not entry.name.startswith(".") and (entry / CONFIG_NAME).is_file():
-                    found.setdefault(entry.name, entry)
-    return list(found.values())
+    Only a plain file inside the folder is read: a symlink (which could point anywhere readable, and
+    the dashboard may be served to others) or a card that is not UTF-8 is refused with a sentence."""
+    card = Path(folder) / CARD_NAME
+    if not os.path.lexists(card):
+        return None
+    if card.is_symlink() or not card.is_file():
+        raise DeltalensError(f"{card} is not a plain file inside the checkpoint folder (a link?), so it is not shown.")
+    if card.stat().st_size > MAX_CARD_BYTES:
+        raise DeltalensError(f"{card} is over {MAX_CARD_BYTES >> 20} MB, too big for a model card; not shown.")
+    try:
+        return card.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DeltalensError(f"{card} is not UTF-8 text (byte {err.start}); re-save it as UTF-8.") from None
 
 
 def list_checkpoints(root: str | Path | None = None, skip_unreadable: bool = False) -> pd.DataFrame:

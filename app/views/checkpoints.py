@@ -6,17 +6,18 @@ import pandas as pd
 import streamlit as st
 
 from deltalens import models
-from deltalens.app.common import attempt, checkpoint_dir, checkpoint_table
+from deltalens.app import figures
+from deltalens.app.common import PAPER_MODEL, attempt, checkpoint_dir, checkpoint_table
 from deltalens.models.architecture import DISPLAY, FAMILY
 from deltalens.reports.claims import evaluate_claims
 from deltalens.reports.figures import checkpoint_length_figure, length_figure, spacing_figure
 from deltalens.reports.reproduce import expected_cells
 from deltalens.training.grid import load_sweep, read_sweep
-from deltalens.training.opened import SHIPPED
+from deltalens.training.opened import SHIPPED, read_card
 
 REPO = SHIPPED.parent
+COMPARED = ("s3-deltanet-pos-statement", "s3-transformer-statement")  # the paper's baselines, compared by default
 
-st.title("Checkpoints")
 table = attempt(checkpoint_table, str(checkpoint_dir()))
 if table is not None:
     for sentence in table.attrs.get("skipped", {}).values():
@@ -27,21 +28,26 @@ if table is not None:
     )
     st.dataframe(table, hide_index=True, width="stretch")
 
+    names = list(table["name"])
+    if st.session_state.get("card") not in names:  # opens on the paper's model, not the first name
+        st.session_state["card"] = PAPER_MODEL if PAPER_MODEL in names else names[0]
+    left, right = st.columns([1, 2])
+    name = left.selectbox("card of", names, key="card")
+    # two thirds of the width: a half-width box cut the names off
+    chosen = right.multiselect("compare it with", names, default=[n for n in COMPARED if n in names], key="compare")
     left, right = st.columns(2)
     with left:
-        name = st.selectbox("card of", list(table["name"]), key="card")
-        card = checkpoint_dir() / name / "CARD.md"
-        st.markdown(card.read_text() if card.is_file() else f"*{name} has no CARD.md.*")
+        card = attempt(read_card, checkpoint_dir() / name)
+        st.markdown(card if card is not None else f"*{name} has no CARD.md (or it cannot be shown).*")
     with right:
-        chosen = st.multiselect("compare", list(table["name"]), default=list(table["name"])[:3], key="compare")
         evals = {}
-        for choice in chosen:
+        for choice in dict.fromkeys([name, *chosen]):  # the card's own checkpoint first, always
             meta = attempt(models.read_checkpoint_meta, checkpoint_dir() / choice)
             evals[choice] = ((meta or {}).get("metrics") or {}).get("eval") or {}
-        st.plotly_chart(checkpoint_length_figure(evals), width="stretch")
+        figures.show(checkpoint_length_figure(evals))
 
 with st.expander("Architectures: which hooks, probes and interventions apply"):
-    st.dataframe(
+    st.table(  # a table wraps its text: a dataframe cut the probes column off
         pd.DataFrame(
             [
                 {
@@ -55,13 +61,12 @@ with st.expander("Architectures: which hooks, probes and interventions apply"):
             ]
         ),
         hide_index=True,
-        width="stretch",
     )
 
 st.header("The paper's claims, from the sweep")
 sweep = attempt(load_sweep, REPO / "sweep" / "paper.toml")
 if sweep is not None:
-    sweep, statuses, _ = read_sweep(sweep, REPO / "reports" / "sweep")
+    sweep, statuses, _ = read_sweep(sweep, REPO / "results" / "sweep")
     results = [s.result for s in statuses if s.result is not None]
     claims = evaluate_claims(
         results,
@@ -73,17 +78,17 @@ if sweep is not None:
     )
     st.caption(
         f"{len(results)} of {len(sweep.cells)} sweep runs measured ({len(sweep.seeds)} seeds per cell; "
-        "reports/sweep/*.json); `deltalens reproduce` writes the same table to reports/reproduce.md. "
+        "results/sweep/*.json); `deltalens reproduce` writes the same table to results/reproduce.md. "
         "*not measured*: a cell it needs is still training; *not testable*: its premise failed (no cell "
         "learned, or the model did not learn with dense reveals either)."
     )
-    st.dataframe(
+    st.table(  # wrapped, not cut: the measured column is the evidence
         pd.DataFrame(
             [{"claim": c.statement, "setting": c.setting, "verdict": c.verdict, "measured": c.evidence} for c in claims]
         ),
         hide_index=True,
-        width="stretch",
     )
     if results:
-        st.plotly_chart(spacing_figure(results, sweep.thresholds), width="stretch")
-        st.plotly_chart(length_figure(results, sweep.thresholds), width="stretch")
+        for fig in (spacing_figure(results, sweep.thresholds), length_figure(results, sweep.thresholds)):
+            figures.explain_empty_panels(figures.label_reference_lines(fig), "no sweep runs at this spacing")
+            st.plotly_chart(fig, width="stretch")

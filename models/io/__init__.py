@@ -1,3 +1,5 @@
-"""The file format: the family's configs (fla's fields and defaults, without importing fla) and the
-one reader and writer of a Hugging Face folder (config.json + model.safetensors, written atomically).
+"""The file format, below the language models: the family's typed configs (configs.py: fla's fields and
+defaults without importing fla; config_checks.py: the one check of their fields), the one writer and the
+low-level reader of a Hugging Face folder (hf_folder.py: config.json + model.safetensors, written
+atomically), and our "deltalens" section of config.json (deltalens_section.py).
 """

@@ -1,11 +1,13 @@
 """The configs of fla's delta-rule family without importing fla (whose import costs ~6 s on a CPU and
 is needed only for its CUDA kernels and for fla-format objects).
 
-One `FlaSettings` subclass per architecture holds the arguments and defaults of fla's config class
-(`fla.models.DeltaNetConfig`, `GatedDeltaNetConfig`, `GatedDeltaProductConfig`) as attributes, like
-fla's config does (unknown keys are kept too, as Hugging Face keeps them), and writes the same
-config.json fields. fla stays the source of truth: tests/test_fla_compat.py checks every default
-table against fla's signature. `to_fla_config` turns one into fla's own object.
+One dataclass per architecture holds the arguments and defaults of fla's config class
+(`fla.models.DeltaNetConfig`, `GatedDeltaNetConfig`, `GatedDeltaProductConfig`) as typed fields, so
+`config.num_heads` is an `int` to an IDE. Like fla's (Hugging Face) configs they accept and keep
+unknown keys as attributes (deltalens's `state_norm_every`, a config.json's "deltalens" section), and
+write the same config.json fields. The known fields are checked once, at construction
+(models/io/config_checks.py). fla stays the source of truth: tests/models/test_fla_compat.py checks
+every default table against fla's signature. `to_fla_config` turns one into fla's own object.
 
     arch            settings class               fla config / model class                  model_type
     deltanet        DeltaNetSettings             DeltaNetConfig / DeltaNetForCausalLM       delta_net
@@ -13,90 +15,54 @@ table against fla's signature. `to_fla_config` turns one into fla's own object.
     deltaproduct    GatedDeltaProductSettings    GatedDeltaProductConfig / ...ForCausalLM    gated_deltaproduct
 """
 
-from __future__ import annotations
-
 import warnings
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-# Fields every config of the family shares (the LM around the mixer).
-_COMMON: dict[str, Any] = {
-    "attn_mode": "chunk",
-    "hidden_size": 2048,
-    "max_position_embeddings": 2048,
-    "hidden_ratio": 4,
-    "intermediate_size": None,
-    "hidden_act": "swish",
-    "norm_eps": 1e-06,
-    "attn": None,
-    "use_cache": True,
-    "pad_token_id": None,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "tie_word_embeddings": False,
-    "initializer_range": 0.02,
-    "fuse_norm": True,
-    "fuse_swiglu": True,
-    "fuse_cross_entropy": True,
-    "fuse_linear_cross_entropy": False,
-    "use_l2warp": False,
-    "vocab_size": 32000,
-    "attnres_block_size": None,
-}
-
-FLA_DEFAULTS: dict[str, Any] = {  # fla.models.DeltaNetConfig
-    **_COMMON,
-    "expand_k": 1.0,
-    "expand_v": 1.0,
-    "use_gate": False,
-    "use_short_conv": True,
-    "allow_neg_eigval": False,
-    "conv_size": 4,
-    "use_beta": True,
-    "use_output_norm": True,
-    "num_heads": 16,
-    "qk_norm": "l2",
-    "qk_activation": "silu",
-    "num_hidden_layers": 24,
-}
-GATED_DELTANET_DEFAULTS: dict[str, Any] = {  # fla.models.GatedDeltaNetConfig
-    **_COMMON,
-    "expand_v": 2.0,
-    "use_gate": True,
-    "use_short_conv": True,
-    "allow_neg_eigval": False,
-    "conv_size": 4,
-    "head_dim": 256,
-    "num_heads": 6,
-    "num_v_heads": None,
-    "num_hidden_layers": 21,
-    "output_gate_activation": "swish",
-}
-GATED_DELTAPRODUCT_DEFAULTS: dict[str, Any] = {  # fla.models.GatedDeltaProductConfig
-    **_COMMON,
-    "conv_size": 4,
-    "head_dim": 256,
-    "num_heads": 6,
-    "expand_v": 2.0,
-    "use_output_gate": True,
-    "use_short_conv": True,
-    "num_hidden_layers": 21,
-    "use_forget_gate": False,
-    "allow_neg_eigval": False,
-    "num_householder": 1,
-}
+from deltalens.models.io.config_checks import check_fields
 
 
+@dataclass(init=False, eq=False, repr=False)
 class FlaSettings:
-    """The attributes a Hooked model reads from an fla config, with fla's defaults."""
+    """The fields every config of the family shares (the LM around the mixer), with fla's defaults.
 
-    defaults: ClassVar[dict[str, Any]] = {}
+    `FlaSettings(**values)`: fla's defaults, then `values`; keys that are not fields are kept as
+    attributes too (as Hugging Face keeps them), after the fields, in the order given.
+    """
+
+    defaults: ClassVar[dict[str, Any]] = {}  # field -> fla's default; filled below for each subclass
     model_type: ClassVar[str] = ""
     fla_config: ClassVar[str] = ""  # class names in fla.models
     fla_model: ClassVar[str] = ""
 
+    attn_mode: str = "chunk"
+    hidden_size: int = 2048  # d_model
+    max_position_embeddings: int = 2048
+    hidden_ratio: float | None = 4  # MLP width / d_model (before fla's rounding to 256)
+    intermediate_size: int | None = None
+    hidden_act: str = "swish"
+    norm_eps: float = 1e-06
+    attn: dict[str, Any] | list[dict[str, Any]] | None = None  # fla's hybrid attention layers
+    use_cache: bool = True
+    pad_token_id: int | None = None
+    bos_token_id: int | None = 1
+    eos_token_id: int | None = 2
+    tie_word_embeddings: bool = False
+    initializer_range: float = 0.02
+    fuse_norm: bool = True
+    fuse_swiglu: bool = True
+    fuse_cross_entropy: bool = True
+    fuse_linear_cross_entropy: bool = False
+    use_l2warp: bool = False
+    vocab_size: int = 32000
+    attnres_block_size: int | None = None
+
     def __init__(self, **values: Any) -> None:
-        for key, value in {**self.defaults, **values}.items():
+        for known in fields(self):
+            setattr(self, known.name, known.default)
+        for key, value in values.items():
             setattr(self, key, value)
+        check_fields(self, ARCH_OF_MODEL_TYPE.get(self.model_type, type(self).__name__))
 
     def to_dict(self) -> dict[str, Any]:
         """The config.json fields (fla's arguments, extensions, and the model type)."""
@@ -114,22 +80,66 @@ class FlaSettings:
         return f"{type(self).__name__}({changed})"
 
 
+@dataclass(init=False, eq=False, repr=False)
 class DeltaNetSettings(FlaSettings):
-    defaults = FLA_DEFAULTS
-    model_type = "delta_net"
-    fla_config, fla_model = "DeltaNetConfig", "DeltaNetForCausalLM"
+    """fla.models.DeltaNetConfig: the delta rule S_t = S_{t-1} (I - beta_t k_t k_t^T) + beta_t k_t v_t^T."""
+
+    model_type: ClassVar[str] = "delta_net"
+    fla_config: ClassVar[str] = "DeltaNetConfig"
+    fla_model: ClassVar[str] = "DeltaNetForCausalLM"
+
+    expand_k: float = 1.0  # d_k per head = hidden_size * expand_k / num_heads
+    expand_v: float = 1.0
+    use_gate: bool = False  # output gate
+    use_short_conv: bool = True
+    allow_neg_eigval: bool = False  # beta in [0, 2] instead of [0, 1]
+    conv_size: int = 4
+    use_beta: bool = True
+    use_output_norm: bool = True
+    num_heads: int = 16
+    qk_norm: str = "l2"
+    qk_activation: str = "silu"
+    num_hidden_layers: int = 24
 
 
+@dataclass(init=False, eq=False, repr=False)
 class GatedDeltaNetSettings(FlaSettings):
-    defaults = GATED_DELTANET_DEFAULTS
-    model_type = "gated_deltanet"
-    fla_config, fla_model = "GatedDeltaNetConfig", "GatedDeltaNetForCausalLM"
+    """fla.models.GatedDeltaNetConfig: the delta rule with a decay gate alpha_t = exp(g_t)."""
+
+    model_type: ClassVar[str] = "gated_deltanet"
+    fla_config: ClassVar[str] = "GatedDeltaNetConfig"
+    fla_model: ClassVar[str] = "GatedDeltaNetForCausalLM"
+
+    expand_v: float = 2.0
+    use_gate: bool = True  # output gate
+    use_short_conv: bool = True
+    allow_neg_eigval: bool = False
+    conv_size: int = 4
+    head_dim: int = 256  # d_k per head
+    num_heads: int = 6
+    num_v_heads: int | None = None  # grouped value heads (None = num_heads)
+    num_hidden_layers: int = 21
+    output_gate_activation: str = "swish"
 
 
+@dataclass(init=False, eq=False, repr=False)
 class GatedDeltaProductSettings(FlaSettings):
-    defaults = GATED_DELTAPRODUCT_DEFAULTS
-    model_type = "gated_deltaproduct"
-    fla_config, fla_model = "GatedDeltaProductConfig", "GatedDeltaProductForCausalLM"
+    """fla.models.GatedDeltaProductConfig: n_h = num_householder Householder factors per token."""
+
+    model_type: ClassVar[str] = "gated_deltaproduct"
+    fla_config: ClassVar[str] = "GatedDeltaProductConfig"
+    fla_model: ClassVar[str] = "GatedDeltaProductForCausalLM"
+
+    conv_size: int = 4
+    head_dim: int = 256
+    num_heads: int = 6
+    expand_v: float = 2.0
+    use_output_gate: bool = True
+    use_short_conv: bool = True
+    num_hidden_layers: int = 21
+    use_forget_gate: bool = False
+    allow_neg_eigval: bool = False
+    num_householder: int = 1
 
 
 # deltalens architecture name -> its settings class
@@ -139,6 +149,37 @@ SETTINGS: dict[str, type[FlaSettings]] = {
     "deltaproduct": GatedDeltaProductSettings,
 }
 ARCH_OF_MODEL_TYPE = {cls.model_type: arch for arch, cls in SETTINGS.items()}
+for _cls in SETTINGS.values():
+    _cls.defaults = {known.name: known.default for known in fields(_cls)}
+FLA_DEFAULTS: dict[str, Any] = DeltaNetSettings.defaults  # fla.models.DeltaNetConfig
+GATED_DELTANET_DEFAULTS: dict[str, Any] = GatedDeltaNetSettings.defaults  # fla.models.GatedDeltaNetConfig
+GATED_DELTAPRODUCT_DEFAULTS: dict[str, Any] = GatedDeltaProductSettings.defaults  # fla.models.GatedDeltaProductConfig
+
+# deltalens's own config fields per architecture. fla's configs keep unknown keyword arguments as
+# attributes and write them to config.json, so these ride along in the same config object; fla
+# itself ignores them (its DeltaNetForCausalLM runs the plain delta rule on the same weights).
+EXTENSION_KEYS: dict[str, tuple[str, ...]] = {
+    "deltanet": ("state_norm_every",),
+    "gated_deltanet": (),
+    "deltaproduct": (),
+}
+DELTANET_EXTENSION_KEYS = EXTENSION_KEYS["deltanet"]
+
+
+def config_keys(arch: str) -> list[str]:
+    """The keys `models.build(arch, ...)` takes: fla's arguments, then deltalens's extensions."""
+    return list(SETTINGS[arch].defaults) + list(EXTENSION_KEYS[arch])
+
+
+def fla_model_config(config, arch: str = "deltanet") -> dict[str, Any]:
+    """The JSON-able fla config arguments (and deltalens extensions) of an fla config (object or dict)."""
+    as_dict = config if isinstance(config, dict) else config.to_dict()
+    return {key: as_dict[key] for key in config_keys(arch) if key in as_dict}
+
+
+def deltanet_model_config(config) -> dict[str, Any]:
+    """`fla_model_config` of a DeltaNet config."""
+    return fla_model_config(config, "deltanet")
 
 
 def fla_class(name: str):

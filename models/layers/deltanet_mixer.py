@@ -13,9 +13,10 @@ One layer, paper notation (DeltaNet, Yang et al. 2024; negative eigenvalues, Gra
     z = o_t           S_t^T (q_t / sqrt(d_k))                 (B, T, H, d_v)
     out               o_proj(o_norm(z [, g_proj(x)]))         (B, T, d_model)
 
-Which delta-rule kernel runs (see models/ops/delta_rule.py):
+Which delta-rule kernel runs is the kernel selector's decision (models/ops/kernel_select.py, its
+table), and what happens around it is models/layers/hooked_recurrence.py's, shared by the family:
 * nothing asks for the states: `chunk_delta_rule` (fla's Triton kernel on CUDA, ours on CPU);
-* `hook_state` has a hook (run_with_cache, run_with_hooks, model.hooks): the chunked kernel that
+* `hook_state` has a hook (run_with_cache, run_with_hooks, model.hooks): a kernel that
   materialises every S_t, which is then passed through `hook_state`. If the hook changed any state
   (returned a different tensor or edited it in place), the layer re-runs the recurrence from each
   changed (sequence, step) with `replay_with_state_edits`: the edited S_t is what o_t reads and
@@ -24,6 +25,7 @@ Which delta-rule kernel runs (see models/ops/delta_rule.py):
 * `state_edit` is set (HookedDeltaNet.state_edit): the reference recurrence, token by token, with
   `edit(t, S) -> S` applied after every step (exact per-step semantics, e.g. projecting a subspace
   out of the state at every step); hook_state then shows the edited trajectory, read-only.
+The path the latest forward took is `mixer.last_kernel` (a KernelChoice: path name and reason).
 
 Renormalised variant (deltalens extension, config field `state_norm_every` = R, default 0 = off):
 after every R-th token each head's state is rescaled to unit Frobenius norm, S_t <- S_t / ||S_t||_F
@@ -36,8 +38,7 @@ Parameters are fla's, unchanged: weights move freely between plain and renormali
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Optional, Union
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -46,8 +47,11 @@ from einops import rearrange
 from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
+from deltalens.models.layers.beta_range import BetaRangeMixin
+from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, Recurrence
 from deltalens.models.layers.rms_norm import RMSNorm, RMSNormGated
 from deltalens.models.layers.short_conv import ShortConvolution
+from deltalens.models.ops.common import StateEdit
 from deltalens.models.ops.delta_rule import (
     chunk_delta_rule,
     chunk_delta_rule_with_states,
@@ -55,13 +59,12 @@ from deltalens.models.ops.delta_rule import (
     l2_normalize,
     replay_with_state_edits,
 )
+from deltalens.models.ops.kernel_select import select_kernel_for
 
 __all__ = ["DeltaNetMixer"]
 
-StateEdit = Callable[[int, torch.Tensor], torch.Tensor]
 
-
-class DeltaNetMixer(nn.Module):
+class DeltaNetMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
     """fla `DeltaNet` layer (same parameter names and shapes) with TransformerLens hooks."""
 
     def __init__(self, config, layer_idx: int) -> None:
@@ -106,11 +109,7 @@ class DeltaNetMixer(nn.Module):
             self.o_norm = RMSNorm(self.head_v_dim, eps=config.norm_eps, dtype=torch.float32)
         self.o_proj = nn.Linear(self.value_dim, d_model, bias=False)
 
-        # beta = lo + (hi - lo) * sigmoid(logit) per head; buffers, so they follow .to(device) but
-        # stay out of state_dict (fla has no such tensors).
-        self.default_beta_hi = 2.0 if self.allow_neg_eigval else 1.0
-        self.register_buffer("beta_lo", torch.zeros(H), persistent=False)
-        self.register_buffer("beta_hi", torch.full((H,), self.default_beta_hi), persistent=False)
+        self._init_beta_range(self.allow_neg_eigval)  # beta = lo + (hi - lo) * sigmoid(logit) per head
 
         self.hook_q = HookPoint()  # (B, T, H, d_k)
         self.hook_k = HookPoint()  # (B, T, H, d_k)
@@ -127,21 +126,6 @@ class DeltaNetMixer(nn.Module):
         # Renormalise S to unit Frobenius norm after every state_norm_every-th token (0: never). A
         # deltalens extension read from the config (fla's DeltaNetConfig keeps unknown keys).
         self.state_norm_every = checked_state_norm_every(getattr(config, "state_norm_every", None))
-
-    # ---- beta range ------------------------------------------------------------------------
-
-    def set_beta_range(self, lo: float, hi: float, head: Union[int, Sequence[int], None] = None) -> None:
-        """beta = lo + (hi - lo) * sigmoid(logit) for `head` (an index, a list, or None for all)."""
-        heads = slice(None) if head is None else torch.as_tensor(head, dtype=torch.long).reshape(-1)
-        if head is not None and (heads.min() < 0 or heads.max() >= self.num_heads):
-            raise IndexError(f"head {head} is out of range for a layer with {self.num_heads} heads.")
-        self.beta_lo[heads] = float(lo)
-        self.beta_hi[heads] = float(hi)
-
-    def reset_beta_range(self) -> None:
-        """Back to the config's range: [0, 2] with allow_neg_eigval, else [0, 1]."""
-        self.beta_lo.fill_(0.0)
-        self.beta_hi.fill_(self.default_beta_hi)
 
     # ---- forward ---------------------------------------------------------------------------
 
@@ -183,43 +167,33 @@ class DeltaNetMixer(nn.Module):
 
     def _delta_rule(self, q, k, v, beta) -> torch.Tensor:
         """o (B, T, H, d_v): the recurrence, computing S_t only when something asks for it."""
-        wants_states = self.hook_state.has_hooks()
-        R = self.state_norm_every
-        if self.state_edit is not None:
-            o, _, states = delta_rule_recurrence(q, k, v, beta, edit=self.state_edit, renorm_every=R)
-            if wants_states:
-                version = states._version
-                seen = self.hook_state(states)
-                if seen is not states or states._version != version:
-                    raise RuntimeError(
-                        f"blocks.{self.layer_idx}.attn.hook_state changed the state while a state_edit is "
-                        "active; edit through one of them, not both."
-                    )
-            return o
-        if not wants_states:
-            o, _ = chunk_delta_rule(q, k, v, beta, chunk_size=self.chunk_size, use_fla=self.use_fla, renorm_every=R)
-            return o
+        R, C = self.state_norm_every, self.chunk_size
 
-        o, _, states = chunk_delta_rule_with_states(q, k, v, beta, chunk_size=self.chunk_size, renorm_every=R)
-        version = states._version  # detects hooks that edit in place and return None
-        seen = self.hook_state(states)  # (B, T, H, d_k, d_v)
-        untouched = states._version == version
-        if seen is states and untouched:
-            if self.hook_state.has_hooks(dir="bwd"):
-                # Read o out of the hooked tensor so backward hooks on hook_state receive dL/dS_t
-                # (the read-out path at step t; the path through later steps is not routed here).
-                scale = q.shape[-1] ** -0.5
-                o = torch.einsum("bthkv,bthk->bthv", seen, q.float() * scale).to(q.dtype)
-            return o
-        if untouched:
-            original = states
-        else:  # edited in place: recompute what the hook was shown, by the same (grad-mode) path, so
-            # that its rounding equals the shown tensor's and only the edited steps count as changed
-            original = chunk_delta_rule_with_states(q, k, v, beta, chunk_size=self.chunk_size, renorm_every=R)[
-                2
-            ].detach()
-        o, _ = replay_with_state_edits(q, k, v, beta, original, seen, chunk_size=self.chunk_size, renorm_every=R)
-        return o
+        def reference(edit: StateEdit):
+            o, _, states = delta_rule_recurrence(q, k, v, beta, edit=edit, renorm_every=R)
+            return o, states
+
+        def with_states(kernel):
+            o, _, states = chunk_delta_rule_with_states(q, k, v, beta, chunk_size=C, renorm_every=R, kernel=kernel)
+            return o, states
+
+        def read_out(states):  # o_t = S_t^T (q_t / sqrt(d_k))
+            return torch.einsum("bthkv,bthk->bthv", states, q.float() * q.shape[-1] ** -0.5).to(q.dtype)
+
+        return self._run_recurrence(
+            Recurrence(
+                select=lambda **flags: select_kernel_for(q, k, v, beta, renorm_every=R, use_fla=self.use_fla, **flags),
+                reference=reference,
+                fast=lambda kernel: chunk_delta_rule(
+                    q, k, v, beta, chunk_size=C, use_fla=self.use_fla, renorm_every=R, kernel=kernel
+                )[0],
+                with_states=with_states,
+                replay=lambda original, seen: replay_with_state_edits(
+                    q, k, v, beta, original, seen, chunk_size=C, renorm_every=R
+                )[0],
+                read_out=read_out,
+            )
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model) -> (B, T, d_model)
         q, k, v = self._qkv(x)

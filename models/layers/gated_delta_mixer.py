@@ -30,8 +30,7 @@ switches forgetting off).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Optional, Union
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -40,9 +39,11 @@ from einops import rearrange
 from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
+from deltalens.models.layers.beta_range import BetaRangeMixin, Index
+from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, Recurrence
 from deltalens.models.layers.rms_norm import RMSNorm, RMSNormGated
 from deltalens.models.layers.short_conv import ShortConvolution
-from deltalens.models.ops.delta_rule import l2_normalize
+from deltalens.models.ops.common import StateEdit, l2_normalize
 from deltalens.models.ops.gated_delta_rule import (
     chunk_gated_delta_rule,
     deinterleave,
@@ -50,17 +51,15 @@ from deltalens.models.ops.gated_delta_rule import (
     interleave,
     replay_gated_with_state_edits,
 )
+from deltalens.models.ops.kernel_select import select_kernel_for
 
 __all__ = ["GatedDeltaNetMixer", "DeltaProductMixer"]
 
-StateEdit = Callable[[int, torch.Tensor], torch.Tensor]
-Index = Union[int, Sequence[int], None]
 
-
-class _GatedDeltaMixer(nn.Module):
+class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
     """The shared layer; subclasses read their fla config into the fields below."""
 
-    factor_axis = False  # hooks show the factor axis (DeltaProduct) or not (Gated DeltaNet)
+    factor_axis = False  # hooks and the beta range have a factor axis (DeltaProduct) or not (Gated DeltaNet)
 
     def __init__(
         self,
@@ -117,11 +116,8 @@ class _GatedDeltaMixer(nn.Module):
         self.o_proj = nn.Linear(self.value_dim, d_model, bias=False)
 
         # Interventions: buffers, so they follow .to(device) but stay out of state_dict.
-        self.default_beta_hi = 2.0 if self.allow_neg_eigval else 1.0
         # beta range per head ([H]) or per head and factor ([H, n], DeltaProduct): the hook's shape
-        shape = (HV, n) if self.factor_axis else (HV,)
-        self.register_buffer("beta_lo", torch.zeros(shape), persistent=False)
-        self.register_buffer("beta_hi", torch.full(shape, self.default_beta_hi), persistent=False)
+        self._init_beta_range(self.allow_neg_eigval)
         self.register_buffer("gate_lo", torch.zeros(HV), persistent=False)
         self.register_buffer("gate_hi", torch.ones(HV), persistent=False)
 
@@ -140,37 +136,6 @@ class _GatedDeltaMixer(nn.Module):
         self.state_edit: Optional[StateEdit] = None
 
     # ---- interventions ---------------------------------------------------------------------
-
-    def _heads(self, head: Index):
-        if head is None:
-            return slice(None)
-        heads = torch.as_tensor(head, dtype=torch.long).reshape(-1)
-        if heads.min() < 0 or heads.max() >= self.num_heads:
-            raise IndexError(f"head {head} is out of range for a layer with {self.num_heads} heads.")
-        return heads
-
-    def set_beta_range(self, lo: float, hi: float, head: Index = None, factor: Index = None) -> None:
-        """beta = lo + (hi - lo) * sigmoid(logit) for `head` and Householder `factor` (None = all)."""
-        heads = self._heads(head)
-        if not self.factor_axis:
-            if factor not in (None, 0):
-                raise IndexError(f"factor {factor} is out of range: this layer applies one factor per token.")
-            self.beta_lo[heads] = float(lo)
-            self.beta_hi[heads] = float(hi)
-            return
-        factors = slice(None)
-        if factor is not None:
-            factors = torch.as_tensor(factor, dtype=torch.long).reshape(-1)
-            if factors.min() < 0 or factors.max() >= self.n_factors:
-                raise IndexError(f"factor {factor} is out of range for {self.n_factors} factor(s) per token.")
-        if isinstance(heads, torch.Tensor) and isinstance(factors, torch.Tensor):
-            heads, factors = heads[:, None], factors[None, :]
-        self.beta_lo[heads, factors] = float(lo)
-        self.beta_hi[heads, factors] = float(hi)
-
-    def reset_beta_range(self) -> None:
-        self.beta_lo.fill_(0.0)
-        self.beta_hi.fill_(self.default_beta_hi)
 
     def set_gate_range(self, lo: float, hi: float, head: Index = None) -> None:
         """Clamp the decay alpha_t into [lo, hi] (0 <= lo <= hi <= 1) for `head` (None = all)."""
@@ -224,44 +189,34 @@ class _GatedDeltaMixer(nn.Module):
 
     def _delta_rule(self, q, k, v, beta, g) -> torch.Tensor:
         """o (B, T, H, d_v); the per-token states S_t only when a hook or an edit asks for them."""
-        n = self.n_factors
+        n, C = self.n_factors, self.chunk_size
         qi, ki, vi, bi, gi = interleave(q, k, v, beta, g)  # one sub-token per factor
 
-        def every_token(edit: StateEdit) -> StateEdit:  # a per-token edit on the sub-token recurrence
-            return lambda s, S: edit(s // n, S) if s % n == n - 1 else S
+        def reference(edit: StateEdit):  # a per-token edit on the sub-token recurrence
+            o, _, states = gated_delta_rule_recurrence(
+                qi, ki, vi, bi, gi, edit=lambda s, S: edit(s // n, S) if s % n == n - 1 else S
+            )
+            return deinterleave(o, n), deinterleave(states, n)
 
-        if self.state_edit is not None:
-            o, _, states = gated_delta_rule_recurrence(qi, ki, vi, bi, gi, edit=every_token(self.state_edit))
-            if self.hook_state.has_hooks():
-                states = deinterleave(states, n)
-                version = states._version
-                if self.hook_state(states) is not states or states._version != version:
-                    raise RuntimeError(
-                        f"blocks.{self.layer_idx}.attn.hook_state changed the state while a "
-                        "state_edit is active; edit through one of them, not both."
-                    )
-            return deinterleave(o, n)
-        if not self.hook_state.has_hooks():
-            o, _, _ = chunk_gated_delta_rule(qi, ki, vi, bi, gi, chunk_size=self.chunk_size, use_fla=self.use_fla)
-            return deinterleave(o, n)
-        o, _, states = chunk_gated_delta_rule(
-            qi, ki, vi, bi, gi, chunk_size=self.chunk_size, with_states=True, state_every=n
-        )  # (B, T, H, d_k, d_v): after each token's last factor
-        version = states._version
-        seen = self.hook_state(states)
-        untouched = states._version == version
-        if seen is states and untouched:
-            return deinterleave(o, n)
-        # Edited: re-run from every changed S_t (chunked between edits). What the hook was shown is
-        # recomputed only when it edited that tensor in place, by the same (grad-mode) path, so that its
-        # rounding equals the shown tensor's and only the edited steps count as changed.
-        original = states
-        if not untouched:
-            original = chunk_gated_delta_rule(
-                qi, ki, vi, bi, gi, chunk_size=self.chunk_size, with_states=True, state_every=n
-            )[2].detach()
-        o, _ = replay_gated_with_state_edits(q, k, v, beta, g, original, seen, chunk_size=self.chunk_size)
-        return o
+        def with_states(kernel):  # states (B, T, H, d_k, d_v): after each token's last factor
+            o, _, states = chunk_gated_delta_rule(
+                qi, ki, vi, bi, gi, chunk_size=C, with_states=True, state_every=n, kernel=kernel
+            )
+            return deinterleave(o, n), states
+
+        return self._run_recurrence(
+            Recurrence(
+                select=lambda **flags: select_kernel_for(qi, ki, vi, bi, gi, use_fla=self.use_fla, **flags),
+                reference=reference,
+                fast=lambda kernel: deinterleave(
+                    chunk_gated_delta_rule(qi, ki, vi, bi, gi, chunk_size=C, use_fla=self.use_fla, kernel=kernel)[0], n
+                ),
+                with_states=with_states,
+                replay=lambda original, seen: replay_gated_with_state_edits(
+                    q, k, v, beta, g, original, seen, chunk_size=C
+                )[0],
+            )
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model) -> (B, T, d_model)
         q, k, v = self._qkv(x)

@@ -29,36 +29,31 @@ everything after it; `state_edit(layer, fn)` applies fn(t, S) -> S after every t
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.utilities import Slice
 from transformer_lens.utilities import remove_batch_dim as drop_batch_dim
 
-from deltalens.core.atomic import write_atomic
 from deltalens.core.errors import DeltalensError
-from deltalens.models.checkpoint import load_checkpoint, read_config_json
-from deltalens.models.io.configs import FlaSettings, fla_class, to_fla_config
+from deltalens.models.architecture import CLASS_NAME
+from deltalens.models.io.configs import FlaSettings, fla_class, fla_model_config, to_fla_config
+from deltalens.models.io.deltalens_section import explained_build_errors, fla_build_config, read_config
+from deltalens.models.io.hf_folder import CONFIG_NAME, WEIGHTS_NAME, checked_dir, load_weights, write_model_folder
 from deltalens.models.layers.rms_norm import RMSNorm
 from deltalens.models.lm.hook_names import lens_name
 from deltalens.models.lm.lens import LensModel
 
 __all__ = ["HookedDeltaLM", "DeltaBlock", "GatedMLP"]
-
-WEIGHTS_NAME = "model.safetensors"
-CONFIG_NAME = "config.json"
 
 
 class GatedMLP(nn.Module):
@@ -294,6 +289,11 @@ class HookedDeltaLM(LensModel, HookedRootModule):
     def device(self) -> torch.device:
         return self.lm_head.weight.device
 
+    @property
+    def model_config(self) -> dict[str, Any]:
+        """JSON-able config: `models.build(model.arch, **model.model_config)` rebuilds this model."""
+        return fla_model_config(self.config, self.arch)
+
     # ---- forward ---------------------------------------------------------------------------
 
     def forward(self, tokens: torch.Tensor, return_type: Optional[str] = "logits") -> Any:
@@ -410,38 +410,10 @@ class HookedDeltaLM(LensModel, HookedRootModule):
         extra_config: extra top-level keys for config.json (e.g. {"deltalens": {...}}); they must
         not shadow a field of fla's config. HF keeps unknown keys as config attributes, so fla's
         `*ForCausalLM.from_pretrained` still loads the directory. Each file is written
-        atomically (temp file + rename). As with HF, a tied lm_head.weight is not stored.
+        atomically (temp file + rename). As with HF, a tied lm_head.weight is stored once. The
+        writer is models/io/hf_folder.py's, the one models.save uses.
         """
-        directory = Path(save_directory)
-        directory.mkdir(parents=True, exist_ok=True)
-
-        config = self.config.to_dict()
-        if extra_config:
-            reserved = set(type(self.config)().to_dict()) | {"architectures", "model_type", "dtype", "torch_dtype"}
-            clash = sorted(set(extra_config) & reserved)
-            if clash:
-                raise ValueError(
-                    f"extra_config keys {clash} would overwrite {self.settings.fla_config} fields; nest them under "
-                    "your own key, e.g. extra_config={'deltalens': {...}}."
-                )
-            config.update(extra_config)
-        config["architectures"] = [self.settings.fla_model]
-        config["model_type"] = self.settings.model_type
-        config["dtype"] = str(self.lm_head.weight.dtype).replace("torch.", "")
-
-        tensors = {}
-        for key, value in self.state_dict().items():
-            if key == "lm_head.weight" and self.config.tie_word_embeddings:
-                continue  # shares storage with model.embeddings.weight; HF re-ties on load
-            tensors[key] = value.detach().to("cpu").contiguous()
-
-        def write_config(tmp: str) -> None:
-            with open(tmp, "w") as f:
-                json.dump(config, f, indent=2, sort_keys=True)
-                f.write("\n")
-
-        write_atomic(directory / WEIGHTS_NAME, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
-        write_atomic(directory / CONFIG_NAME, write_config)
+        write_model_folder(self, save_directory, extra_config)
 
     @classmethod
     def from_pretrained(
@@ -452,13 +424,18 @@ class HookedDeltaLM(LensModel, HookedRootModule):
     ) -> HookedDeltaLM:
         """Load a directory written by this class's or fla's `save_pretrained` (safetensors only).
 
-        The one loader, models/checkpoint.py, reads it; extra keys in config.json (e.g.
+        models/io reads it, as it does for models.load; extra keys in config.json (e.g.
         "deltalens") stay on `model.config` as attributes, as HF does.
         """
-        model = load_checkpoint(directory)
-        if not isinstance(model, cls):
-            raise DeltalensError(f"{directory} holds a {type(model).__name__}, not a {cls.__name__}.")
-        for key, value in read_config_json(directory).items():
+        folder = checked_dir(directory)
+        config_file = folder / CONFIG_NAME
+        arch, _, _, raw_config = read_config(config_file)
+        model_class = cls._class_for(arch, directory)
+        with explained_build_errors(config_file, arch):
+            model = model_class(model_class.settings(**fla_build_config(raw_config, arch)))
+        load_weights(model, arch, folder / WEIGHTS_NAME)
+        model.eval()
+        for key, value in raw_config.items():
             if not hasattr(model.config, key):
                 setattr(model.config, key, value)
         if dtype is not None:
@@ -466,3 +443,15 @@ class HookedDeltaLM(LensModel, HookedRootModule):
         if device is not None:
             model = model.to(device)
         return model
+
+    @classmethod
+    def _class_for(cls, arch: str, directory) -> type[HookedDeltaLM]:
+        """`cls`, or (when `cls` is HookedDeltaLM itself) its subclass of architecture `arch`."""
+        lineage = [cls]
+        while lineage:
+            candidate = lineage.pop(0)
+            if candidate.arch == arch:
+                return candidate
+            if not candidate.arch:  # a base class: look among the architectures built on it
+                lineage += candidate.__subclasses__()
+        raise DeltalensError(f"{directory} holds a {CLASS_NAME.get(arch, arch)}, not a {cls.__name__}.")

@@ -30,7 +30,7 @@ GatedDeltaProduct does exactly this, so DeltaNet, Gated DeltaNet and DeltaProduc
   takes the decay), else the chunked WY/UT torch form below (without decay: the plain delta rule's);
   on CUDA fla's Triton `chunk_gated_delta_rule` / `fused_recurrent_gated_delta_rule`.
   `with_states=True` also returns every S_t (the C kernel copies them out when no gradient is
-  wanted; else the torch form).
+  wanted; else the torch form). Which path runs is `select_kernel`'s decision (models/ops/kernel_select.py).
 
 Chunked form with decay, one chunk from S_0, G_t = g_1 + ... + g_t (within the chunk), D_ts = exp(G_t - G_s)
 for s <= t (0 above the diagonal):
@@ -42,24 +42,28 @@ for s <= t (0 above the diagonal):
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from deltalens.models.ops.delta_rule import (
-    check_shapes,
-    check_state_every,
-    chunk_delta_rule,
-    chunk_delta_rule_with_states,
-    fla_kernels_available,
-    native_states_apply,
-    replay_segments,
-    use_native_kernel,
-)
+from deltalens.models.ops.common import StateEdit, check_shapes, check_state_every
+from deltalens.models.ops.delta_rule import chunk_delta_rule, chunk_delta_rule_with_states
 from deltalens.models.ops.delta_rule_native import native_delta_rule, native_delta_rule_with_states
+from deltalens.models.ops.fla_kernels import fla_gated_delta_rule
+from deltalens.models.ops.kernel_select import (
+    C_STATES,
+    CHUNKED,
+    CHUNKED_STATES,
+    FLA_CHUNK,
+    FLA_RECURRENT,
+    GATED_FLA_NEEDS,
+    C,
+    KernelChoice,
+    select_kernel_for,
+)
+from deltalens.models.ops.replay import replay_segments
 
 __all__ = [
     "gated_delta_rule_recurrence",
@@ -68,9 +72,8 @@ __all__ = [
     "deinterleave",
     "token_transition",
     "replay_gated_with_state_edits",
+    "StateEdit",  # defined in models/ops/common.py; importable from here as before
 ]
-
-StateEdit = Callable[[int, torch.Tensor], torch.Tensor]
 
 
 def _check(q, k, v, beta, g, initial_state) -> None:
@@ -166,27 +169,6 @@ def _chunk_gated(q, k, v, beta, g, S, chunk_size: int, with_states: bool):
     return o, S, states
 
 
-def _fla_gated(q, k, v, beta, g, scale, initial_state, output_final_state):
-    """fla's CUDA kernels (q, k already normalised), chosen as fla's own layer does: the chunk kernel for
-    half precision and whenever gradients are needed (fla's fused recurrent kernel has no backward),
-    the fused recurrent kernel for fp32 inference."""
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk
-    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_recurrent
-
-    needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, beta, g))
-    kernel = fla_recurrent if q.dtype == torch.float32 and not needs_grad else fla_chunk
-    return kernel(
-        q,
-        k,
-        v,
-        g=g.float(),
-        beta=beta.to(q.dtype),
-        scale=scale,
-        initial_state=initial_state,
-        output_final_state=output_final_state,
-    )
-
-
 def chunk_gated_delta_rule(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -201,6 +183,7 @@ def chunk_gated_delta_rule(
     with_states: bool = False,
     native: Optional[bool] = None,
     state_every: int = 1,
+    kernel: Optional[KernelChoice] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
     """The gated delta rule, chunked. Argument order as `gated_delta_rule_recurrence` (beta before g;
     fla's `chunk_gated_delta_rule` takes g before beta).
@@ -209,46 +192,36 @@ def chunk_gated_delta_rule(
     also returns every S_t (the C kernel without gradients on a CPU, else the chunked torch kernel),
     or with state_every = n the state after every n-th step ([B, T / n, ...]: one per DeltaProduct
     token). native: the CPU path's kernel, as `chunk_delta_rule`'s (None = the C kernel, with the
-    decay, when it builds here; False = the chunked torch kernel).
+    decay, when it builds here; False = the chunked torch kernel). kernel: the path to run, as
+    `select_kernel` chose it for these inputs (None = choose here); g None runs the plain delta rule's
+    entry points, which choose (or take `kernel`) the same way.
     Returns (o in q's dtype, S_T or None, states or None).
     """
     _check(q, k, v, beta, g, initial_state)
     if with_states:
         check_state_every(state_every, q.shape[1])
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    common = dict(chunk_size=chunk_size, native=native, kernel=kernel)
     if g is None:  # the plain delta rule: its own kernels (the C one on CPU)
         if with_states:
             return chunk_delta_rule_with_states(
-                q,
-                k,
-                v,
-                beta,
-                scale,
-                initial_state,
-                output_final_state,
-                chunk_size=chunk_size,
-                state_every=state_every,
-                native=native,
+                q, k, v, beta, scale, initial_state, output_final_state, state_every=state_every, **common
             )
-        o, S = chunk_delta_rule(
-            q,
-            k,
-            v,
-            beta,
-            scale,
-            initial_state,
-            output_final_state,
-            chunk_size=chunk_size,
-            use_fla=use_fla,
-            native=native,
-        )
+        o, S = chunk_delta_rule(q, k, v, beta, scale, initial_state, output_final_state, use_fla=use_fla, **common)
         return o, S, None
-    if use_fla is None:
-        use_fla = q.is_cuda and fla_kernels_available() and not with_states
-    if use_fla:
-        if not (q.is_cuda and fla_kernels_available()) or with_states:
-            raise RuntimeError("use_fla=True needs CUDA tensors, an importable fla and with_states=False.")
-        o, S = _fla_gated(q, k, v, beta, g, scale, initial_state, output_final_state)
+    if with_states and use_fla:
+        raise RuntimeError(GATED_FLA_NEEDS)  # fla's kernels return no states
+    if kernel is None:
+        kernel = select_kernel_for(
+            q, k, v, beta, g, initial_state, wants_states=with_states, use_fla=use_fla, native=native
+        )
+    kernel.require(
+        (C_STATES, CHUNKED_STATES) if with_states else (FLA_CHUNK, FLA_RECURRENT, C, CHUNKED),
+        f"chunk_gated_delta_rule(with_states={with_states})",
+    )
+    if kernel.path in (FLA_CHUNK, FLA_RECURRENT):
+        recurrent = kernel.path == FLA_RECURRENT
+        o, S = fla_gated_delta_rule(q, k, v, beta, g, scale, initial_state, output_final_state, recurrent=recurrent)
         return o, S, None
     B, T, H, K = q.shape
     S = q.new_zeros(B, H, K, v.shape[-1], dtype=torch.float32) if initial_state is None else initial_state.float()
@@ -256,10 +229,10 @@ def chunk_gated_delta_rule(
         states = v.new_zeros(B, 0, H, K, v.shape[-1]) if with_states else None
         return v.new_zeros(B, 0, H, v.shape[-1]), (S if output_final_state else None), states
     prepared = (q.float() * scale, k.float(), v.float(), beta.float())
-    if with_states and native_states_apply(native, q, 0, initial_state, (q, k, v, beta, g)):
+    if kernel.path == C_STATES:
         o, S, states = native_delta_rule_with_states(*prepared, S, alpha=g.float().exp(), stride=state_every)
         return o.to(q.dtype), (S if output_final_state else None), states
-    if not with_states and use_native_kernel(native, q, 0, initial_state):
+    if kernel.path == C:
         o, S = native_delta_rule(*prepared, S, alpha=g.float().exp())
         return o.to(q.dtype), (S if output_final_state else None), None
     o, S, states = _chunk_gated(*prepared, g.float(), S, chunk_size, with_states)

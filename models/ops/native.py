@@ -13,15 +13,18 @@ CPU). No compiler, a failed build, or DELTALENS_NATIVE=0 means "not available".
 
 from __future__ import annotations
 
+import _ctypes
 import contextlib
 import ctypes
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Optional
@@ -58,30 +61,76 @@ def _compiler() -> Optional[str]:
     return None
 
 
-def _build(name: str) -> ctypes.CDLL:
+def exported_symbols(source: Path) -> list[str]:
+    """The functions a kernel source exports: its definitions at column 0 that are not static."""
+    return re.findall(r"^(?:void|int64_t|int|double|float)\s+\**(\w+)\s*\(", source.read_text(), re.M)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _verified(target: Path) -> Optional[bool]:
+    """A cached build is loaded only when its bytes match the digest written beside it at build time:
+    a truncated or replaced file would crash the process inside dlopen or at its first call (SIGBUS).
+    None: no digest (a cache entry from before digests were written)."""
+    try:
+        expected = target.with_suffix(".sha256").read_text().strip()
+    except OSError:
+        return None
+    return expected == _digest(target)
+
+
+def _compile(name: str, source: Path, target: Path) -> None:
     compiler = _compiler()
     if compiler is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # built beside the target, then renamed (digest first): a concurrent process never loads a half-written file
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        built = Path(tmp) / target.name
+        result = subprocess.run(
+            [compiler, *FLAGS, str(source), "-o", str(built), "-lm"], capture_output=True, text=True, timeout=120
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"{compiler} failed on {source.name}: {result.stderr.strip()[:500]}")
+        digest = Path(tmp) / "digest"
+        digest.write_text(_digest(built) + "\n")
+        os.replace(digest, target.with_suffix(".sha256"))
+        os.replace(built, target)
+
+
+def _open(target: Path, symbols: list[str]) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(target))
+    missing = [symbol for symbol in symbols if not hasattr(lib, symbol)]
+    if missing:
+        # unload it, or dlopen would hand the same handle back for the rebuilt file at this path
+        getattr(_ctypes, "dlclose", lambda handle: None)(lib._handle)
+        raise OSError(f"{target.name} lacks {', '.join(missing)}")
+    return lib
+
+
+def _build(name: str) -> ctypes.CDLL:
     source = SOURCES / f"{name}.c"
     key = hashlib.sha256(source.read_bytes() + " ".join(FLAGS).encode() + _cpu_signature().encode()).hexdigest()
     target = _cache_dir() / f"{name}-{key[:16]}.so"
+    symbols = exported_symbols(source)
     if target.is_file():
-        try:
-            return ctypes.CDLL(str(target))
-        except OSError:  # a damaged cache entry (a full disk, say): build it again
-            target.unlink(missing_ok=True)
-    if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # built beside the target, then renamed: a concurrent process never loads a half-written file
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            built = Path(tmp) / target.name
-            result = subprocess.run(
-                [compiler, *FLAGS, str(source), "-o", str(built), "-lm"], capture_output=True, text=True, timeout=120
+        verified, damaged = _verified(target), None
+        if verified:
+            try:
+                return _open(target, symbols)
+            except OSError as err:
+                damaged = str(err)
+        elif verified is False:
+            damaged = "its bytes do not match the digest written when it was built"
+        if damaged:
+            warnings.warn(
+                f"deltalens: rebuilding the cached C kernel {target} ({damaged})", RuntimeWarning, stacklevel=3
             )
-            if result.returncode != 0:
-                raise RuntimeError(f"{compiler} failed on {source.name}: {result.stderr.strip()[:500]}")
-            os.replace(built, target)
-    return ctypes.CDLL(str(target))
+        target.unlink(missing_ok=True)
+    _compile(name, source, target)
+    return _open(target, symbols)
 
 
 def library(name: str) -> Optional[ctypes.CDLL]:
@@ -99,6 +148,12 @@ def library(name: str) -> Optional[ctypes.CDLL]:
                     _loaded[name] = _build(name)
                 except (OSError, RuntimeError, subprocess.SubprocessError) as err:
                     _errors[name] = str(err)
+                    if not isinstance(err, RuntimeError):  # not "no compiler": something is wrong, say it once
+                        warnings.warn(
+                            f"deltalens: the C kernel {name} cannot be loaded ({err}); the torch kernels run instead",
+                            RuntimeWarning,
+                            stacklevel=2,
+                        )
     return _loaded[name]
 
 

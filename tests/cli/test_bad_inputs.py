@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.test_training import tiny_config
+from tiny_runs import tiny_config
 
 from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError
@@ -288,7 +288,7 @@ def test_a_kill_between_the_two_renames_of_a_checkpoint_swap_resumes(tmp_path):
 
 
 def test_a_failure_during_export_leaves_the_old_checkpoint_whole(tmp_path, monkeypatch):
-    import deltalens.models.checkpoint as checkpoint_module
+    import deltalens.models.io.hf_folder as checkpoint_module  # the one writer of checkpoint files
     from deltalens.training.export import export_run
     from deltalens.training.loop import train
 
@@ -301,7 +301,7 @@ def test_a_failure_during_export_leaves_the_old_checkpoint_whole(tmp_path, monke
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint_module, "_write_weights", crash)
+    monkeypatch.setattr(checkpoint_module, "write_weights", crash)
     with pytest.raises(OSError, match="disk full"):
         export_run(tmp_path / "run", shipped, dump_toml(config), "test", n_traces=8, replace=True)
     assert digest(shipped) == before

@@ -2,7 +2,7 @@
 
 import json
 
-from tests.test_training import tiny_config
+from tiny_runs import tiny_config
 
 from deltalens.cli.main import main
 from deltalens.tasks import TraceSpec, generate_trace

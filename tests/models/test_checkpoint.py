@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import deltalens.models.checkpoint as checkpoint
+import deltalens.models.io.hf_folder as hf_folder
 from deltalens import models
 from deltalens.core.errors import DeltalensError
 
@@ -208,7 +209,7 @@ def test_failure_while_writing_leaves_the_old_checkpoint_intact(lstm_checkpoint,
         file.write_bytes(old_bytes[: len(old_bytes) // 2])
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint, "_write_weights", write_half_then_crash)
+    monkeypatch.setattr(hf_folder, "write_weights", write_half_then_crash)
     with pytest.raises(OSError, match="disk full"):
         models.save(models.build("lstm", **CONFIGS["lstm"][1]), path)
     assert os.listdir(path.parent) == [path.name]  # the temp dir is gone

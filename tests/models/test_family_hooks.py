@@ -51,9 +51,9 @@ def test_hook_names_and_shapes(arch, gated):
         assert act_name(short, 0) in cache or act_name(short, 0) == "ln_final.hook_normalized"
 
 
-def test_hook_state_is_the_recurrence_state_and_o_reads_it():
+def test_hook_state_is_the_recurrence_state_and_o_reads_it(tiny_models):
     """S_t from the hook, rebuilt from hook_k/v/beta/gate: S_t = A_t S_{t-1} + writes; o_t = S_t^T q_t / sqrt(K)."""
-    model = build()
+    model = tiny_models["deltaproduct"]  # = build()
     _, cache = model.run_with_cache(TOKENS)
     a = "blocks.0.attn."
     q, k, v, beta, alpha = (cache[a + h] for h in ("hook_q", "hook_k", "hook_v", "hook_beta", "hook_gate"))
@@ -80,9 +80,9 @@ def test_hook_state_is_the_recurrence_state_and_o_reads_it():
 
 
 @pytest.mark.parametrize("arch", ["gated_deltanet", "deltaproduct"])
-def test_patching_a_state_equals_the_state_edit_recurrence(arch):
+def test_patching_a_state_equals_the_state_edit_recurrence(arch, tiny_models):
     """hook_state edits replace S_t (replacement semantics); the same edit through state_edit agrees."""
-    model = build(arch)
+    model = tiny_models[arch]  # = build(arch)
     other = torch.randint(1, 23, TOKENS.shape, generator=torch.Generator().manual_seed(9))
     _, source = model.run_with_cache(other)
     patched = patch_state(1, 0, source, positions=[6])
@@ -105,8 +105,8 @@ def test_patching_a_state_equals_the_state_edit_recurrence(arch):
     assert (got[:, 6:] - plain[:, 6:]).abs().max() > 1e-3  # after it: moved
 
 
-def test_beta_per_factor_and_the_range_intervention():
-    model = build()
+def test_beta_per_factor_and_the_range_intervention(tiny_model):
+    model = tiny_model("deltaproduct")  # a copy of build(): set_beta_range edits it
     iv = rescale_beta(model, 0, 1, to=(0.0, 1.0), factor=2)
     _, before = model.run_with_cache(TOKENS)
     with iv.applied(model):
@@ -125,8 +125,8 @@ def test_beta_per_factor_and_the_range_intervention():
         rescale_beta(model, 0, 1, factor=3)
 
 
-def test_gate_clamp_switches_forgetting_off():
-    model = build("gated_deltanet")
+def test_gate_clamp_switches_forgetting_off(tiny_model):
+    model = tiny_model("gated_deltanet")  # a copy of build("gated_deltanet"): gate_range edits it
     iv = clamp_gate(model, 0, None, 1.0, 1.0)
     with iv.applied(model):
         _, cache = model.run_with_cache(TOKENS)
@@ -140,8 +140,8 @@ def test_gate_clamp_switches_forgetting_off():
         clamp_gate(build(use_forget_gate=False), 0, 0)
 
 
-def test_capture_shorthands_cover_the_family():
-    model = build()
+def test_capture_shorthands_cover_the_family(tiny_models):
+    model = tiny_models["deltaproduct"]  # = build()
     assert expand_names(model, ["gate"]) == ["blocks.0.attn.hook_gate", "blocks.1.attn.hook_gate"]
     with pytest.raises(DeltalensError, match="decay gate"):
         expand_names(build(use_forget_gate=False), ["gate"])
@@ -151,16 +151,10 @@ def test_capture_shorthands_cover_the_family():
 
 
 @pytest.mark.parametrize("arch", ["deltanet", "gated_deltanet", "deltaproduct"])
-def test_an_in_place_state_edit_with_gradients_on_equals_the_state_edit(arch):
+def test_an_in_place_state_edit_with_gradients_on_equals_the_state_edit(arch, tiny_models):
     """A hook that zeroes S_5 in place (returning None) while autograd is on: only step 5 counts as edited
     (the states the hook was shown are recomputed by the same numerical path), as with state_edit."""
-    model = (
-        build(arch)
-        if arch != "deltanet"
-        else models.build(
-            "deltanet", vocab_size=23, hidden_size=32, num_hidden_layers=1, num_heads=2, allow_neg_eigval=True
-        ).eval()
-    )
+    model = tiny_models[arch]  # = build(arch); DeltaNet: the same sizes, no head_dim
 
     def zero_in_place(states, hook):
         states[:, 5] = 0.0
@@ -173,18 +167,12 @@ def test_an_in_place_state_edit_with_gradients_on_equals_the_state_edit(arch):
 
 
 @pytest.mark.parametrize("arch", ["deltanet", "gated_deltanet", "deltaproduct"])
-def test_capturing_states_without_gradients_takes_the_c_kernel_and_changes_nothing(arch):
+def test_capturing_states_without_gradients_takes_the_c_kernel_and_changes_nothing(arch, tiny_models):
     """Under no_grad the C kernel copies hook_state out as it runs: the logits are the plain forward's
     to the bit, and the states are the chunked torch kernel's."""
     from deltalens.models.ops.native import native_kernels
 
-    model = (
-        build(arch)
-        if arch != "deltanet"
-        else models.build(
-            "deltanet", vocab_size=23, hidden_size=32, num_hidden_layers=2, num_heads=2, allow_neg_eigval=True
-        ).eval()
-    )
+    model = tiny_models[arch]  # = build(arch); DeltaNet: the same sizes, no head_dim
     only_states = dict(names_filter=lambda name: name.endswith("hook_state"))
     with torch.no_grad():
         plain = model(TOKENS)
@@ -198,9 +186,9 @@ def test_capturing_states_without_gradients_takes_the_c_kernel_and_changes_nothi
 
 
 @pytest.mark.parametrize("arch", ["gated_deltanet", "deltaproduct"])
-def test_patching_a_state_without_gradients_equals_the_state_edit_recurrence(arch):
+def test_patching_a_state_without_gradients_equals_the_state_edit_recurrence(arch, tiny_models):
     """The C-kernel capture and replay (no_grad) give the state_edit recurrence's output too."""
-    model = build(arch)
+    model = tiny_models[arch]  # = build(arch)
     other = torch.randint(1, 23, TOKENS.shape, generator=torch.Generator().manual_seed(9))
     with torch.no_grad():
         _, source = model.run_with_cache(other)

@@ -192,6 +192,19 @@ def test_the_c_kernel_refuses_what_it_cannot_read_and_second_derivatives():
     assert o64.dtype == torch.float32
 
 
+def test_a_second_derivative_through_the_c_short_conv_raises():
+    """The C backward builds no graph, so without @once_differentiable a second derivative would drop
+    the conv's term silently whenever another path keeps the gradient differentiable (here x^3)."""
+    conv = ShortConvolution(8, 4, bias=True, activation="silu")
+    x = torch.randn(2, 7, 8, requires_grad=True)
+    y = conv(x)
+    assert type(y.grad_fn).__name__ == "_NativeShortConvBackward"  # fp32 CPU: the C kernel ran
+    # y^2, not y: an upstream gradient that itself requires grad reaches the C backward
+    (g,) = torch.autograd.grad(y.square().sum() + x.pow(3).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        g.sum().backward()
+
+
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize(
     "shape, stride", [((2, 15, 2, 16, 16), 1), ((2, 21, 3, 16, 16), 3), ((1, 8, 2, 8, 5), 4), ((1, 6, 1, 32, 32), 2)]

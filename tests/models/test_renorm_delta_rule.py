@@ -6,17 +6,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import deltalens.models.ops.delta_rule as delta_rule_module
+import deltalens.models.ops.fla_kernels as fla_kernels_module
 from deltalens import models
 from deltalens.core.errors import DeltalensError
 from deltalens.models.ops.delta_rule import (
-    _fla_delta_rule_renorm,
     chunk_delta_rule,
     chunk_delta_rule_with_states,
     delta_rule_recurrence,
     renormalise_state,
     replay_with_state_edits,
 )
+from deltalens.models.ops.fla_kernels import fla_delta_rule_renorm
 
 TOL = 1e-5  # fp32 max abs error between the chunked paths and the reference (states have norm ~1)
 GRAD_TOL = 1e-4
@@ -73,7 +73,9 @@ def test_chunked_paths_match_reference_recurrence(R, chunk_size, T):
 
 def test_fla_segment_loop_matches_reference(monkeypatch):
     # fla's kernels need CUDA; check the per-segment loop around them with our kernel standing in.
-    def stand_in(q, k, v, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, chunk_size):
+    def stand_in(
+        q, k, v, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, chunk_size, recurrent=False
+    ):
         return chunk_delta_rule(
             q,
             k,
@@ -87,13 +89,13 @@ def test_fla_segment_loop_matches_reference(monkeypatch):
             use_fla=False,
         )
 
-    monkeypatch.setattr(delta_rule_module, "_fla_delta_rule", stand_in)
+    monkeypatch.setattr(fla_kernels_module, "fla_delta_rule", stand_in)
     q, k, v, beta, h0 = make_inputs(T=23)
     for R, init in [(4, h0), (5, None), (23, h0)]:
         ref_o, ref_S, _ = delta_rule_recurrence(
             q, k, v, beta, initial_state=init, output_final_state=True, renorm_every=R
         )
-        o, S = _fla_delta_rule_renorm(q, k, v, beta, None, init, True, False, 64, R)
+        o, S = fla_delta_rule_renorm(q, k, v, beta, None, init, True, False, 64, R)
         assert maxerr(o, ref_o) <= TOL and maxerr(S, ref_S) <= TOL
 
 

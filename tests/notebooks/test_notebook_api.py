@@ -33,8 +33,9 @@ SHIPPED = {  # one per architecture, and the hook to look at
 
 
 @pytest.fixture(scope="module")
-def loaded():
-    return {arch: dl.load(name) for arch, (name, _, _) in SHIPPED.items()}
+def loaded(shipped_s3):
+    # the DeltaNet is the session's shipped_s3 (tests/conftest.py), opened once for every room's tests
+    return {arch: shipped_s3 if arch == "deltanet" else dl.load(name) for arch, (name, _, _) in SHIPPED.items()}
 
 
 @pytest.mark.parametrize("arch", SHIPPED)
@@ -157,9 +158,9 @@ def test_run_with_hooks_and_hooks_edit_the_forward(loaded):
     assert torch.allclose(model(tokens), clean)  # hooks() removed them again
 
 
-def test_every_report_shows_one_screen_and_an_html_table(loaded):
+def test_every_report_shows_one_screen_and_an_html_table(loaded, shipped_s3_batch):
     model = loaded["deltanet"]
-    batch = model.checkpoint.batch(16)
+    batch = shipped_s3_batch  # = model.checkpoint.batch(16)
     cap = dl.capture(model, batch, names=("beta", "k", "state", "resid"))
     eig = dl.eigenvalue_report(cap)
     prob = dl.load("s3-deltanet-neg-statement-prob")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import plotly.io
 import pytest
+from tiny_runs import TINY, tiny_sweep
 
 import deltalens.training.grid as sweep_module
 from deltalens.cli.main import main
@@ -36,58 +37,12 @@ from deltalens.training.loop import LAST, TRAINER_STATE, RunLock
 
 REPO = Path(__file__).resolve().parents[2]
 
-TINY = """
-[sweep]
-steps = {steps}
-eval_multiples = [1, 2, 4]
-eval_traces = 8
-
-[[grid]]
-groups = ["S3"]
-archs = ["deltanet-neg", "lstm"]
-spacings = [1, 2]
-tokenizer = "statement"
-
-[task]
-actions = [4, 4]
-reveal = "mixed"
-
-[optim]
-lr = 3e-3
-warmup_steps = 1
-batch_size = 4
-
-[run]
-eval_every = 0
-eval_traces = 8
-checkpoint_every = 1
-threads = 1
-
-[models.deltanet-neg]
-arch = "deltanet"
-hidden_size = 32
-num_hidden_layers = 1
-num_heads = 2
-allow_neg_eigval = true
-
-[models.lstm]
-arch = "lstm"
-d_model = 32
-n_layers = 1
-"""
-
 CELLS = [
     "s3-deltanet-neg-statement-k1-s0",
     "s3-deltanet-neg-statement-k2-s0",
     "s3-lstm-statement-k1-s0",
     "s3-lstm-statement-k2-s0",
 ]
-
-
-def tiny_sweep(tmp_path, steps: int = 3) -> Path:
-    path = tmp_path / "tiny.toml"
-    path.write_text(TINY.format(steps=steps))
-    return path
 
 
 def cli(tmp_path, *extra: str) -> int:
@@ -115,7 +70,7 @@ def test_paper_sweep_has_every_cell_the_search_and_the_shipped_task():
     assert len(names) == (2 * 4 * 3 + 2) * 3 == len(set(names))  # every cell with seeds 0, 1, 2
     assert "s5-deltanet-pos-statement-k8-s2" in names and "s3-transformer-code-k4-s0" in names
     assert "s3-transformer-code-k1-s0" not in names  # code cells at spacing 4 only
-    searches = read_search(sweep, REPO / "reports" / "sweep")
+    searches = read_search(sweep, REPO / "results" / "sweep")
     assert len(searches) == 2 * 4 * 2 and all(s.result is not None for s in searches)  # committed search results
     chosen = choose_lrs(sweep, searches)
     assert set(chosen) == {(g, a) for g in ("S3", "S5") for a in sweep.models} and set(chosen.values()) <= {1e-3, 3e-3}

@@ -8,38 +8,17 @@ import signal
 
 import pytest
 import torch
+from tiny_runs import tiny_config
 
 from deltalens import models
 from deltalens.core.errors import DeltalensError
 from deltalens.tasks import PAD_ID, TraceSpec, make_tokenizer
 from deltalens.tasks.dataset import make_batch
-from deltalens.training.config import TrainConfig, apply_overrides, dump_toml, load_config
+from deltalens.training.config import apply_overrides, dump_toml, load_config
 from deltalens.training.data import TrainingData
 from deltalens.training.evaluate import evaluate, score_batch
 from deltalens.training.export import export_run
 from deltalens.training.loop import LAST, next_token_loss, train
-
-
-def tiny_config(arch: str = "deltanet", steps: int = 6) -> TrainConfig:
-    model = {
-        "deltanet": {
-            "arch": "deltanet",
-            "hidden_size": 32,
-            "num_hidden_layers": 1,
-            "num_heads": 2,
-            "allow_neg_eigval": True,
-        },
-        "lstm": {"arch": "lstm", "d_model": 32, "n_layers": 1},
-        "transformer": {"arch": "transformer", "d_model": 32, "n_layers": 1, "n_heads": 2, "n_ctx": 128},
-    }[arch]
-    return TrainConfig.from_dict(
-        {
-            "task": {"group": "S3", "actions": [4, 6], "spacing": [1, 2], "eval_spacing": 2},
-            "model": model,
-            "optim": {"batch_size": 4, "warmup_steps": 2, "lr": 3e-3},
-            "run": {"steps": steps, "eval_every": 3, "eval_traces": 8, "checkpoint_every": 3, "threads": 1},
-        }
-    )
 
 
 def test_resume_after_kill_matches_unbroken_run(tmp_path):

@@ -1,0 +1,115 @@
+"""Measurements kept on disk, keyed by the checkpoint's weights, so a page opens a checkpoint in a
+second after the first time (on any later server too).
+
+Under $DELTALENS_CACHE (default ~/.cache/deltalens; delete it to recompute): sweeps/*.json (the
+head sweep) and measures/*.pkl (the Heads page's reports). A key hashes model.safetensors, what
+was asked (step, traces, seed) and, for the reports, the library's source (a changed probe
+recomputes). An unreadable file is computed again, never an error.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from deltalens.app.folder import cache_dir
+from deltalens.core.atomic import write_json_atomic
+from deltalens.interp.head_sweep import SweepResult, sweep
+from deltalens.interp.interventions import rescale_beta
+
+LIBRARY = Path(__file__).resolve().parents[1]
+COMPUTING_ROOMS = ("tasks", "models", "training", "interp", "probes")  # the code a measurement depends on
+
+
+def sweep_dir() -> Path:
+    return cache_dir() / "sweeps"
+
+
+@functools.lru_cache(maxsize=64)
+def _file_hash(path: str, size: int, mtime_ns: int) -> str:
+    return hashlib.sha1(Path(path).read_bytes()).hexdigest()
+
+
+def weights_hash(folder: Path) -> str:
+    """sha1 of the checkpoint's model.safetensors (read once per file version)."""
+    file = Path(folder) / "model.safetensors"
+    stat = file.stat()
+    return _file_hash(str(file), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """sha1 of the computing rooms' Python sources: a cached report is only as good as the code."""
+    digest = hashlib.sha1()
+    for room in COMPUTING_ROOMS:
+        for file in sorted((LIBRARY / room).rglob("*.py")):
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def cached_result(step: str, folder: Path, params: str, compute: Callable[[], Any]) -> Any:
+    """compute(), kept in measures/<checkpoint>-<step>-<key>.pkl (written atomically)."""
+    key = hashlib.sha1(f"{weights_hash(folder)}/{code_fingerprint()}/{step}/{params}".encode()).hexdigest()[:16]
+    file = cache_dir() / "measures" / f"{Path(folder).name}-{step}-{key}.pkl"
+    try:
+        with open(file, "rb") as handle:
+            return pickle.load(handle)
+    except Exception:  # not cached yet, or unreadable (another library version): compute it again
+        pass
+    value = compute()
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        temporary = file.with_suffix(f".{os.getpid()}.tmp")
+        with open(temporary, "wb") as handle:
+            pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(temporary, file)
+    except OSError:  # a read-only cache folder: the page still shows the result
+        pass
+    return value
+
+
+def is_cached_sweep(checkpoint, n_traces: int, intervention: str = "beta-range") -> bool:
+    return _sweep_file(checkpoint, n_traces, intervention).is_file()
+
+
+def _sweep_file(checkpoint, n_traces: int, intervention: str) -> Path:
+    key = hashlib.sha1(f"{weights_hash(checkpoint.path)}/{intervention}/{n_traces}".encode()).hexdigest()[:16]
+    return sweep_dir() / f"{checkpoint.path.name}-{key}.json"
+
+
+def cached_sweep(
+    checkpoint, n_traces: int, intervention: str = "beta-range", on_head: Callable[[int, int], None] | None = None
+) -> SweepResult:
+    """The beta-range head sweep, computed once per checkpoint (weights) and kept as JSON.
+
+    on_head(layer, head): called before each head is run (a progress bar)."""
+    file = _sweep_file(checkpoint, n_traces, intervention)
+    try:
+        data = json.loads(file.read_text())
+        return SweepResult(
+            baseline=data["baseline"],
+            frame=pd.DataFrame(data["heads"]),
+            intervention=data["intervention"],
+            n_traces=data["n_traces"],
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not cached yet, or unreadable: compute it again
+
+    def beta_range(model, layer: int, head: int):  # the named "beta-range" builder, reporting progress
+        if on_head is not None:
+            on_head(layer, head)
+        return rescale_beta(model, layer, head, to=(0.0, 1.0))
+
+    beta_range.__name__ = intervention
+    builder = beta_range if intervention == "beta-range" else intervention
+    result = sweep(checkpoint.model, checkpoint.batch(n_traces, seed=0), builder, progress=False)
+    write_json_atomic(file, result.to_dict())
+    return result

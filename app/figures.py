@@ -1,0 +1,148 @@
+"""The library's figures made readable on the dashboard: distinct colours, titles that fit, named
+colourbars, labelled reference lines, explained empty panels.
+
+The figure functions live in the library (probes/, interp/, training/, reports/) and draw for
+notebooks and reports too; what only the dashboard needs (Streamlit's theme pairs dark and light
+blues and reds, half-width columns cut long titles) is applied here, to the returned figure.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+
+# Okabe-Ito: distinct for colour-blind readers too (Streamlit's default sequence pairs similar hues)
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
+# raw column names as readers should see them
+READABLE = {
+    "mean_beta_action": "mean β on actions",
+    "mean_beta": "mean β",
+    "mean beta action": "mean β on action tokens",
+    "mean beta": "mean β",
+}
+
+
+def distinct_colours(fig: go.Figure) -> go.Figure:
+    """Give every line, bar or histogram without a colour of its own the next palette colour."""
+    i = 0
+    for trace in fig.data:
+        if trace.type not in ("scatter", "scattergl", "bar", "histogram"):
+            continue
+        has = trace.marker.color is not None or (trace.type.startswith("scatter") and trace.line.color is not None)
+        if has:
+            continue
+        colour = PALETTE[i % len(PALETTE)]
+        i += 1
+        trace.marker.color = colour
+        if trace.type.startswith("scatter"):
+            trace.line.color = colour
+    return fig
+
+
+def wrap_title(fig: go.Figure, width: int = 58) -> go.Figure:
+    """Break a long title into lines of at most `width` characters (it would be cut otherwise)."""
+    text = fig.layout.title.text
+    if text and len(text) > width and "<br>" not in text:
+        lines = textwrap.wrap(text, width)
+        fig.update_layout(title_text="<br>".join(lines), margin_t=40 + 22 * len(lines))
+    return fig
+
+
+def readable(fig: go.Figure) -> go.Figure:
+    """Colourbar and title words from column names (mean_beta_action) in plain words."""
+    for trace in fig.data:
+        if trace.type == "heatmap" and trace.colorbar.title.text in READABLE:
+            trace.colorbar.title.text = READABLE[trace.colorbar.title.text]
+    text = fig.layout.title.text or ""
+    for raw, plain in READABLE.items():
+        if text.startswith(raw + " per"):
+            fig.update_layout(title_text=plain + text[len(raw) :])
+            break
+    return fig
+
+
+def count_heatmap(fig: go.Figure) -> go.Figure:
+    """A heatmap of counts: its colour scale from 0 to the largest count, and no colourbar when
+    every cell holds the same count (a one-cell map had a bar from 399.6 to 400.4)."""
+    for trace in fig.data:
+        if trace.type != "heatmap" or trace.z is None:
+            continue
+        z = np.asarray(trace.z, dtype=float)
+        finite = z[np.isfinite(z)]
+        if finite.size == 0:
+            continue
+        trace.zmin, trace.zmax = 0, max(float(finite.max()), 1.0)
+        if np.unique(finite).size == 1:
+            trace.showscale = False
+    return fig
+
+
+def label_reference_lines(fig: go.Figure) -> go.Figure:
+    """Name reference lines that a figure left unlabelled (plotly shows those as "new text"): a
+    horizontal line at 1/n is the chance level."""
+    for note in fig.layout.annotations:
+        if note.text is None and isinstance(note.y, (int, float)) and 0 < note.y < 1:
+            n = round(1 / note.y)
+            note.text = f"chance 1/{n}" if math.isclose(note.y, 1 / n, rel_tol=1e-6) else f"{note.y:g}"
+    return fig
+
+
+def explain_empty_panels(fig: go.Figure, sentence: str = "no sweep runs in this setting") -> go.Figure:
+    """Write `sentence` in every subplot that holds no data (it was an empty frame)."""
+    used = {(t.xaxis or "x", t.yaxis or "y") for t in fig.data}
+    titles = {round(a.x, 3): a.text for a in fig.layout.annotations if a.xref == "paper" and a.yref == "paper"}
+    for name in fig.layout:
+        if not name.startswith("xaxis"):
+            continue
+        x = "x" + name[5:]
+        axis = fig.layout[name]
+        y = axis.anchor
+        if y is None or (x, y) in used:
+            continue
+        yaxis = fig.layout["yaxis" + y[1:]]
+        if axis.domain is None or yaxis.domain is None:
+            continue
+        middle = (sum(axis.domain) / 2, sum(yaxis.domain) / 2)
+        title = titles.get(round(middle[0], 3))
+        fig.add_annotation(
+            x=middle[0],
+            y=middle[1],
+            xref="paper",
+            yref="paper",
+            text=sentence,
+            showarrow=False,
+            font={"color": "#777", "size": 11},
+            hovertext=title,
+        )
+    return fig
+
+
+def bar_labels_inside(fig: go.Figure) -> go.Figure:
+    """Bar values inside the bars, so they do not sit on a reference line's label at the top."""
+    fig.update_traces(selector={"type": "bar"}, textposition="inside", insidetextanchor="end")
+    return fig
+
+
+def power_ticks(fig: go.Figure) -> go.Figure:
+    """Log axes in powers of ten (plotly's SI prefixes wrote 1e-12 as "1p")."""
+    fig.update_yaxes(exponentformat="power")
+    fig.update_xaxes(exponentformat="power")
+    return fig
+
+
+def level_line_labels(fig: go.Figure, size: int = 10) -> go.Figure:
+    """Vertical lines' labels written horizontally, one under the other (turned and side by side
+    they overlapped)."""
+    vertical = [a for a in fig.layout.annotations if a.textangle == -90]
+    for i, note in enumerate(sorted(vertical, key=lambda a: a.x or 0)):
+        note.update(textangle=0, yref="paper", y=0.98 - 0.07 * i, yanchor="top", xanchor="left", font_size=size)
+    return fig
+
+
+def show(fig: go.Figure, where=st, title_width: int = 58, **kwargs) -> None:
+    """st.plotly_chart of the figure, with distinct colours and a title that fits."""
+    where.plotly_chart(wrap_title(distinct_colours(fig), title_width), width="stretch", **kwargs)

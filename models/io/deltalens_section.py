@@ -1,0 +1,158 @@
+"""Our "deltalens" section of a checkpoint's config.json: what it holds, how models.save makes it,
+and how a config.json says which architecture it is.
+
+    {
+      ...fla's config fields...                # delta-rule family only: the file IS an HF/fla config
+      "deltalens": {
+        "format_version": 1,
+        "architecture": "deltanet" | "gated_deltanet" | "deltaproduct" | "transformer" | "lstm",
+        "model_config": {...},                 # build(architecture, **model_config) rebuilds the model
+        "tokenizer": {...} | null,             # tokenizer spec (tasks)
+        "task": {...} | null,                  # task spec: group, reveal spacing, lengths, ...
+        "training": {...} | null,              # training config
+        "metrics": {...} | null                # evaluation results
+      }
+    }
+
+A config.json written by fla itself (no "deltalens" section, `"model_type"` "delta_net",
+"gated_deltanet" or "gated_deltaproduct") reads as that architecture with an empty section.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from deltalens.core.errors import DeltalensError
+from deltalens.models.architecture import ARCHITECTURES, is_delta_rule
+from deltalens.models.io.configs import ARCH_OF_MODEL_TYPE, fla_model_config
+from deltalens.models.io.hf_folder import FLA_BOOKKEEPING, first_line, read_json_object
+
+FORMAT_VERSION = 1
+SECTION = "deltalens"
+EXTRA_KEYS = ("tokenizer", "task", "training", "metrics")
+RESERVED_KEYS = ("format_version", "architecture", "model_config")
+# HF bookkeeping in an fla config.json that is not an argument of fla's config
+HF_BOOKKEEPING = (*FLA_BOOKKEEPING, "transformers_version", "_name_or_path", SECTION)
+
+
+# ----------------------------------------------------------------------------- make
+
+
+def arch_of(model) -> str:
+    """The `arch` of a model models.save can write, or one sentence saying why not."""
+    arch = getattr(model, "arch", None)
+    if arch not in ARCHITECTURES:
+        raise DeltalensError(
+            f"cannot save a {type(model).__name__}: it has no known `arch` attribute; build it with models.build(...)"
+        )
+    return arch
+
+
+def make_section(model, arch: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """The JSON-able section of `model`: format, architecture, model_config, then `extra`'s entries."""
+    reserved = [key for key in extra if key in RESERVED_KEYS]
+    if reserved:
+        raise DeltalensError(
+            f"extra may not set {', '.join(map(repr, reserved))}; models.save fills those from the model itself"
+        )
+    section: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "architecture": arch,
+        "model_config": _model_config_of(model, arch),
+    }
+    for key in EXTRA_KEYS:
+        section[key] = extra.get(key)
+    section.update({key: value for key, value in extra.items() if key not in EXTRA_KEYS})
+    for key, value in section.items():
+        try:
+            section[key] = json.loads(json.dumps(value, default=_to_json))
+        except (TypeError, ValueError) as err:
+            raise DeltalensError(
+                f"checkpoint entry {key!r} cannot be written as JSON ({err}); pass dicts, lists, numbers and strings"
+            ) from None
+    return section
+
+
+def _model_config_of(model, arch: str) -> dict[str, Any]:
+    config = getattr(model, "model_config", None)
+    if config is None and is_delta_rule(arch):
+        config = fla_model_config(model.config, arch)
+    return dict(config)
+
+
+def _to_json(value: Any) -> Any:
+    """json.dumps fallback for the values training code naturally produces."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if hasattr(value, "tolist"):  # numpy arrays and scalars, torch tensors
+        return value.tolist()
+    raise TypeError(f"object of type {type(value).__name__} is not JSON serializable")
+
+
+# ----------------------------------------------------------------------------- read
+
+
+def read_config(config_file: Path) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(architecture, model_config, deltalens section, whole config) from a config.json, validated."""
+    config = read_json_object(config_file)
+    section = config.get(SECTION)
+    fla_arch = ARCH_OF_MODEL_TYPE.get(config.get("model_type"))
+    if isinstance(section, dict) and "architecture" not in section and fla_arch is not None:
+        section = None  # an fla config that carries a user's own "deltalens" entry: still fla's model
+    if section is None:
+        if fla_arch is not None:
+            return fla_arch, fla_fields(config), {}, config
+        raise DeltalensError(
+            f"{config_file} has no {SECTION!r} section and is not an fla DeltaNet, Gated DeltaNet or "
+            f"DeltaProduct config "
+            f"(model_type {config.get('model_type')!r}), so its architecture is unknown; "
+            f"save models with models.save"
+        )
+    if not isinstance(section, dict):
+        raise DeltalensError(f"{config_file} has a {SECTION!r} entry that is not a JSON object; re-save the checkpoint")
+    arch = section.get("architecture")
+    if arch not in ARCHITECTURES:
+        raise DeltalensError(
+            f"{config_file} names architecture {arch!r}, which deltalens does not know; "
+            f"expected one of {', '.join(ARCHITECTURES)}"
+        )
+    model_config = section.get("model_config")
+    if is_delta_rule(arch) and not isinstance(model_config, dict):
+        model_config = fla_fields(config)
+    if not isinstance(model_config, dict):
+        raise DeltalensError(
+            f"{config_file} has no 'model_config' object in its {SECTION!r} section; re-save the checkpoint"
+        )
+    return arch, dict(model_config), section, config
+
+
+def fla_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """The keys of an fla config.json that are arguments of fla's config (HF's bookkeeping dropped)."""
+    return {key: value for key, value in config.items() if key not in HF_BOOKKEEPING}
+
+
+def fla_build_config(config: dict[str, Any], arch: str) -> dict[str, Any]:
+    """The model_config a delta-rule model is built from: the top-level fla fields fla itself would load."""
+    return fla_model_config(fla_fields(config), arch)
+
+
+@contextmanager
+def explained_build_errors(config_file: Path, arch: str) -> Iterator[None]:
+    """Turn a model that cannot be built from `config_file` into one sentence naming the file."""
+    try:
+        yield
+    except DeltalensError as err:
+        raise DeltalensError(f"{config_file} holds a model_config that cannot build a {arch!r} model: {err}") from None
+    except (TypeError, ValueError, NotImplementedError) as err:
+        raise DeltalensError(
+            f"{config_file} holds a model_config that cannot build a {arch!r} model: {first_line(err)}"
+        ) from None

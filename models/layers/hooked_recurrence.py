@@ -1,0 +1,102 @@
+"""Run -> hook_state -> replay: how every delta-rule mixer (DeltaNet, Gated DeltaNet, DeltaProduct)
+computes its read-out o_t and shows its states S_t, written once.
+
+One forward of the recurrence, after the kernel selector (models/ops/kernel_select.py) has chosen:
+
+* `reference` (a state_edit is set): the token-by-token recurrence with edit(t, S) -> S after every
+  token (exact per-step semantics); hook_state then shows the edited trajectory, read-only: a hook
+  that changes it is refused (edit through one of them, not both).
+* no hook on hook_state: the fast kernel (fla, C or chunked); no S_t is materialised.
+* a hook on hook_state: a kernel that returns every S_t (c_states or chunked_states), passed through
+  hook_state. If the hook changed any state (returned another tensor, or edited it in place and
+  returned None: detected by the tensor's `_version`), the layer replays: the edited S_t is what o_t
+  reads and what step t + 1 continues from ("replacement" semantics). For an in-place edit, what the
+  hook was shown is recomputed by the same path, so that its rounding equals the shown tensor's and
+  only the edited steps count as changed.
+
+Each mixer supplies its kernels as a `Recurrence` of closures over its prepared inputs, and records
+the path that ran as `mixer.last_kernel` (a KernelChoice), also logged on "deltalens.kernels".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from deltalens.models.ops.common import StateEdit
+from deltalens.models.ops.kernel_select import REFERENCE, KernelChoice
+
+__all__ = ["Recurrence", "HookedRecurrenceMixin", "logger"]
+
+logger = logging.getLogger("deltalens.kernels")
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Recurrence:
+    """One layer's recurrence on its prepared inputs; every o is what the layer reads, (B, T, H, d_v),
+    and every states tensor is per token, (B, T, H, d_k, d_v).
+
+    select(**flags) -> KernelChoice: `select_kernel_for` on the layer's inputs, given wants_states,
+        state_edit and hook_edited.
+    reference(edit) -> (o, states): token by token with `edit` after every token.
+    fast(kernel) -> o: the chosen fast path. with_states(kernel) -> (o, states): the chosen states path.
+    replay(original, edited) -> o: continue from every state `edited` changed.
+    read_out(states) -> o: o_t = S_t^T (scale q_t) from the hooked states, so that backward hooks on
+        hook_state receive dL/dS_t; None = keep the kernel's o.
+    """
+
+    select: Callable[..., KernelChoice]
+    reference: Callable[[StateEdit], tuple[Tensor, Tensor]]
+    fast: Callable[[KernelChoice], Tensor]
+    with_states: Callable[[KernelChoice], tuple[Tensor, Tensor]]
+    replay: Callable[[Tensor, Tensor], Tensor]
+    read_out: Optional[Callable[[Tensor], Tensor]] = None
+
+
+class HookedRecurrenceMixin:
+    """For an nn.Module mixer with `hook_state` (a HookPoint), `state_edit` and `layer_idx`."""
+
+    last_kernel: Optional[KernelChoice] = None  # the path the latest forward took
+
+    def _record(self, choice: KernelChoice) -> KernelChoice:
+        self.last_kernel = choice
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("blocks.%d.attn: %s", self.layer_idx, choice)
+        return choice
+
+    def _run_recurrence(self, kernels: Recurrence) -> Tensor:
+        """o for this forward, S_t computed only when a hook or an edit asks for them (module docstring)."""
+        wants_states = self.hook_state.has_hooks()
+        choice = self._record(kernels.select(wants_states=wants_states, state_edit=self.state_edit is not None))
+        if choice.path == REFERENCE:
+            o, states = kernels.reference(self.state_edit)
+            if wants_states:
+                version = states._version
+                if self.hook_state(states) is not states or states._version != version:
+                    raise RuntimeError(
+                        f"blocks.{self.layer_idx}.attn.hook_state changed the state while a state_edit is "
+                        "active; edit through one of them, not both."
+                    )
+            return o
+        if not choice.gives_states:
+            return kernels.fast(choice)
+
+        o, states = kernels.with_states(choice)
+        version = states._version  # detects hooks that edit in place and return None
+        seen = self.hook_state(states)
+        untouched = states._version == version
+        if seen is states and untouched:
+            if kernels.read_out is not None and self.hook_state.has_hooks(dir="bwd"):
+                # Read o out of the hooked tensor so backward hooks on hook_state receive dL/dS_t
+                # (the read-out path at step t; the path through later steps is not routed here).
+                o = kernels.read_out(seen)
+            return o
+        original = states if untouched else kernels.with_states(choice)[1].detach()
+        self._record(kernels.select(wants_states=True, state_edit=False, hook_edited=True))
+        return kernels.replay(original, seen)

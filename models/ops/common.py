@@ -1,0 +1,104 @@
+"""What every delta-rule kernel shares: the `StateEdit` callback, input checks and preparation, and the
+renormalisation step S <- S / max(||S||_F, eps) of the renormalised delta rule (models/ops/delta_rule.py).
+
+Tensors in fla's layout: q, k [B, T, H, K], v [B, T, H, V], beta [B, T, H], states [B, H, K, V].
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+
+import torch
+
+__all__ = [
+    "StateEdit",
+    "RENORM_EPS",
+    "l2_normalize",
+    "renormalise_state",
+    "renorm_denominator",
+    "check_renorm_every",
+    "check_shapes",
+    "check_state_every",
+    "prepare",
+]
+
+StateEdit = Callable[[int, torch.Tensor], torch.Tensor]
+"""`edit(t, S_t) -> S_t`: called after step t with the state [B, H, K, V]; what it returns is S_t."""
+
+RENORM_EPS = 1e-12  # floor of the Frobenius norm in `renormalise_state` (as F.normalize's eps)
+
+
+def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x / sqrt(sum(x^2) + eps) over the last dim, in fp32, returned in x's dtype.
+
+    This is fla's `l2norm` (used by `use_qk_l2norm_in_kernel`), not `F.normalize`, which clamps the
+    norm at eps instead of adding eps under the square root.
+    """
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.square().sum(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def _at_least_fp32(S: torch.Tensor) -> torch.Tensor:
+    return S if S.dtype in (torch.float32, torch.float64) else S.float()
+
+
+def renorm_denominator(S: torch.Tensor, eps: float = RENORM_EPS) -> torch.Tensor:
+    """max(||S||_F, eps) over the last two dims (in fp32 or fp64), keepdim: shape (..., 1, 1)."""
+    return torch.linalg.vector_norm(_at_least_fp32(S), dim=(-2, -1), keepdim=True).clamp_min(eps)
+
+
+def renormalise_state(S: torch.Tensor, eps: float = RENORM_EPS) -> torch.Tensor:
+    """S / max(||S||_F, eps) per matrix: unit Frobenius norm over the last two dims (K, V).
+
+    S is [..., K, V] (e.g. a state [B, H, K, V]); computed in fp32 (fp64 stays fp64) and returned
+    in S's dtype. A zero state stays zero; a state with norm below eps is divided by eps instead
+    (no inf or NaN; its gradient there is 1 / eps). Differentiable. This is the non-linear step of
+    the renormalised delta rule (`renorm_every`).
+    """
+    return (_at_least_fp32(S) / renorm_denominator(S, eps)).to(S.dtype)
+
+
+def check_renorm_every(renorm_every) -> int:
+    """renorm_every as an int >= 0 (0 = never renormalise), refused otherwise."""
+    try:
+        value = operator.index(renorm_every) if not isinstance(renorm_every, bool) else -1
+    except TypeError:
+        value = -1
+    if value < 0:
+        raise ValueError(
+            f"renorm_every must be a non-negative integer (0 = never renormalise the state), got {renorm_every!r}."
+        )
+    return value
+
+
+def check_shapes(q, k, v, beta, initial_state) -> None:
+    if q.ndim != 4 or k.shape != q.shape:
+        raise ValueError(f"q and k must both be [B, T, H, K]; got {tuple(q.shape)} and {tuple(k.shape)}.")
+    B, T, H, _ = q.shape
+    if v.ndim != 4 or v.shape[:3] != (B, T, H):
+        raise ValueError(f"v must be [B, T, H, V] = [{B}, {T}, {H}, V]; got {tuple(v.shape)}.")
+    if beta.shape != (B, T, H):
+        raise ValueError(
+            f"beta must be [B, T, H] = [{B}, {T}, {H}] (one scalar per head and token); got {tuple(beta.shape)}."
+        )
+    if initial_state is not None and initial_state.shape != (B, H, q.shape[-1], v.shape[-1]):
+        raise ValueError(
+            f"initial_state must be [B, H, K, V] = [{B}, {H}, {q.shape[-1]}, {v.shape[-1]}]; "
+            f"got {tuple(initial_state.shape)}."
+        )
+
+
+def check_state_every(state_every: int, T: int) -> None:
+    """Keeping every n-th state needs n >= 1 dividing the sequence length (a DeltaProduct's n_h sub-tokens)."""
+    if state_every < 1 or T % state_every:
+        raise ValueError(f"state_every must divide the sequence length T = {T}; got {state_every}.")
+
+
+def prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel):
+    """fp32 copies of the inputs with q already multiplied by scale (default K ** -0.5)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    q, k, v, beta = q.float(), k.float(), v.float(), beta.float()
+    if use_qk_l2norm_in_kernel:
+        q, k = l2_normalize(q), l2_normalize(k)
+    return q * scale, k, v, beta
