@@ -10,7 +10,10 @@ screen before a page imports torch and the library (seconds, the first time a se
 
 import os
 
-# One BLAS/OpenMP thread per computation (app/common.py says why); set before numpy or torch load.
+# One BLAS/OpenMP thread per computation, set before numpy or torch load (the server runs this first).
+# The dashboard's matrices are small (thousands of rows by a few hundred): one thread is as fast,
+# and OpenMP/BLAS threads spin when the cores are busy: an SVD of 2000 x 256 took 0.1 s on one
+# thread and up to 9 s on two on a loaded 2-core machine. An explicit setting is kept.
 for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(variable, "1")
 

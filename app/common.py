@@ -14,8 +14,6 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-import torch
-from threadpoolctl import threadpool_limits
 
 from deltalens.app.disk_cache import cached_sweep  # noqa: F401  (re-exported: the pages' one import)
 from deltalens.app.folder import ENV_DIR, PAPER_MODEL, checkpoint_dir  # noqa: F401
@@ -23,12 +21,6 @@ from deltalens.app.trace_view import state_text, trace_html  # noqa: F401
 from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import ARTICLE
 from deltalens.training.opened import Checkpoint, list_checkpoints, open_checkpoint
-
-# The dashboard's matrices are small (thousands of rows by a few hundred): one thread each is as
-# fast, and OpenMP/BLAS threads spin when the cores are busy (an SVD of 2000 x 256: 0.1 s on one
-# thread, up to 9 s on two, measured on a loaded 2-core machine). Home.py sets the same for a server.
-torch.set_num_threads(1)
-threadpool_limits(1)
 
 
 def attempt(fn: Callable, *args: Any, **kwargs: Any):
@@ -112,6 +104,7 @@ class Controls:
         self.page, self.checkpoint = page, checkpoint.path.name
         self.article = ARTICLE.get(checkpoint.arch, checkpoint.arch)
         self.notes: list[str] = []
+        self.shown = 0  # notes already on the page
 
     def key(self, name: str) -> str:
         return f"{self.page}-{name}@{self.checkpoint}"
@@ -127,21 +120,22 @@ class Controls:
         *args: Any,
         default: Any,
         valid: Callable[[Any], bool] | None = None,
-        carry: bool = True,
+        carry: bool | Callable[[Any], bool] = True,
         why: Callable[[Any, str], str] | None = None,
         **kwargs: Any,
     ) -> Any:
         """`draw(*args, key=..., **kwargs)` (an st widget) seeded as the class docstring says.
 
-        valid(value): whether a value applies to this checkpoint; why(value, checkpoint): the sentence
-        for a remembered value that is not carried over (None: nothing to say)."""
+        valid(value): whether a value applies to this checkpoint; carry: whether a choice made on another
+        checkpoint is carried over (a callable: which ones); why(value, checkpoint): the sentence for a
+        remembered value that is not carried over (None: nothing to say)."""
         valid = valid or (lambda value: True)
         key, state = self.key(name), st.session_state
         if key not in state or not _safe(valid, state[key]):
             value, source = state.get(f"{self.page}-{name}@last", (None, None))
             if f"{key}#kept" in state and _safe(valid, state[f"{key}#kept"]):
                 state[key] = state[f"{key}#kept"]  # back on this checkpoint: its own last choice
-            elif carry and source is not None and _safe(valid, value):
+            elif carry and source is not None and _safe(valid, value) and (carry is True or _safe(carry, value)):
                 state[key] = value  # the choice made on another checkpoint applies here too
             else:
                 state[key] = default
@@ -159,8 +153,10 @@ class Controls:
         return value
 
     def show_notes(self) -> None:
-        for note in self.notes:
+        """One st.info per note not shown yet (a page may call it after each group of controls)."""
+        for note in self.notes[self.shown :]:
             st.info(note)
+        self.shown = len(self.notes)
 
 
 def _safe(valid: Callable[[Any], bool], value: Any) -> bool:

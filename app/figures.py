@@ -114,6 +114,8 @@ def explain_empty_panels(fig: go.Figure, sentence: str = "no sweep runs in this 
             xref="paper",
             yref="paper",
             text=sentence,
+            xanchor="center",
+            yanchor="middle",
             showarrow=False,
             font={"color": "#777", "size": 11},
             hovertext=title,
@@ -128,9 +130,16 @@ def bar_labels_inside(fig: go.Figure) -> go.Figure:
 
 
 def power_ticks(fig: go.Figure) -> go.Figure:
-    """Log axes in powers of ten (plotly's SI prefixes wrote 1e-12 as "1p")."""
+    """Log axes in powers of ten (plotly's SI prefixes wrote 1e-12 as "1p"), a log y axis ending at
+    the data (a tick at 1e-324, below what a double holds, was labelled "0")."""
     fig.update_yaxes(exponentformat="power")
     fig.update_xaxes(exponentformat="power")
+    if fig.layout.yaxis.type == "log":
+        values = np.concatenate([np.asarray(t.y, dtype=float) for t in fig.data if t.y is not None] or [np.ones(1)])
+        positive = values[np.isfinite(values) & (values > 0)]
+        if positive.size:
+            low, high = np.log10(positive.min()), np.log10(positive.max())
+            fig.update_yaxes(range=[max(low - 0.3, -323.0), high + 0.3])
     return fig
 
 
@@ -139,7 +148,19 @@ def level_line_labels(fig: go.Figure, size: int = 10) -> go.Figure:
     they overlapped)."""
     vertical = [a for a in fig.layout.annotations if a.textangle == -90]
     for i, note in enumerate(sorted(vertical, key=lambda a: a.x or 0)):
-        note.update(textangle=0, yref="paper", y=0.98 - 0.07 * i, yanchor="top", xanchor="left", font_size=size)
+        text = (note.text or "").replace(": 0 at ", " is 0 from ")  # "float16: 0 at 25": the mass underflows there
+        note.update(
+            text=text,
+            textangle=0,
+            yref="paper",
+            y=0.03 + 0.08 * i,  # from the bottom: the decaying lines start at the top left
+            yanchor="bottom",
+            xanchor="left",
+            font_size=size,
+            bgcolor="rgba(255,255,255,0.85)",
+        )
+    if vertical:  # the legend below: a half-width figure needs its width for the lines
+        fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0}, margin_b=140)
     return fig
 
 

@@ -29,11 +29,15 @@ def _row(report, layer: int, head: int) -> pd.Series:
     return heads[(heads["layer"] == layer) & (heads["head"] == head)].iloc[0]
 
 
-def _fit(row: pd.Series, report) -> str:
+def _rep(row: pd.Series) -> str:
     kind = "faithful" if row["faithful"] else "not faithful"
+    return f"the {row['rep']} representation ({kind}, acting as {row['acts_as']})"
+
+
+def _residual(row: pd.Series, report) -> str:
     return (
-        f"the {row['rep']} representation ({kind}, acting as {row['acts_as']}), median held-out residual "
-        f"{row['heldout_residual']:.3f} (implementing needs ≤ {report.residual_threshold:g})"
+        f"median held-out residual {row['heldout_residual']:.3f}, where implementing needs "
+        f"≤ {report.residual_threshold:g}"
     )
 
 
@@ -43,17 +47,17 @@ def span_sentence(report) -> str:
     layer, head = report.tracking_head()
     row = _row(report, layer, head)
     decoded = f"decodes {row['decoded_accuracy']:.3f} of {unit} ({int(row['n_actions'])} in all)"
+    fit, residual = _rep(row), _residual(row, report)
     if row["implements"]:
-        says = f"layer {layer} head {head} implements {what}: it {decoded}, best fit {_fit(row, report)}."
+        says = f"layer {layer} head {head} implements {what}: it {decoded}; best fit {fit}, {residual}."
     elif row["faithful"] and row["decoded_accuracy"] >= report.accuracy_threshold:
         says = (
-            f"layer {layer} head {head} {decoded} to the right permutation, but its products fit "
-            f"{_fit(row, report)} only loosely, so it does not count as implementing them, and no head does."
+            f"layer {layer} head {head} {decoded} to the right permutation, but its products fit {fit} only "
+            f"loosely ({residual}), so it does not count as implementing them, and no head does."
         )
     else:
         says = (
-            f"no head implements {what}; the closest, layer {layer} head {head}, {decoded}, best fit "
-            f"{_fit(row, report)}."
+            f"no head implements {what}; the closest, layer {layer} head {head}, {decoded}; best fit {fit}, {residual}."
         )
     return f"**{heading}**: {says}"
 

@@ -17,10 +17,13 @@ def state_text(state: tuple[int, ...]) -> str:
     return " ".join(f"{VARIABLE_NAMES[i]}={v}" for i, v in enumerate(state))
 
 
-def trace_html(rows: pd.DataFrame, notes: dict[int, str] | None = None, asked: set[int] | None = None) -> str:
+def trace_html(
+    rows: pd.DataFrame, notes: dict[int, str] | None = None, asked: set[int] | None = None, struck: set[int] = ()
+) -> str:
     """`rows`: training.evaluate.trace_predictions' frame (its `correct` judged against the true
     value); `notes`: line -> text written after that line; `asked`: lines the model wrote itself
-    (its answers to questions, outlined in blue)."""
+    (its answers to questions, outlined in blue); `struck`: lines whose given values are wrong
+    (struck through: the colour still says whether the model's own prediction is right)."""
     notes, asked = notes or {}, asked or set()
     lines: dict[int, list[str]] = {}
     states: dict[int, tuple] = {}
@@ -29,6 +32,7 @@ def trace_html(rows: pd.DataFrame, notes: dict[int, str] | None = None, asked: s
         if row.is_reveal:
             colour = RIGHT if row.correct else WRONG
             border = f"outline:2px solid {ASKED};" if row.line in asked else ""
+            border += "text-decoration:line-through;" if row.line in struck else ""
             tip = html.escape(f"p = {row.p_token:.3f}; top: " + ", ".join(row.top))
             piece = (
                 f'<span style="background:{colour};{border}padding:0 2px;border-radius:3px" title="{tip}">'

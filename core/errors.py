@@ -21,6 +21,14 @@ class DeltalensError(ValueError):
     """A problem with the user's input, stated as one sentence that names the problem and the fix."""
 
 
+class StorageError(DeltalensError):
+    """A write the storage refused; `reason` is what it said ("No space left on device", ...)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 def storage_failure(err: BaseException) -> str | None:
     """What the storage refused ("No space left on device", ...), or None for any other error."""
     if isinstance(err, OSError) and err.errno in _STORAGE_ERRNOS:
@@ -33,13 +41,17 @@ def storage_failure(err: BaseException) -> str | None:
 def reporting_storage_failure(path, intact: str) -> Iterator[None]:
     """Turn a write the storage refused into one sentence naming `path` and saying what is intact.
 
-    The writer inside must already have cleaned up after itself (staging folders, temp files)."""
+    The writer inside must already have cleaned up after itself (staging folders, temp files). Nested,
+    the outermost sentence wins: it knows what the user asked to write (a training run's `last/`,
+    not the staging folder a save inside it was writing)."""
     try:
         yield
+    except StorageError as err:
+        raise StorageError(f"cannot write {path}: {err.reason}; {intact}", err.reason) from None
     except DeltalensError:
         raise
     except Exception as err:
         reason = storage_failure(err)
         if reason is None:
             raise
-        raise DeltalensError(f"cannot write {path}: {reason}; {intact}") from None
+        raise StorageError(f"cannot write {path}: {reason}; {intact}", reason) from None

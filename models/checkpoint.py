@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from deltalens.core.atomic import fsync_dir, replace_dir
-from deltalens.core.errors import DeltalensError
+from deltalens.core.errors import DeltalensError, reporting_storage_failure
 from deltalens.models.architecture import is_delta_rule
 from deltalens.models.build import build, weight_bytes
 from deltalens.models.io.deltalens_section import (
@@ -90,6 +90,14 @@ def save_checkpoint(model, path, extra: dict[str, Any] | None = None, files: dic
         raise DeltalensError(
             f"{target} exists and is not a checkpoint directory, so it will not be replaced; choose another path"
         )
+    intact = "the checkpoint already there is intact" if target.exists() else "nothing was written there"
+    with reporting_storage_failure(target, intact + " (the partial copy was removed)"):
+        _save_staged(model, target, section, files)
+    return target
+
+
+def _save_staged(model, target: Path, section: dict[str, Any], files: dict[str, str]) -> None:
+    """Write everything into a hidden folder beside `target`, then swap it in (removed on any failure)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.saving-", dir=target.parent))
     try:
@@ -104,7 +112,6 @@ def save_checkpoint(model, path, extra: dict[str, Any] | None = None, files: dic
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return target
 
 
 def _apply_umask(directory: Path) -> None:

@@ -153,7 +153,14 @@ def irreps(elements: list[tuple[int, ...]], seed: int = 0) -> list[Irrep]:
         for h in elements:
             L[a, index[_mult(g, h)], index[h]] = 1.0
     X = np.random.default_rng(seed).standard_normal((order, order))
-    C = np.einsum("gij,jk,glk->il", L, X + X.T, L)
+    Y = X + X.T
+    # C = sum_g L_g Y L_g^T. Row i of the permutation matrix L_g has its 1 in column q_g(i), so each term is
+    # Y with rows and columns permuted: summed in the order of g, bit for bit the einsum
+    # "gij,jk,glk->il" (L, Y, L), without its |G|^5 loop (S5: 40 s).
+    C = np.zeros((order, order))
+    for L_g in L:
+        q = L_g.argmax(1)
+        C += Y[np.ix_(q, q)]
     values, vectors = np.linalg.eigh(C)
     scale = max(1.0, np.abs(values).max())
     cuts = np.flatnonzero(np.diff(values) > 1e-6 * scale) + 1

@@ -345,9 +345,9 @@ def group_posteriors(posteriors: list[RevealPosterior], reveals: list[Reveal]) -
 # --- parsing: what an observer knows -----------------------------------------------------------
 
 _LIST = r"[a-j](?:, [a-j])*"
-_HEADER = re.compile(r">>> import random(?:; random\.seed\((\d+)\))?\n?")
-_INIT = re.compile(r">>> ([a-j]) = (\d+)\n?")
-_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE]-?\d+)?"  # one way to match each number: no backtracking blow-up
+_HEADER = re.compile(r">>> import random(?:; random\.seed\(([0-9]+)\))?\n?")
+_INIT = re.compile(r">>> ([a-j]) = ([0-9]+)\n?")  # ASCII digits only, as Python literals
+_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]-?[0-9]+)?"  # one way to match each number: no backtracking blow-up
 _COND = re.compile(rf">>> ({_LIST}) = \(({_LIST})\) if random\.random\(\) < ({_NUMBER}) else \(({_LIST})\)\n?")
 _CHOICE = re.compile(rf">>> ({_LIST}) = random\.choice\(\[(\({_LIST}\)(?:, \({_LIST}\))*)\]\)\n?")
 _PRINT_ONE = re.compile(r">>> print\('([a-j])', \1\)\n?")
@@ -429,7 +429,7 @@ def parse_prob_trace(text: str) -> ProbProgram:
                         f"line {lineno + 1}: expected '{names} <value>' after the print, got {' '.join(out)!r}."
                     )
                 out = out[1:]
-            if len(out) != len(variables) or not all(x.isdigit() and 1 <= int(x) <= n for x in out):
+            if len(out) != len(variables) or not all(x.isascii() and x.isdigit() and 1 <= int(x) <= n for x in out):
                 raise DeltalensError(
                     f"line {lineno + 1}: expected {len(variables)} value(s) from 1 to {n}, got {' '.join(out)!r}."
                 )

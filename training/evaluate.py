@@ -25,6 +25,7 @@ from deltalens import models
 from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
+from deltalens.models.lm.chunked import argmax_in_chunks
 from deltalens.tasks.dataset import collate, make_batch
 from deltalens.tasks.tokenizers import TokenKind
 from deltalens.tasks.traces import MAX_LINE, Trace, TraceSpec, parse_trace
@@ -58,9 +59,9 @@ def score_batch(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
     """Per-token correctness at reveal positions, with the action count before each reveal."""
     weight = next(model.parameters(), None)
     device = weight.device if weight is not None else torch.device("cpu")
-    logits = model(batch["tokens"].to(device)).cpu()
+    best = argmax_in_chunks(model, batch["tokens"].to(device)).cpu()  # long traces: chunks, state carried
     predicted = torch.zeros_like(batch["tokens"])
-    predicted[:, 1:] = logits[:, :-1].argmax(-1)  # prediction made for token t, from position t-1
+    predicted[:, 1:] = best[:, :-1]  # prediction made for token t, from position t-1
     reveal = batch["reveal_mask"].clone()
     reveal[:, 0] = False
     actions_before = batch["state_steps"]  # actions completed at each token (not action tokens: a
@@ -244,6 +245,9 @@ def _parse_at(text: str, path, start: int) -> Trace:
         raise DeltalensError(f"{path}, the transcript at line {start}: {message}") from None
 
 
+MAX_BATCH_TOKENS = 1 << 18  # tokens scored together: memory is set by this, not by the file
+
+
 def evaluate_text_file(path, traces_file, batch_size: int = 64) -> EvalResult:
     """Accuracy of a checkpoint on code-format REPL traces written elsewhere (blank-line separated),
     scored a batch at a time."""
@@ -260,16 +264,18 @@ def evaluate_text_file(path, traces_file, batch_size: int = 64) -> EvalResult:
         raise DeltalensError(f"{traces_file} holds no traces (expected REPL transcripts separated by blank lines)")
     model = models.load(checkpoint.path)
     model.eval()
-    tally, batch = Tally(), []
+    tally, batch, tokens = Tally(), [], 0
     for start, text in itertools.chain([first], transcripts):
         trace = _parse_at(text, traces_file, start)
         try:
             batch.append(tokenizer.encode_trace(trace))
         except DeltalensError as err:
             raise DeltalensError(f"{traces_file}, the transcript at line {start}: {err}") from None
-        if len(batch) == batch_size:
+        del trace  # the encoding is what is scored; a 93,000-action trace's lines are ~100 MB
+        tokens += len(batch[-1].ids)
+        if len(batch) == batch_size or tokens >= MAX_BATCH_TOKENS:  # long traces: fewer at a time
             tally.add(score_batch(model, collate(batch)))
-            batch = []
+            batch, tokens = [], 0
     if batch:
         tally.add(score_batch(model, collate(batch)))
     return tally.result()

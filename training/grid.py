@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -153,7 +154,9 @@ def train_missing(
         return outcome
     if lanes < 1:
         raise DeltalensError(f"--lanes must be at least 1, got {lanes}")
+    lanes = capped_lanes(lanes, len(todo))
     check_models(sweep, {s.cell.arch for s in todo})
+    check_output_folders(todo, runs_dir, results_dir)  # before any cell trains
     bar = progress_bar(total=len(todo), enabled=progress, desc="sweep", unit="cell")
 
     def record(status: CellStatus, call, any_error: bool = False) -> None:
@@ -191,6 +194,28 @@ def train_missing(
         outcome.interrupted = True
     bar.close()
     return outcome
+
+
+def capped_lanes(lanes: int, cells: int) -> int:
+    """At most one lane per core (each runs one torch thread) and per cell; say so when capping."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    capped = max(1, min(lanes, cores, cells))
+    if capped < lanes:
+        why = f"{cores} core(s) here" if cores <= cells else f"{cells} cell(s) to train"
+        print(f"deltalens: note: --lanes {lanes} capped at {capped} ({why})", file=sys.stderr)
+    return capped
+
+
+def check_output_folders(todo: list[CellStatus], runs_dir: str | Path, results_dir: str | Path) -> None:
+    """Every folder a cell will write must be a folder (or creatable) and writable, checked up front:
+    a --results path that is a file would otherwise be found only after the first cell has trained."""
+    folders = {Path(runs_dir), *(result_path(s.cell, results_dir).parent for s in todo)}
+    for folder in sorted(folders):
+        existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise DeltalensError(f"{existing} is a file, so {folder} cannot hold the sweep's output; choose a folder")
+        if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+            raise DeltalensError(f"{existing} is not writable, so {folder} cannot hold the sweep's output")
 
 
 def _run_cell_quietly(status: CellStatus, sweep: Sweep, runs_dir: str | Path, results_dir: str | Path) -> dict:

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from deltalens import models
 from deltalens.core.atomic import recover_dir, replace_dir
 from deltalens.core.display import progress as progress_bar
-from deltalens.core.errors import DeltalensError
+from deltalens.core.errors import DeltalensError, reporting_storage_failure
 from deltalens.training.config import TrainConfig, dump_toml
 from deltalens.training.data import TrainingData
 from deltalens.training.evaluate import evaluate
@@ -154,6 +154,23 @@ class _Run:
         }
         staging = self.run_dir / f".{LAST}.staging"
         shutil.rmtree(staging, ignore_errors=True)
+        with reporting_storage_failure(self.last, self._what_is_intact()):
+            try:
+                self._write_checkpoint(staging, extra)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+        replace_dir(staging, self.last)
+
+    def _what_is_intact(self) -> str:
+        try:
+            step = json.loads((self.last / TRAINER_STATE).read_text())["step"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return "no checkpoint of this run was written before (the partial copy was removed)"
+        return f"the checkpoint of step {step} is intact; free some space and continue with --resume"
+
+    def _write_checkpoint(self, staging: Path, extra: dict[str, Any]) -> None:
+        config = self.config
         models.save(self.model, staging, extra=extra)
         save_optimizer(self.optimizer, staging)
         (staging / TRAINER_STATE).write_text(
@@ -167,7 +184,6 @@ class _Run:
                 }
             )
         )
-        replace_dir(staging, self.last)
 
     def run_eval(self) -> dict[str, Any]:
         """Held-out validation accuracy now, appended to the history."""

@@ -159,10 +159,14 @@ def _search(data: dict[str, Any], where: str) -> Search | None:
     )
 
 
+# a sweep file's grid is a product of lists: a cap keeps a typo (or a hostile file) from asking for millions
+MAX_CELLS = 10_000
+
+
 def _grid_cells(grids: Any, model_tables: dict[str, Any], where: str, seeds: list[int]) -> list[Cell]:
     if not isinstance(grids, list) or not grids:
         raise DeltalensError(f"{where} has no [[grid]] tables; each lists groups, archs, spacings and a tokenizer")
-    cells: list[Cell] = []
+    cells: dict[Cell, None] = {}  # insertion-ordered and deduplicated in constant time per cell
     for i, grid in enumerate(grids, 1):
         label = f"{where} [[grid]] #{i}"
         if not isinstance(grid, dict):
@@ -184,9 +188,12 @@ def _grid_cells(grids: Any, model_tables: dict[str, Any], where: str, seeds: lis
                 for k in _list(grid["spacings"], "spacings", label):
                     for seed in seeds:
                         cell = Cell(str(group), arch, _number(k, int, "spacings", label, lo=1), tokenizer, seed)
-                        if cell not in cells:
-                            cells.append(cell)
-    return cells
+                        cells[cell] = None
+                        if len(cells) > MAX_CELLS:
+                            raise DeltalensError(
+                                f"{where} expands to more than {MAX_CELLS:,} cells; split it into several sweep files"
+                            )
+    return list(cells)
 
 
 def _check_keys(table: dict[str, Any], known: set[str], where: str) -> None:

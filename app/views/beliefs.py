@@ -2,10 +2,13 @@
 each probabilistic checkpoint's predictive and the KL between them, and how the unnormalised
 belief of a linear filter decays, by dtype."""
 
+import os
+
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from deltalens.app import figures
 from deltalens.app.common import attempt, checkpoint_dir, checkpoint_table, locked, opened
 from deltalens.probes.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
 from deltalens.tasks.probabilistic import generate_prob_trace
@@ -17,7 +20,44 @@ def decays():
     return halving_decay(), marginal_decay()
 
 
-st.title("Beliefs")
+def short_names(names: list[str]) -> dict[str, str]:
+    """Each name without the prefix and suffix all of them share (s3-…-statement-prob): table columns fit."""
+    if len(names) < 2:
+        return {name: name for name in names}
+    head = os.path.commonprefix(names)
+    tail = os.path.commonprefix([n[::-1] for n in names])[::-1]
+    head, tail = head[: head.rfind("-") + 1], tail[tail.find("-") :] if "-" in tail else ""
+    return {name: name[len(head) : len(name) - len(tail)] or name for name in names}
+
+
+def belief_tables(frames: dict[str, pd.DataFrame]) -> None:
+    base = next(iter(frames.values()))
+    short = short_names(list(frames))
+    labels = pd.DataFrame({"line": base["line"], "variable": base["variable"], "shown": base["revealed"]})
+    exact = [str(p) for p in base["p"]]
+    kl = labels.assign(**{f"KL {short[name]}": rows["kl"].round(4) for name, rows in frames.items()})
+    st.caption(
+        "KL(exact || model) in nats at every printed value, one column per checkpoint ("
+        + ", ".join(f"**{s}**: {name}" for name, s in short.items())
+        + "); pick one below for its predictive next to the exact posterior."
+    )
+    st.dataframe(kl, hide_index=True, width="stretch")
+    left, right = st.columns([1, 2])
+    name = left.selectbox("predictive of", list(frames), key="belief-of", format_func=short.get)
+    right.dataframe(
+        labels.assign(**{"exact P(1..n)": exact, "model q": [str(q) for q in frames[name]["q"]]}).assign(
+            KL=frames[name]["kl"].round(4)
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+    fig = go.Figure(go.Bar(x=[short[n] for n in frames], y=[rows["kl"].mean() for rows in frames.values()]))
+    fig.update_layout(
+        title="mean KL(exact || model) over this trace's printed values, nats", yaxis_title="KL (nats)", height=360
+    )
+    figures.show(fig, title_width=110)
+
+
 table = attempt(checkpoint_table, str(checkpoint_dir()))
 names = [] if table is None else [n for n, tok in zip(table["name"], table["tokenizer"]) if str(tok).endswith("-prob")]
 if table is not None and not names:
@@ -44,27 +84,10 @@ if checkpoints:
             break
         frames[name] = rows
     if frames:
-        base = next(iter(frames.values()))
-        shown = pd.DataFrame(
-            {
-                "line": base["line"],
-                "variable": base["variable"],
-                "shown": base["revealed"],
-                "exact P(1..n)": [str(p) for p in base["p"]],
-            }
-        )
-        for name, rows in frames.items():
-            shown[f"{name}: q"] = [str(q) for q in rows["q"]]
-            shown[f"{name}: KL"] = rows["kl"].round(4)
-        st.dataframe(shown, hide_index=True, width="stretch")
-        fig = go.Figure(go.Bar(x=list(frames), y=[rows["kl"].mean() for rows in frames.values()]))
-        fig.update_layout(
-            title="mean KL(exact || model) over this trace's printed values, nats", yaxis_title="KL (nats)", height=360
-        )
-        st.plotly_chart(fig, width="stretch")
+        belief_tables(frames)
 
 st.header("Without renormalisation: the belief mass decays")
 joint, marginal = decays()
 left, right = st.columns(2)
-left.plotly_chart(joint_decay_figure(joint), width="stretch")
-right.plotly_chart(marginal_decay_figure(marginal), width="stretch")
+for where, fig in ((left, joint_decay_figure(joint)), (right, marginal_decay_figure(marginal))):
+    figures.show(figures.power_ticks(figures.level_line_labels(fig)), where)

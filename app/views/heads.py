@@ -1,12 +1,16 @@
-"""Heads: beta and the transition eigenvalues per head and token kind, the state's dimensionality
-and a PCA view of it, linear probes per head and layer; the tracking head pointed out."""
+"""Heads: beta and the transition eigenvalues per head and token kind, products of reflections, the
+state's dimensionality and a PCA view of it, linear probes per head and layer; the tracking head
+pointed out. Each section is a tab measured only when opened (app/heads_data.py: memory, then disk,
+then computed with a progress bar); a head change slices what is measured."""
 
 import plotly.graph_objects as go
 import streamlit as st
-import torch
 
-from deltalens.app.common import attempt, describe, head_measurements, model_lock, pick_checkpoint
-from deltalens.models.architecture import is_delta_rule, require_delta_rule
+from deltalens.app import figures
+from deltalens.app.common import Controls, attempt, describe, pick_checkpoint
+from deltalens.app.heads_data import head_points, measure, one_trace_beta
+from deltalens.app.product_text import picked_sentence, span_sentence, span_table
+from deltalens.models.architecture import ARTICLE, is_delta_rule
 from deltalens.probes.eigenvalues import (
     beta_heatmap,
     beta_kind_heatmap,
@@ -15,108 +19,184 @@ from deltalens.probes.eigenvalues import (
 )
 from deltalens.probes.linear_probes import probe_accuracy_figure
 from deltalens.probes.products import product_decoding_figure
-from deltalens.probes.subspace import singular_value_figure, state_points, state_scatter_figure
+from deltalens.probes.subspace import singular_value_figure, state_scatter_figure
 from deltalens.tasks.groups import VARIABLE_NAMES
-from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
-from deltalens.tasks.traces import generate_trace
 
-st.title("Heads")
-checkpoint = pick_checkpoint("heads-ckpt", default="s3-deltanet-neg-statement")
-if checkpoint is not None and not is_delta_rule(checkpoint.arch):
-    attempt(require_delta_rule, checkpoint.model, "beta or matrix state")  # its one sentence, on the page
-elif checkpoint is not None:
-    cols = st.columns(3)
-    n_traces = cols[0].select_slider("held-out traces", [16, 32, 64, 128, 256], value=64, key="heads-n")
-    seed = cols[1].number_input("seed", 0, 10**6, 0, key="heads-seed")
-    found = attempt(head_measurements, str(checkpoint.path), int(n_traces), int(seed))
+TABS = ["beta and eigenvalues", "products of reflections", "state subspace", "linear probes"]
+TRACES = [16, 32, 64, 128, 256]
+
+
+def beta_trace_figure(pieces, beta, layer: int, head: int, seed: int) -> go.Figure:
+    """beta_t of one head at each token of one held-out trace (one line per Householder factor)."""
+    values = beta[:, head]  # (T,) or (T, n_h) for DeltaProduct
+    factors = values.T if values.ndim == 2 else values[None]
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=list(range(values.shape[0])),
+                y=line.tolist(),
+                mode="lines+markers",
+                name=f"factor {j}" if values.ndim == 2 else "beta",
+                text=[p.strip() for p in pieces],
+                hovertemplate="%{text}: beta %{y:.3f}",
+            )
+            for j, line in enumerate(factors)
+        ]
+    )
+    fig.update_layout(
+        title=f"layer {layer} head {head}: beta at each token of one held-out trace (seed {seed})",
+        xaxis_title="position",
+        yaxis_title="beta",
+        yaxis={"range": [-0.05, 2.05]},
+    )
+    return fig
+
+
+def beta_tab(checkpoint, eig, layer: int, head: int, seed: int) -> None:
+    left, right = st.columns(2)
+    figures.show(figures.readable(beta_heatmap(eig)), left)
+    figures.show(figures.readable(beta_kind_heatmap(eig)), right)
+    found = attempt(one_trace_beta, str(checkpoint.path), seed)
     if found is not None:
-        eig, sub, probes = found["eigenvalues"], found["subspace"], found["probes"]
-        tracking = eig.tracking_head()
-        row = eig.head(*tracking)
-        st.info(
-            f"{describe(checkpoint)}. Tracking head: layer {tracking[0]}, head {tracking[1]}: mean beta on "
-            f"actions {row['mean_beta_action']:.3f}, {100 * row['reflection_fraction']:.1f}% of its action "
-            "transitions are reflections (eigenvalue < -0.9)."
-        )
-        heads = [(layer, head) for layer, head in zip(eig.heads["layer"], eig.heads["head"])]
-        if st.session_state.get("heads-head-of") != str(checkpoint.path):  # another checkpoint: its tracking head
-            st.session_state["heads-head-of"] = str(checkpoint.path)
-            st.session_state.pop("heads-head", None)
-        layer, head = cols[2].selectbox(
-            "head",
-            heads,
-            index=heads.index(tracking),
-            key="heads-head",
-            format_func=lambda lh: f"layer {lh[0]}, head {lh[1]}",
-        )
-        left, right = st.columns(2)
-        left.plotly_chart(beta_heatmap(eig), width="stretch")
-        right.plotly_chart(beta_kind_heatmap(eig), width="stretch")
+        pieces, betas = found
+        figures.show(beta_trace_figure(pieces, betas[layer], layer, head, seed), title_width=110)
+    left, right = st.columns(2)
+    figures.show(eigenvalue_histogram(eig, layer, head), left)
+    figures.show(product_eigenvalue_figure(eig, layer, head), right)
 
-        spec = checkpoint.spec
-        trace = (
-            generate_prob_trace(spec, int(seed), posteriors=False)
-            if isinstance(spec, ProbTraceSpec)
-            else generate_trace(spec, int(seed))
-        )
-        tokens = checkpoint.model.to_tokens(trace.text)
-        with torch.no_grad(), model_lock(str(checkpoint.path)):
-            _, cache = checkpoint.model.run_with_cache(tokens, names_filter=f"blocks.{layer}.attn.hook_beta")
-        pieces = checkpoint.model.to_str_tokens(tokens)
-        beta = cache[f"blocks.{layer}.attn.hook_beta"][0, :, head]  # (T,) or (T, n_h) for DeltaProduct
-        factors = beta.T if beta.ndim == 2 else beta[None]
-        fig = go.Figure(
-            [
-                go.Scatter(
-                    x=list(range(beta.shape[0])),
-                    y=values.tolist(),
-                    mode="lines+markers",
-                    name=f"factor {j}" if beta.ndim == 2 else "beta",
-                    text=[p.strip() for p in pieces],
-                    hovertemplate="%{text}: beta %{y:.3f}",
-                )
-                for j, values in enumerate(factors)
-            ]
-        )
-        fig.update_layout(
-            title=f"layer {layer} head {head}: beta at each token of one held-out trace (seed {seed})",
-            xaxis_title="position",
-            yaxis_title="beta",
-            yaxis={"range": [-0.05, 2.05]},
-        )
-        st.plotly_chart(fig, width="stretch")
 
-        left, right = st.columns(2)
-        left.plotly_chart(eigenvalue_histogram(eig, layer, head), width="stretch")
-        right.plotly_chart(product_eigenvalue_figure(eig, layer, head), width="stretch")
-
-        products = found["products"]
-        if products is not None:
-            between = found["products_readout"]
-            composed = (
-                ""
-                if between is None
-                else f" **Between read-outs** (every token's transition from one read-out to the next, against the "
-                f"permutation composed there; a head whose keys move with the context can still compose "
-                f"right): {between.verdict()}."
-            )
-            st.markdown(
-                f"**Per-token products of reflections.** {products.verdict()}.{composed} The head picked above:"
-            )
-            left, right = st.columns(2)
-            left.plotly_chart(product_decoding_figure(products, layer, head), width="stretch")
-            right.dataframe(products.heads.round(3), hide_index=True, width="stretch")
-
-        left, right = st.columns(2)
-        left.plotly_chart(singular_value_figure(sub), width="stretch")
-        variable = right.selectbox(
-            "colour by",
-            range(found["capture"].n_vars),
-            key="heads-var",
-            format_func=lambda v: f"variable {VARIABLE_NAMES[v]}",
+def products_tab(checkpoint, n_traces: int, seed: int, layer: int, head: int) -> None:
+    found = measure(checkpoint, n_traces, seed, ["products", "products_readout"])
+    reports = [r for r in (found["products"], found["products_readout"]) if r is not None]
+    if not reports:
+        st.info("The product probe needs traces whose actions are permutations (not probabilistic ones).")
+        return
+    st.markdown("**Do a head's products of transitions apply the permutations?**")
+    for report in reports:
+        st.markdown(span_sentence(report))
+    st.markdown(picked_sentence(reports, layer, head))
+    spans = {"each action": reports[0]} | ({"between read-outs": reports[1]} if len(reports) > 1 else {})
+    best = max(spans, key=lambda s: spans[s].heads["decoded_accuracy"].max())  # the span where a head decodes best
+    shown = st.radio("per head, products over", list(spans), index=list(spans).index(best), horizontal=True)
+    report = spans[shown]
+    left, right = st.columns(2)
+    decoding = figures.count_heatmap(product_decoding_figure(report, layer, head))
+    if report.span == "readout":  # the library's title speaks of actions; here a product spans a stretch
+        decoding.update_layout(
+            title_text=f"layer {layer} head {head}: the composed permutation's cycle type vs the spectrum of the "
+            "product between read-outs",
+            yaxis_title_text="composed permutation's cycle type",
         )
-        points = state_points(found["capture"], layer, head, variable)
-        right.plotly_chart(state_scatter_figure(points, layer, head, variable), width="stretch")
-        picked = sub.heads[(sub.heads["layer"] == layer) & (sub.heads["head"] == head)]
-        st.dataframe(picked, hide_index=True, width="stretch")
-        st.plotly_chart(probe_accuracy_figure(probes), width="stretch")
+    figures.show(decoding, left)
+    table = decoding.data[0].z
+    if table is not None and len(table) == 1 and len(table[0]) == 1:
+        left.caption(
+            f"One cell: every held-out {'action' if report.span == 'action' else 'stretch'} of these traces has "
+            "the same cycle type, so the spectrum can only agree with it or not."
+        )
+    right.markdown(
+        "Per head (below): the representation that fits its products best, whether it is faithful, acting as g "
+        "or g^-1, the held-out decoded accuracy and median residual, how often the spectrum gives the cycle "
+        "type (spectral_agreement), how much a product varies between occurrences of one element "
+        "(context_spread), and whether the head implements the permutations."
+    )
+    st.dataframe(span_table(report), hide_index=True, width="stretch")
+
+
+def subspace_tab(checkpoint, controls: Controls, n_traces: int, seed: int, layer: int, head: int) -> None:
+    sub = measure(checkpoint, n_traces, seed, ["subspace"])["subspace"]
+    left, right = st.columns(2)
+    figures.show(figures.power_ticks(singular_value_figure(sub)), left)
+    n_vars = checkpoint.spec.n
+    variable = controls.widget(
+        right.selectbox,
+        "var",
+        "colour by",
+        list(range(n_vars)),
+        default=0,
+        valid=lambda v: v in range(n_vars),
+        format_func=lambda v: f"variable {VARIABLE_NAMES[v]}",
+    )
+    controls.show_notes()
+    points = head_points(checkpoint, n_traces, seed, layer, head, variable)
+    figures.show(state_scatter_figure(points, layer, head, variable), right)
+    picked = sub.heads[(sub.heads["layer"] == layer) & (sub.heads["head"] == head)]
+    st.caption(f"layer {layer} head {head}, measured on its states:")
+    st.dataframe(  # one head: a row per measure, no sideways scroll
+        picked.drop(columns=["layer", "head"]).T.rename(columns=lambda _: "value").rename_axis("measure").reset_index(),
+        hide_index=True,
+        width="stretch",
+    )
+
+
+def probes_tab(checkpoint, n_traces: int, seed: int, step: str = "probes") -> None:
+    probes = measure(checkpoint, n_traces, seed, [step])[step]
+    figures.show(probe_accuracy_figure(probes), title_width=110)
+    st.dataframe(probes.summary().round(3), hide_index=True, width="stretch")
+
+
+def residual_probes_only(checkpoint, controls: Controls) -> None:
+    """A model without beta or a matrix state: its residual-stream probes, which every model has."""
+    article = ARTICLE.get(checkpoint.arch, checkpoint.arch)
+    st.info(
+        f"{article[0].upper()}{article[1:]} has no beta or matrix state, so the beta, eigenvalue, product and "
+        "subspace views need a delta-rule model (DeltaNet, Gated DeltaNet, DeltaProduct). Its residual-stream "
+        "probes: can each variable's value be read off the stream after each layer?"
+    )
+    cols = st.columns(2)
+    n_traces = controls.widget(cols[0].select_slider, "n", "held-out traces", TRACES, default=64, valid=TRACES.count)
+    seed = controls.widget(cols[1].number_input, "seed", "seed", default=0, min_value=0, max_value=10**6, step=1)
+    controls.show_notes()
+    probes_tab(checkpoint, int(n_traces), int(seed), "resid_probes")
+
+
+def delta_rule_page(checkpoint, controls: Controls) -> None:
+    cols = st.columns(3)
+    n_traces = controls.widget(cols[0].select_slider, "n", "held-out traces", TRACES, default=64, valid=TRACES.count)
+    seed = int(controls.widget(cols[1].number_input, "seed", "seed", default=0, min_value=0, max_value=10**6, step=1))
+    eig = measure(checkpoint, int(n_traces), seed, ["eigenvalues"])["eigenvalues"]
+    tracking = eig.tracking_head()
+    heads = [(int(layer), int(head)) for layer, head in zip(eig.heads["layer"], eig.heads["head"])]
+    layer, head = controls.widget(
+        cols[2].selectbox,
+        "head",
+        "head",
+        heads,
+        default=tracking,
+        valid=lambda lh: tuple(lh) in heads,
+        carry=False,  # each model's own tracking head
+        why=lambda lh, source: (
+            f"The head box shows layer {tracking[0]}, head {tracking[1]}, the tracking head of "
+            f"{checkpoint.path.name} (layer {lh[0]}, head {lh[1]} was chosen on {source})."
+        ),
+        format_func=lambda lh: f"layer {lh[0]}, head {lh[1]}",
+    )
+    controls.show_notes()
+    row = eig.head(*tracking)
+    st.info(
+        f"{describe(checkpoint)}. Tracking head: layer {tracking[0]}, head {tracking[1]}: mean beta on "
+        f"actions {row['mean_beta_action']:.3f}, {100 * row['reflection_fraction']:.1f}% of its action "
+        "transitions are reflections (eigenvalue < -0.9)."
+    )
+    tabs = st.tabs(TABS, key="heads-tab", on_change="rerun")
+    with tabs[0]:
+        if tabs[0].open is not False:
+            beta_tab(checkpoint, eig, layer, head, seed)
+    with tabs[1]:
+        if tabs[1].open:
+            products_tab(checkpoint, int(n_traces), seed, layer, head)
+    with tabs[2]:
+        if tabs[2].open:
+            subspace_tab(checkpoint, controls, int(n_traces), seed, layer, head)
+    with tabs[3]:
+        if tabs[3].open:
+            probes_tab(checkpoint, int(n_traces), seed)
+
+
+checkpoint = pick_checkpoint("heads-ckpt")
+if checkpoint is not None:
+    controls = Controls("heads", checkpoint)
+    if is_delta_rule(checkpoint.arch):
+        attempt(delta_rule_page, checkpoint, controls)
+    else:
+        attempt(residual_probes_only, checkpoint, controls)

@@ -1,19 +1,47 @@
 """Interventions: rescale (per factor, for DeltaProduct), ablate or patch chosen heads, or clamp a gated
-model's decay; reveal accuracy before and after, the trace under the intervention, and the paper's
-beta-range sweep over every head (cached on disk)."""
+model's decay; reveal accuracy before and after (for state patching, how often the prediction follows
+the donor trace), the trace under the intervention, and the paper's beta-range sweep over every head
+(cached on disk). Every control belongs to the checkpoint (common.Controls): what is computed is what
+the controls show."""
 
 import streamlit as st
 import torch
 
-from deltalens.app.common import SWEEP_CACHE, attempt, cached_sweep, describe, locked, pick_checkpoint, trace_html
+from deltalens.app import figures
+from deltalens.app.common import (
+    Controls,
+    attempt,
+    cached_sweep,
+    describe,
+    locked,
+    model_lock,
+    opened,
+    pick_checkpoint,
+    trace_html,
+)
+from deltalens.app.disk_cache import is_cached_sweep, sweep_dir
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.head_sweep import sweep_figure
-from deltalens.interp.interventions import ablate_head, clamp_gate, patch_state, rescale_beta, reveal_accuracy
+from deltalens.interp.interventions import (
+    ablate_head,
+    clamp_gate,
+    follows_donor,
+    patch_state,
+    rescale_beta,
+    reveal_accuracy,
+)
 from deltalens.models.architecture import is_delta_rule, n_heads_of, n_layers_of
 from deltalens.tasks.traces import generate_trace
 from deltalens.training.evaluate import trace_predictions
 
 KINDS = ["beta range map", "beta scale", "zero ablation", "mean ablation", "state patching"]
+NEEDS = {  # what a kind of intervention edits, for the sentence when a model has none
+    "beta range map": "a write strength beta",
+    "beta scale": "a write strength beta",
+    "gate clamp": "a decay gate",
+    "state patching": "a matrix state S_t",
+}
+SWEEP_TRACES = 128
 
 
 def build(model, heads, kind, options, source_cache):
@@ -46,101 +74,223 @@ def states_of(model, tokens):
     return cache
 
 
-st.title("Interventions")
-checkpoint = pick_checkpoint(
-    "iv-ckpt",
-    where=lambda row: row["architecture"] != "lstm" and not str(row["tokenizer"]).endswith("-prob"),
-    default="s3-deltanet-neg-statement",
-)
-if checkpoint is not None:
-    model = checkpoint.model
-    st.caption(describe(checkpoint))
+@st.cache_resource(max_entries=32, show_spinner=False)
+def held_out(path: str, n_traces: int, seed: int):
+    """(batch, reveal accuracy without intervention) of one held-out batch (kept per checkpoint)."""
+    checkpoint = opened(path)
+    batch = checkpoint.batch(n_traces, seed=seed)
+    with model_lock(path):
+        return batch, reveal_accuracy(checkpoint.model, batch)
+
+
+def ranked_sweep(checkpoint):
+    """The cached beta-range sweep, with a progress bar naming each head while it is computed."""
+    total = n_layers_of(checkpoint.model) * n_heads_of(checkpoint.model)
+    bar = None if is_cached_sweep(checkpoint, SWEEP_TRACES) else st.progress(0.0)
+    done = []
+
+    def on_head(layer: int, head: int) -> None:
+        done.append((layer, head))
+        bar.progress(
+            (len(done) - 1) / total,
+            text=f"{checkpoint.path.name}: the beta-range sweep (computed once, then kept on disk), "
+            f"head L{layer}H{head}, {len(done)} of {total}, on {SWEEP_TRACES} held-out traces ...",
+        )
+
+    with model_lock(str(checkpoint.path)):
+        result = attempt(cached_sweep, checkpoint, SWEEP_TRACES, on_head=on_head if bar is not None else None)
+    if bar is not None:
+        bar.empty()
+    return result
+
+
+def heads_label(heads) -> str:
+    return ", ".join(f"L{layer} H{head}" for layer, head in heads) or "no head"
+
+
+def controls_row(checkpoint, controls: Controls, ranked):
+    """Every control, drawn from `controls` (one key per checkpoint); returns what they say."""
+    model, name, article = checkpoint.model, checkpoint.path.name, controls.article
     deltanet = is_delta_rule(checkpoint.arch)
-    kinds = (
-        (KINDS + (["gate clamp"] if getattr(model, "gated", False) else []))
-        if deltanet
-        else ["zero ablation", "mean ablation"]
-    )
-    factors = getattr(model, "n_factors", 1)
+    kinds = (KINDS + (["gate clamp"] if getattr(model, "gated", False) else [])) if deltanet else KINDS[2:4]
     heads_all = [(layer, head) for layer in range(n_layers_of(model)) for head in range(n_heads_of(model))]
-    ranked = attempt(cached_sweep, checkpoint, 128) if deltanet else None
-    first = heads_all[-1] if ranked is None else (int(ranked.frame["layer"][0]), int(ranked.frame["head"][0]))
-    if st.session_state.get("iv-heads-of") != str(checkpoint.path):  # another checkpoint: its own default head
-        st.session_state["iv-heads-of"] = str(checkpoint.path)
-        st.session_state.pop("iv-heads", None)
+    first = heads_all[-1] if ranked is None else ranked.highlight()
     cols = st.columns([2, 2, 1, 1])
-    kind = cols[0].selectbox("intervention", kinds, key="iv-kind")
-    heads = cols[1].multiselect(
-        "heads", heads_all, default=[first], key="iv-heads", format_func=lambda lh: f"L{lh[0]} H{lh[1]}"
+    kind = controls.widget(
+        cols[0].selectbox,
+        "kind",
+        "intervention",
+        kinds,
+        default=kinds[0],
+        valid=lambda k: k in kinds,
+        why=lambda k, source: (
+            f"“{k}” (chosen on {source}) needs {NEEDS.get(k, 'what this model lacks')}, which "
+            f"{article} does not have: the intervention here is {kinds[0]}."
+        ),
     )
-    n_traces = cols[2].select_slider("held-out traces", [16, 32, 64, 128], value=64, key="iv-n")
-    seed = cols[3].number_input("seed", 0, 10**6, 0, key="iv-seed")
-    options = {"site": "z", "reference": None, "factor": None}
+    heads = controls.widget(
+        cols[1].multiselect,
+        "heads",
+        "heads",
+        heads_all,
+        default=[first],
+        valid=lambda chosen: bool(chosen) and all(tuple(h) in heads_all for h in chosen),
+        carry=False,  # each model's own default: the head its sweep hurts most
+        why=lambda chosen, source: (
+            f"The heads box shows {heads_label([first])}, the default of {name} "
+            f"({'the head the sweep below hurts most' if ranked is not None else 'its last head'}); "
+            f"{heads_label(chosen or [])} was chosen on {source}."
+        ),
+        format_func=lambda lh: f"L{lh[0]} H{lh[1]}",
+    )
+    n_traces = controls.widget(
+        cols[2].select_slider,
+        "n",
+        "held-out traces",
+        [16, 32, 64, 128],
+        default=64,
+        valid=lambda n: n in (16, 32, 64, 128),
+    )
+    seed = controls.widget(cols[3].number_input, "seed", "seed", default=0, min_value=0, max_value=10**6, step=1)
+    options = {"site": "z", "reference": None, "factor": None, "kind": kind, "heads": heads}
+    factors = getattr(model, "n_factors", 1)
     if kind.startswith("beta") and factors > 1:  # DeltaProduct: one Householder factor, or all of them
-        choice = st.selectbox(
+        choices = ["all", *range(factors)]
+        choice = controls.widget(
+            st.selectbox,
             "factor",
-            ["all", *range(factors)],
-            key="iv-factor",
+            "factor",
+            choices,
+            default="all",
+            valid=lambda f: f in choices,
             format_func=lambda f: "every factor" if f == "all" else f"factor {f}",
         )
         options["factor"] = None if choice == "all" else int(choice)
+    options.update(more_controls(controls, kind, deltanet, int(seed)))
+    return options, int(n_traces), int(seed)
+
+
+def more_controls(controls: Controls, kind: str, deltanet: bool, seed: int) -> dict:
+    """The controls of one kind of intervention."""
+    out = {}
     if kind == "beta range map":
         a, b = st.columns(2)
-        options["lo"] = a.number_input("new lo", -1.0, 4.0, 0.0, 0.1, key="iv-lo")
-        options["hi"] = b.number_input("new hi", -1.0, 4.0, 1.0, 0.1, key="iv-hi")
+        bounds = {"min_value": 0.0, "max_value": 2.0, "step": 0.1}
+        out["lo"] = controls.widget(a.number_input, "lo", "new lo", default=0.0, valid=_in(0, 2), **bounds)
+        out["hi"] = controls.widget(b.number_input, "hi", "new hi", default=1.0, valid=_in(0, 2), **bounds)
     elif kind == "beta scale":
-        options["scale"] = st.number_input("multiply beta by", -4.0, 4.0, 0.5, 0.1, key="iv-scale")
+        out["scale"] = controls.widget(
+            st.number_input, "scale", "multiply beta by", default=0.5, valid=_in(0, 4), min_value=0.0, max_value=4.0
+        )
     elif kind == "gate clamp":  # alpha_t in [lo, hi]; 1, 1 switches forgetting off
         a, b = st.columns(2)
-        options["gate_lo"] = a.number_input("decay at least", 0.0, 1.0, 1.0, 0.05, key="iv-gate-lo")
-        options["gate_hi"] = b.number_input("decay at most", 0.0, 1.0, 1.0, 0.05, key="iv-gate-hi")
+        bounds = {"min_value": 0.0, "max_value": 1.0, "step": 0.05}
+        out["gate_lo"] = controls.widget(a.number_input, "gate-lo", "decay at least", default=1.0, **bounds)
+        out["gate_hi"] = controls.widget(b.number_input, "gate-hi", "decay at most", default=1.0, **bounds)
     elif kind.endswith("ablation"):
-        options["site"] = st.radio("replace", ["z", "state"] if deltanet else ["z"], horizontal=True, key="iv-site")
-    source_seed = int(seed) + 1
-    if kind == "state patching":
-        source_seed = st.number_input(
-            "patch the states of the trace with seed", 0, 10**6, int(seed) + 1, key="iv-source"
+        sites = ["z", "state"] if deltanet else ["z"]
+        out["site"] = controls.widget(
+            st.radio,
+            "site",
+            "replace",
+            sites,
+            default="z",
+            valid=lambda s: s in sites,
+            why=lambda s, source: (
+                f"replacing the state S_t (chosen on {source}) needs a matrix state, which "
+                f"{controls.article} does not have: this ablation replaces the read-out z."
+            ),
+            horizontal=True,
         )
+    if kind == "state patching":
+        out["source_seed"] = controls.widget(
+            st.number_input,
+            "source",
+            "patch the states of the held-out batch with seed",
+            default=seed + 1,
+            min_value=0,
+            max_value=10**6,
+            step=1,
+        )
+    return out
 
-    batch = checkpoint.batch(int(n_traces), seed=int(seed))
+
+def _in(lo: float, hi: float):
+    return lambda value: lo <= float(value) <= hi
+
+
+def show_results(checkpoint, options, n_traces: int, seed: int) -> None:
+    model, kind, heads = checkpoint.model, options["kind"], options["heads"]
+    found = attempt(held_out, str(checkpoint.path), n_traces, seed)
+    if found is None:
+        return
+    batch, before = found
     options["reference"] = batch
-    source = None
+    donor = source = None
     if kind == "state patching":
-        source = locked(
-            checkpoint, lambda: states_of(model, checkpoint.batch(int(n_traces), seed=int(source_seed))["tokens"])
-        )
+        donor = checkpoint.batch(n_traces, seed=int(options["source_seed"]))
+        source = locked(checkpoint, states_of, model, donor["tokens"])
     iv = locked(checkpoint, build, model, heads, kind, options, source)
-    if iv is not None:
-        before, after = (
-            locked(checkpoint, reveal_accuracy, model, batch),
-            locked(checkpoint, reveal_accuracy, model, batch, iv),
-        )
-        if before is not None and after is not None:
-            a, b, c = st.columns(3)
-            a.metric("reveal accuracy, no intervention", f"{before.reveal_accuracy:.3f}")
-            b.metric(
-                f"with {iv.label}",
-                f"{after.reveal_accuracy:.3f}",
-                f"{after.reveal_accuracy - before.reveal_accuracy:+.3f}",
+    if iv is None:
+        return
+    after = locked(checkpoint, reveal_accuracy, model, batch, iv)
+    if after is None:
+        return
+    st.caption(f"Computed: **{iv.label}** on {n_traces} held-out traces (seed {seed}).")
+    cols = st.columns(4 if donor is not None else 3)
+    cols[0].metric("reveal accuracy, no intervention", f"{before.reveal_accuracy:.3f}")
+    cols[1].metric(
+        f"with {iv.label}", f"{after.reveal_accuracy:.3f}", f"{after.reveal_accuracy - before.reveal_accuracy:+.3f}"
+    )
+    cols[2].metric("trace accuracy with it", f"{after.trace_accuracy:.3f}")
+    if donor is not None:
+        follow = locked(checkpoint, follows_donor, model, batch, donor, iv, checkpoint.tokenizer)
+        if follow is not None:
+            cols[3].metric(
+                "follows the donor",
+                f"{follow.follows:.3f}",
+                help="Fraction of reveals whose prediction is the donor trace's value there (its state s_t, for "
+                f"the variable printed). Where the donor's value differs from the trace's own "
+                f"({follow.n_different} of {follow.n_reveals} reveals): {follow.follows_where_different:.3f}.",
             )
-            c.metric("trace accuracy with it", f"{after.trace_accuracy:.3f}")
+            st.caption(
+                f"Follows the donor: {follow.follows:.3f} of {follow.n_reveals} reveals predict the donor trace's "
+                f"value; {follow.follows_where_different:.3f} of the {follow.n_different} where the two traces "
+                "hold different values (1.000: the patched state carries the donor's values, not a broken one)."
+            )
+    one_trace(checkpoint, options, iv, seed)
 
-        trace = generate_trace(checkpoint.spec, int(seed))
-        one = iv
-        if kind == "state patching":  # the single-trace view patches from the second trace alone
-            other = generate_trace(checkpoint.spec, int(source_seed))
-            cache = locked(checkpoint, states_of, model, model.to_tokens(other.text))
-            one = locked(checkpoint, build, model, heads, kind, options, cache) if cache is not None else None
-        if one is not None:
-            rows = locked(checkpoint, trace_predictions, model, checkpoint.tokenizer, trace, hooks=one.hooks)
-            if rows is not None:
-                st.subheader(f"held-out trace (seed {seed}) under the intervention")
-                st.html(trace_html(rows))
 
+def one_trace(checkpoint, options, iv, seed: int) -> None:
+    """The held-out trace of `seed` under the intervention (a patch: from the donor's trace alone)."""
+    model, kind = checkpoint.model, options["kind"]
+    trace = generate_trace(checkpoint.spec, seed)
+    one = iv
+    if kind == "state patching":
+        other = generate_trace(checkpoint.spec, int(options["source_seed"]))
+        cache = locked(checkpoint, states_of, model, model.to_tokens(other.text))
+        one = locked(checkpoint, build, model, options["heads"], kind, options, cache) if cache is not None else None
+    if one is not None:
+        rows = locked(checkpoint, trace_predictions, model, checkpoint.tokenizer, trace, hooks=one.hooks)
+        if rows is not None:
+            st.subheader(f"held-out trace (seed {seed}) under the intervention")
+            st.html(trace_html(rows))
+
+
+checkpoint = pick_checkpoint(
+    "iv-ckpt", where=lambda row: row["architecture"] != "lstm" and not str(row["tokenizer"]).endswith("-prob")
+)
+if checkpoint is not None:
+    st.caption(describe(checkpoint))
+    ranked = ranked_sweep(checkpoint) if is_delta_rule(checkpoint.arch) else None
+    controls = Controls("iv", checkpoint)
+    options, n_traces, seed = controls_row(checkpoint, controls, ranked)
+    controls.show_notes()
+    show_results(checkpoint, options, n_traces, seed)
     if ranked is not None:
         st.header("Beta range [0, 2] -> [0, 1] on each head in turn, ranked")
         st.caption(
-            f"128 held-out traces; computed once per checkpoint and kept in `{SWEEP_CACHE}` "
+            f"{SWEEP_TRACES} held-out traces; computed once per checkpoint and kept in `{sweep_dir()}` "
             "(delete it to recompute). The head it hurts most is the default above."
         )
-        st.plotly_chart(sweep_figure(ranked, ranked=True), width="stretch")
+        figures.show(figures.bar_labels_inside(sweep_figure(ranked, ranked=True)), title_width=110)

@@ -1,63 +1,160 @@
 """Trace explorer: a generated or pasted REPL trace, each revealed value coloured by whether the
-model's argmax is right, with its probability; the true state after each action; the model's
-top-3 at any line."""
+model's argmax is the true value, with its probability; the true state after each action; the
+model's top-3 at any line. A pasted print without its output line asks the model (app/query.py),
+and a wrong given value is shown next to the model's prediction."""
 
 import dataclasses
+import hashlib
 
 import pandas as pd
 import streamlit as st
 
-from deltalens.app.common import attempt, describe, locked, pick_checkpoint, trace_html
-from deltalens.tasks.traces import generate_trace
+from deltalens.app.common import Controls, attempt, describe, locked, pick_checkpoint, trace_html
+from deltalens.app.query import ask
+from deltalens.core.errors import DeltalensError
+from deltalens.tasks.traces import generate_trace, read_query_trace
 from deltalens.training.evaluate import trace_predictions
 
-st.title("Trace explorer")
-checkpoint = pick_checkpoint(
-    "trace-ckpt", where=lambda row: not str(row["tokenizer"]).endswith("-prob"), default="s3-deltanet-neg-statement"
+P_TOKEN = (
+    "p_token: the probability the model gave this token, predicted from the one before. Only revealed values "
+    "are predictions: the model is trained and scored on them alone, so the rest of the REPL text (names, "
+    "newlines, statements) may get a tiny p, as 2e-10, and is not judged right or wrong."
 )
+
+
+def generated_trace(checkpoint, controls: Controls, draw: bool):
+    """The generated trace of the controls (drawn in generate mode; in paste mode their last values)."""
+    spec = checkpoint.spec
+    train = int(spec.actions if isinstance(spec.actions, int) else spec.actions[1])
+    defaults = {"actions": train, "spacing": int(spec.spacing or 1), "seed": 0, "reveal": "one"}
+    if draw:
+        cols = st.columns(4)
+        values = {
+            "actions": controls.widget(
+                cols[0].number_input, "actions", "actions", default=train, min_value=1, max_value=512, step=1
+            ),
+            "spacing": controls.widget(
+                cols[1].number_input,
+                "spacing",
+                "reveal spacing",
+                default=defaults["spacing"],
+                min_value=1,
+                max_value=64,
+            ),
+            "seed": controls.widget(cols[2].number_input, "seed", "seed", default=0, min_value=0, max_value=10**9),
+            "reveal": controls.widget(
+                cols[3].radio, "reveal", "reveal", ["one", "all"], default="one", horizontal=True
+            ),
+        }
+    else:
+        values = {name: controls.last(name, default) for name, default in defaults.items()}
+    changed = dataclasses.replace(
+        spec, actions=int(values["actions"]), spacing=int(values["spacing"]), reveal=values["reveal"]
+    )
+    return attempt(generate_trace, changed, int(values["seed"])), int(values["seed"])
+
+
+def fits(checkpoint, text: str) -> bool:
+    """Whether a transcript reads (questions allowed) and encodes with this checkpoint's tokenizer."""
+    try:
+        checkpoint.tokenizer.encode_trace(read_query_trace(text)[0])
+    except DeltalensError:
+        return False
+    return True
+
+
+def metrics(rows: pd.DataFrame, view) -> None:
+    reveals = rows[rows["is_reveal"]]
+    a, b, c = st.columns(3)
+    right = f"{float(reveals['correct'].mean()):.3f}" if len(reveals) else "–"
+    if view is None:
+        a.metric("reveal accuracy on this trace", right)
+        b.metric("revealed values", len(reveals))
+        c.metric("mean p(true value)", f"{reveals['p_token'].mean():.3f}" if len(reveals) else "–")
+        return
+    a.metric("model right at printed values", right, help="the model's argmax against the replayed value")
+    b.metric("printed values", len(reveals))
+    given = view.table[view.table["given"] != "(asked)"]
+    wrong = int((given["given"] != given["replayed"]).sum())
+    c.metric("questions asked / wrong values given", f"{len(view.asked)} / {wrong}")
+
+
+def line_table(controls: Controls, rows: pd.DataFrame, text: str) -> None:
+    """The model's top-3 at every token of one line (the line box belongs to this trace)."""
+    lines = sorted(rows["line"].unique())
+    reveals = rows[rows["is_reveal"]]
+    first = int(reveals["line"].iloc[0]) if len(reveals) else int(lines[0])
+    digest = hashlib.sha1(text.encode()).hexdigest()[:10]  # another trace: its own line box
+    line = controls.widget(
+        st.selectbox,
+        f"line-{digest}",
+        "top-3 at line",
+        lines,
+        default=first,
+        valid=lambda i: i in lines,
+        carry=False,  # another checkpoint: its own box, from the first reveal
+        why=lambda i, other: (
+            f"top-3 at line: line {i + 1} was picked on {other}; here the box starts at the "
+            f"trace's first reveal, line {first + 1}."
+        ),
+        format_func=lambda i: f"{i + 1}: {''.join(rows[rows['line'] == i]['token']).strip()}",
+    )
+    controls.show_notes()
+    shown = rows[rows["line"] == line]
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "position": shown["position"],
+                "token": shown["token"],
+                "kind": shown["kind"],
+                "p_token": [f"{p:.3g}" for p in shown["p_token"]],
+                "model right?": [
+                    ("yes" if ok else "no") if r else "" for ok, r in zip(shown["correct"], shown["is_reveal"])
+                ],
+                "top": [", ".join(top) for top in shown["top"]],
+            }
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+    st.caption(P_TOKEN)
+
+
+checkpoint = pick_checkpoint("trace-ckpt", where=lambda row: not str(row["tokenizer"]).endswith("-prob"))
 if checkpoint is not None and checkpoint.spec is None:
     st.error(f"{checkpoint.path.name} records no task, so there is no tokenizer to write its traces with.")
 elif checkpoint is not None:
-    spec = checkpoint.spec
     st.caption(f"{describe(checkpoint)}; trained on {checkpoint.task.actions[1]} actions per trace.")
-    source = st.radio("trace", ["generate", "paste"], horizontal=True, key="trace-source")
-    cols = st.columns(4)
-    actions = cols[0].number_input(
-        "actions", 1, 512, int(spec.actions if isinstance(spec.actions, int) else spec.actions[1]), key="trace-actions"
-    )
-    spacing = cols[1].number_input("reveal spacing", 1, 64, int(spec.spacing or 1), key="trace-spacing")
-    seed = cols[2].number_input("seed", 0, 10**9, 0, key="trace-seed")
-    reveal = cols[3].radio("reveal", ["one", "all"], horizontal=True, key="trace-reveal")
-    generated = attempt(
-        generate_trace, dataclasses.replace(spec, actions=int(actions), spacing=int(spacing), reveal=reveal), int(seed)
-    )
-    trace = generated
+    controls = Controls("trace", checkpoint)
+    source = controls.widget(st.radio, "source", "trace", ["generate", "paste"], default="generate", horizontal=True)
+    generated, seed = generated_trace(checkpoint, controls, draw=source == "generate")
+    rows = view = None
+    text = generated.text if generated is not None else ""
     if source == "paste":
-        trace = st.text_area(
-            "REPL transcript (a deterministic trace: assignments, swaps/cycles, prints and their output)",
-            generated.text if generated is not None else "",
+        text = controls.widget(
+            st.text_area,
+            "text",
+            "REPL transcript: assignments, swaps/cycles, prints and their output. Leave a print's output line out to "
+            "ask the model; a wrong value is shown next to the model's.",
+            default=text,
+            carry=lambda pasted: fits(checkpoint, pasted),
+            why=lambda pasted, other: (
+                f"The transcript pasted on {other} does not fit {checkpoint.path.name} "
+                "(another group or tokenizer): the box holds a trace of its own task."
+            ),
             height=240,
-            key="trace-text",
         )
-    rows = None
-    if trace is not None and (not isinstance(trace, str) or trace.strip()):
-        rows = locked(checkpoint, trace_predictions, checkpoint.model, checkpoint.tokenizer, trace)
+        controls.show_notes()
+        if text.strip():
+            view = locked(checkpoint, ask, checkpoint.model, checkpoint.tokenizer, text)
+            rows = None if view is None else view.rows
+    else:
+        controls.show_notes()
+        if generated is not None:
+            rows = locked(checkpoint, trace_predictions, checkpoint.model, checkpoint.tokenizer, generated)
     if rows is not None and len(rows):
-        reveals = rows[rows["is_reveal"]]
-        accuracy = float(reveals["correct"].mean()) if len(reveals) else float("nan")
-        a, b, c = st.columns(3)
-        a.metric("reveal accuracy on this trace", f"{accuracy:.3f}")
-        b.metric("revealed values", len(reveals))
-        c.metric("mean p(true value)", f"{reveals['p_token'].mean():.3f}" if len(reveals) else "–")
-        st.html(trace_html(rows))
-        lines = sorted(rows["line"].unique())
-        first_reveal = int(reveals["line"].iloc[0]) if len(reveals) else lines[0]
-        line = st.selectbox(
-            "top-3 at line",
-            lines,
-            index=lines.index(first_reveal),
-            key="trace-line",
-            format_func=lambda i: f"{i + 1}: {''.join(rows[rows['line'] == i]['token']).strip()}",
-        )
-        shown = rows[rows["line"] == line][["position", "token", "kind", "p_token", "correct", "top"]]
-        st.dataframe(pd.DataFrame(shown), hide_index=True, width="stretch")
+        metrics(rows, view)
+        st.html(trace_html(rows, *((view.notes, view.asked, view.wrong) if view is not None else ())))
+        if view is not None:
+            st.dataframe(view.table, hide_index=True, width="stretch")
+        line_table(controls, rows, text)

@@ -48,6 +48,7 @@ from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.layers.beta_range import BetaRangeMixin
+from deltalens.models.layers.carry import Carry, conv_with_carry, keep_final, keep_last, replay_kept, start_state
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, Recurrence
 from deltalens.models.layers.rms_norm import RMSNorm, RMSNormGated
 from deltalens.models.layers.short_conv import ShortConvolution
@@ -123,6 +124,7 @@ class DeltaNetMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
         self.chunk_size = 64  # tokens per chunk of the torch kernel
         self.use_fla: Optional[bool] = None  # None: fla's kernels on CUDA, ours elsewhere
         self.state_edit: Optional[StateEdit] = None  # set through HookedDeltaNet.state_edit
+        self.carry: Optional[Carry] = None  # set while a long sequence runs in chunks (models/lm/chunked.py)
         # Renormalise S to unit Frobenius norm after every state_norm_every-th token (0: never). A
         # deltalens extension read from the config (fla's DeltaNetConfig keeps unknown keys).
         self.state_norm_every = checked_state_norm_every(getattr(config, "state_norm_every", None))
@@ -132,9 +134,9 @@ class DeltaNetMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
     def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Projections, short conv, activation, head split and q/k normalisation, as fla's layer."""
         if self.use_short_conv:
-            q = self.q_conv1d(self.q_proj(x))
-            k = self.k_conv1d(self.k_proj(x))
-            v = self.v_conv1d(self.v_proj(x))
+            q = conv_with_carry(self.q_conv1d, self.q_proj(x), self.carry, "q")
+            k = conv_with_carry(self.k_conv1d, self.k_proj(x), self.carry, "k")
+            v = conv_with_carry(self.v_conv1d, self.v_proj(x), self.carry, "v")
         else:
             q, k = self.q_proj(x), self.k_proj(x)
             if self.qk_activation == "silu":
@@ -168,29 +170,46 @@ class DeltaNetMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
     def _delta_rule(self, q, k, v, beta) -> torch.Tensor:
         """o (B, T, H, d_v): the recurrence, computing S_t only when something asks for it."""
         R, C = self.state_norm_every, self.chunk_size
+        S0 = start_state(self.carry, self.state_edit, R)
 
         def reference(edit: StateEdit):
             o, _, states = delta_rule_recurrence(q, k, v, beta, edit=edit, renorm_every=R)
             return o, states
 
         def with_states(kernel):
-            o, _, states = chunk_delta_rule_with_states(q, k, v, beta, chunk_size=C, renorm_every=R, kernel=kernel)
-            return o, states
+            o, _, states = chunk_delta_rule_with_states(
+                q, k, v, beta, chunk_size=C, renorm_every=R, kernel=kernel, initial_state=S0
+            )
+            return o, keep_last(self.carry, states)
 
         def read_out(states):  # o_t = S_t^T (q_t / sqrt(d_k))
             return torch.einsum("bthkv,bthk->bthv", states, q.float() * q.shape[-1] ** -0.5).to(q.dtype)
 
         return self._run_recurrence(
             Recurrence(
-                select=lambda **flags: select_kernel_for(q, k, v, beta, renorm_every=R, use_fla=self.use_fla, **flags),
+                select=lambda **flags: select_kernel_for(
+                    q, k, v, beta, initial_state=S0, renorm_every=R, use_fla=self.use_fla, **flags
+                ),
                 reference=reference,
-                fast=lambda kernel: chunk_delta_rule(
-                    q, k, v, beta, chunk_size=C, use_fla=self.use_fla, renorm_every=R, kernel=kernel
-                )[0],
+                fast=lambda kernel: keep_final(
+                    self.carry,
+                    *chunk_delta_rule(
+                        q,
+                        k,
+                        v,
+                        beta,
+                        chunk_size=C,
+                        use_fla=self.use_fla,
+                        renorm_every=R,
+                        kernel=kernel,
+                        initial_state=S0,
+                        output_final_state=self.carry is not None,
+                    ),
+                ),
                 with_states=with_states,
-                replay=lambda original, seen: replay_with_state_edits(
-                    q, k, v, beta, original, seen, chunk_size=C, renorm_every=R
-                )[0],
+                replay=lambda original, seen: replay_kept(
+                    self.carry, *replay_with_state_edits(q, k, v, beta, original, seen, chunk_size=C, renorm_every=R)
+                ),
                 read_out=read_out,
             )
         )
@@ -200,6 +219,8 @@ class DeltaNetMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         beta = self.hook_beta(self._beta(x, like=q))  # (B, T, H)
         o = self.hook_z(self._delta_rule(q, k, v, beta))  # (B, T, H, d_v)
+        if self.carry is not None:
+            self.carry.tokens += x.shape[1]
         if self.use_gate:
             g = rearrange(self.g_proj(x), "b t (h d) -> b t h d", h=self.num_heads)
             o = self.o_norm(o, g)

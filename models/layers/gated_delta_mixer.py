@@ -40,6 +40,7 @@ from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.layers.beta_range import BetaRangeMixin, Index
+from deltalens.models.layers.carry import Carry, conv_with_carry, keep_final, keep_last, replay_kept, start_state
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, Recurrence
 from deltalens.models.layers.rms_norm import RMSNorm, RMSNormGated
 from deltalens.models.layers.short_conv import ShortConvolution
@@ -134,6 +135,7 @@ class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
         self.chunk_size = 64
         self.use_fla: Optional[bool] = None
         self.state_edit: Optional[StateEdit] = None
+        self.carry: Optional[Carry] = None  # set while a long sequence runs in chunks (models/lm/chunked.py)
 
     # ---- interventions ---------------------------------------------------------------------
 
@@ -156,7 +158,9 @@ class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
     def _qkv(self, x: torch.Tensor):
         """q (B, T, H, d_k); k, v (B, T, H, n, d): projections, conv + SiLU, heads, L2 norm, GVA repeat."""
         if self.use_short_conv:
-            q, k, v = self.q_conv1d(self.q_proj(x)), self.k_conv1d(self.k_proj(x)), self.v_conv1d(self.v_proj(x))
+            q = conv_with_carry(self.q_conv1d, self.q_proj(x), self.carry, "q")
+            k = conv_with_carry(self.k_conv1d, self.k_proj(x), self.carry, "k")
+            v = conv_with_carry(self.v_conv1d, self.v_proj(x), self.carry, "v")
         else:
             q, k, v = F.silu(self.q_proj(x)), F.silu(self.k_proj(x)), F.silu(self.v_proj(x))
         q = l2_normalize(rearrange(q, "b t (h d) -> b t h d", d=self.head_k_dim))
@@ -191,6 +195,7 @@ class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
         """o (B, T, H, d_v); the per-token states S_t only when a hook or an edit asks for them."""
         n, C = self.n_factors, self.chunk_size
         qi, ki, vi, bi, gi = interleave(q, k, v, beta, g)  # one sub-token per factor
+        S0 = start_state(self.carry, self.state_edit)
 
         def reference(edit: StateEdit):  # a per-token edit on the sub-token recurrence
             o, _, states = gated_delta_rule_recurrence(
@@ -200,21 +205,38 @@ class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
 
         def with_states(kernel):  # states (B, T, H, d_k, d_v): after each token's last factor
             o, _, states = chunk_gated_delta_rule(
-                qi, ki, vi, bi, gi, chunk_size=C, with_states=True, state_every=n, kernel=kernel
+                qi, ki, vi, bi, gi, chunk_size=C, with_states=True, state_every=n, kernel=kernel, initial_state=S0
             )
-            return deinterleave(o, n), states
+            return deinterleave(o, n), keep_last(self.carry, states)
 
         return self._run_recurrence(
             Recurrence(
-                select=lambda **flags: select_kernel_for(qi, ki, vi, bi, gi, use_fla=self.use_fla, **flags),
+                select=lambda **flags: select_kernel_for(
+                    qi, ki, vi, bi, gi, initial_state=S0, use_fla=self.use_fla, **flags
+                ),
                 reference=reference,
                 fast=lambda kernel: deinterleave(
-                    chunk_gated_delta_rule(qi, ki, vi, bi, gi, chunk_size=C, use_fla=self.use_fla, kernel=kernel)[0], n
+                    keep_final(
+                        self.carry,
+                        *chunk_gated_delta_rule(
+                            qi,
+                            ki,
+                            vi,
+                            bi,
+                            gi,
+                            chunk_size=C,
+                            use_fla=self.use_fla,
+                            kernel=kernel,
+                            initial_state=S0,
+                            output_final_state=self.carry is not None,
+                        )[:2],
+                    ),
+                    n,
                 ),
                 with_states=with_states,
-                replay=lambda original, seen: replay_gated_with_state_edits(
-                    q, k, v, beta, g, original, seen, chunk_size=C
-                )[0],
+                replay=lambda original, seen: replay_kept(
+                    self.carry, *replay_gated_with_state_edits(q, k, v, beta, g, original, seen, chunk_size=C)
+                ),
             )
         )
 
@@ -229,6 +251,8 @@ class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
         beta = self._show(self.hook_beta, lo + (hi - lo) * torch.sigmoid(logit))  # (B, T, H, n)
         g = self._log_decay(x)
         o = self.hook_z(self._delta_rule(q, k, v, beta, g))  # (B, T, H, d_v)
+        if self.carry is not None:
+            self.carry.tokens += x.shape[1]
         if self.use_output_gate:
             o = self.o_norm(o, rearrange(self.g_proj(x), "b t (h d) -> b t h d", d=self.head_v_dim))
         else:

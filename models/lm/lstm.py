@@ -98,9 +98,12 @@ class LSTMBlock(nn.Module):
         self.lstm = nn.LSTM(d_model, d_model, batch_first=True)
         self.hook_cell = HookPoint()  # (B, T, d_model) c_t
         self.hook_hidden = HookPoint()  # (B, T, d_model) h_t, the layer's output
+        self.carry = None  # a layers.carry.Carry while a long sequence runs in chunks (models/lm/chunked.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (B, T, d_model) -> h: (B, T, d_model)
+        if self.carry is not None:
+            return self._continue(x)
         watch_cell = self.hook_cell.has_hooks()
         h_raw, _ = self.lstm(x)  # fused recurrence; it returns h_t of every step but only the last c_t
         c_raw = self._cells_from_hidden(x, h_raw) if watch_cell else None
@@ -133,6 +136,16 @@ class LSTMBlock(nn.Module):
             f"the hooks on blocks.{self.layer}.hook_hidden/hook_cell never settled after "
             f"{2 * n_steps + 2} passes; hooks on LSTM states must be deterministic and act position by position"
         )
+
+    def _continue(self, x: torch.Tensor) -> torch.Tensor:
+        """The fused recurrence from the (h, c) the previous chunk left (models/lm/chunked.py)."""
+        if self.hook_cell.has_hooks() or self.hook_hidden.has_hooks():
+            raise DeltalensError(
+                "hooks on an LSTM's hidden and cell states replay the whole sequence: run it whole, not in chunks"
+            )
+        h, state = self.lstm(x, self.carry.state)
+        self.carry.state = tuple(s.detach() for s in state)
+        return self.hook_hidden(h)
 
     def _cells_from_hidden(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """c_t of every step given the layer's h_t: (B, T, d).

@@ -28,7 +28,7 @@ from deltalens.tasks.traces import PROMPT
 
 KIND = "statement-prob"
 HEADER = f"{PROMPT}import random\n"
-_HEADER = re.compile(r">>> import random(?:; random\.seed\(\d+\))?\n")
+_HEADER = re.compile(r">>> import random(?:; random\.seed\([0-9]+\))?\n")
 
 
 class ProbStatementTokenizer(StatementTokenizer):

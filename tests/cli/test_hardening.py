@@ -13,6 +13,7 @@ import pytest
 
 from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError, reporting_storage_failure, storage_failure
+from deltalens.tasks.probabilistic import parse_prob_trace
 from deltalens.tasks.traces import parse_trace
 from deltalens.training.checkpoint_names import resolve_checkpoint
 from deltalens.training.opened import read_card
@@ -98,3 +99,13 @@ def test_trace_values_are_python_ascii_digits_only(digit):
     with pytest.raises(DeltalensError):
         parse_trace(f">>> a = 1\n>>> b = {digit}\n>>> a, b = b, a\n")
     assert parse_trace(">>> a = 1\n>>> b = 2\n>>> a, b = b, a\n").states[-1] == (2, 1)
+
+
+@pytest.mark.parametrize("digit", ["\u0661", "\u00b2"])
+def test_the_belief_parser_takes_only_ascii_digits(digit):
+    head = ">>> import random\n>>> a = 1\n"
+    with pytest.raises(DeltalensError, match="init lines"):
+        parse_prob_trace(f"{head}>>> b = {digit}\n")
+    with pytest.raises(DeltalensError, match=f"line 5: expected 1 value.*got 'a {digit}'|got '{digit}'"):
+        parse_prob_trace(f"{head}>>> b = 2\n>>> print('a', a)\na {digit}\n")
+    assert parse_prob_trace(f"{head}>>> b = 2\n>>> print('a', a)\na 1\n")

@@ -23,7 +23,12 @@ def test_notebook_is_saved_without_outputs(path):
     assert code and all(cell.outputs == [] and cell.execution_count is None for cell in code)
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+# 25-55 s each: 03_beliefs (the quickest) runs by default, the others with -m slow
+@pytest.mark.parametrize(
+    "path",
+    [p if p.stem.startswith("03") else pytest.param(p, marks=pytest.mark.slow) for p in NOTEBOOKS],
+    ids=lambda p: p.stem,
+)
 def test_notebook_runs_headless(path, tmp_path):
     book = nbformat.read(path, as_version=4)
     started = time.perf_counter()

@@ -513,7 +513,10 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-@pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM", "SIGKILL"])
+# 45 s and more each: SIGKILL (no handler runs, the lanes' parent-death signal stops them) in the default run
+@pytest.mark.parametrize(
+    "how", [pytest.param("Ctrl-C", marks=pytest.mark.slow), pytest.param("SIGTERM", marks=pytest.mark.slow), "SIGKILL"]
+)
 def test_lanes_stop_with_the_sweep_and_keep_their_checkpoints(tmp_path, how):
     """However the sweep process is stopped, its lanes stop too (saving their last checkpoint):
     an orphaned lane kept training for hours on a locked run folder."""
