@@ -15,7 +15,6 @@ from deltalens.core.errors import DeltalensError, StorageError
 from deltalens.training.export import export_run
 from deltalens.training.loop import train
 
-
 CONFIG_TEXT = "# the run's train.toml\n"
 
 
