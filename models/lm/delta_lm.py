@@ -120,6 +120,7 @@ class DeltaBackbone(nn.Module):
         self.layers = nn.ModuleList([DeltaBlock(config, i, mixer_class) for i in range(config.num_hidden_layers)])
         self.norm = RMSNorm(config.hidden_size, eps=config.norm_eps)
         self.hook_embed = HookPoint()  # (B, T, d_model), named "hook_embed"
+        self.hook_scale = HookPoint()  # (B, T, 1) sqrt(mean(x^2) + eps), named "ln_final.hook_scale"; read-only
         self.hook_normalized = HookPoint()  # (B, T, d_model), named "ln_final.hook_normalized"
 
 
@@ -253,22 +254,54 @@ class HookedDeltaLM(LensModel, HookedRootModule):
 
     @property
     def cfg(self) -> SimpleNamespace:
-        """TransformerLens-style summary (n_layers, n_heads, d_model, d_k, d_v, d_vocab, ...)."""
+        """TransformerLens-style config (n_layers, d_model, n_heads, d_head, d_vocab, n_ctx,
+        normalization_type, ...) plus the delta rule's own (d_k, d_v, allow_neg_eigval, n_factors, ...)."""
         return SimpleNamespace(
+            model_name=type(self).__name__,
             model_type=self.arch,
+            original_architecture=self.settings.fla_model,
             n_layers=self.n_layers,
             n_heads=self.n_heads,
             d_model=self.d_model,
+            d_head=self.d_v,
             d_k=self.d_k,
             d_v=self.d_v,
-            d_head=self.d_v,
+            d_mlp=self.model.layers[0].mlp.intermediate_size if self.n_layers else 0,
             d_vocab=self.config.vocab_size,
+            d_vocab_out=self.config.vocab_size,
+            n_ctx=self.config.max_position_embeddings,  # no limit for the recurrence; fla's field
+            act_fn="silu",
+            normalization_type="RMS",
+            positional_embedding_type="none",  # the recurrence orders the tokens
+            attn_only=False,
+            parallel_attn_mlp=False,
+            eps=self.config.norm_eps,
             allow_neg_eigval=self.config.allow_neg_eigval,
             device=self.device,
             state_norm_every=self.state_norm_every,
             n_factors=self.n_factors,
             gated=self.gated,
         )
+
+    @property
+    def W_E(self) -> torch.Tensor:
+        """The embedding, (d_vocab, d_model)."""
+        return self.model.embeddings.weight
+
+    @property
+    def W_U(self) -> torch.Tensor:
+        """The unembedding (d_model, d_vocab) with the final norm's weight folded in (TransformerLens's
+        fold_ln convention), so that cache.apply_ln_to_stack(resid) @ W_U gives the logits."""
+        return (self.lm_head.weight * self.model.norm.weight).T
+
+    @property
+    def b_U(self) -> torch.Tensor:
+        return torch.zeros(self.config.vocab_size, device=self.device)
+
+    def tokens_to_residual_directions(self, tokens) -> torch.Tensor:
+        """W_U's column of each token (..., d_model): what logit_attrs projects onto."""
+        tokens = torch.as_tensor(tokens, device=self.device)
+        return self.W_U[:, tokens].movedim(0, -1)
 
     @property
     def n_factors(self) -> int:
@@ -318,6 +351,9 @@ class HookedDeltaLM(LensModel, HookedRootModule):
         x = self.model.hook_embed(self.model.embeddings(tokens))  # (B, T, d_model)
         for block in self.model.layers:
             x = block(x)
+        if self.model.hook_scale.has_hooks():  # for TransformerLens's apply_ln: the norm's scale, shown only
+            x32 = x.float()
+            self.model.hook_scale(torch.sqrt(x32.square().mean(-1, keepdim=True) + self.model.norm.eps))
         x = self.model.hook_normalized(self.model.norm(x))
         if return_type is None:
             return None

@@ -22,6 +22,7 @@ on every architecture (`ACT_NAMES` says which short names each one has).
     blocks.{l}.hook_resid_mid       (batch, pos, d_model)
     blocks.{l}.hook_mlp_out         (batch, pos, d_model)
     blocks.{l}.hook_resid_post      (batch, pos, d_model)
+    ln_final.hook_scale             (batch, pos, 1)            the final RMSNorm's scale (read-only)
     ln_final.hook_normalized        (batch, pos, d_model)      final RMSNorm output
 
 DeltaProduct adds a factor axis (n_h) where a token has one value per Householder factor:
@@ -42,6 +43,7 @@ BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_ou
 _EXACT = {
     "model.hook_embed": "hook_embed",
     "model.hook_normalized": "ln_final.hook_normalized",
+    "model.hook_scale": "ln_final.hook_scale",
     "model.embeddings": "embed",
     "model.norm": "ln_final",
     "model.layers": "blocks",
@@ -69,7 +71,7 @@ def deltanet_hook_names(n_layers: int, use_beta: bool = True, gated: bool = Fals
         names += [f"blocks.{layer}.hook_resid_pre"]
         names += [f"blocks.{layer}.attn.{h}" for h in attn]
         names += [f"blocks.{layer}.{h}" for h in BLOCK_HOOKS[1:]]
-    names.append("ln_final.hook_normalized")
+    names += ["ln_final.hook_scale", "ln_final.hook_normalized"]
     return names
 
 
@@ -78,6 +80,7 @@ _SITES = {
     "embed": "",
     "pos_embed": "",
     "normalized": "",
+    "scale": "",
     "resid_pre": "block",
     "resid_mid": "block",
     "resid_post": "block",
@@ -96,7 +99,12 @@ _SITES = {
     "pattern": "attn",
     "attn_scores": "attn",
 }
-_GLOBAL = {"embed": "hook_embed", "pos_embed": "hook_pos_embed", "normalized": "ln_final.hook_normalized"}
+_GLOBAL = {
+    "embed": "hook_embed",
+    "pos_embed": "hook_pos_embed",
+    "normalized": "ln_final.hook_normalized",
+    "scale": "ln_final.hook_scale",
+}
 # the short names each architecture has a hook for (pos_embed: a Transformer with learned positions only)
 ACT_NAMES = {
     "deltanet": (
@@ -113,6 +121,7 @@ ACT_NAMES = {
         "resid_mid",
         "mlp_out",
         "resid_post",
+        "scale",
         "normalized",
     ),
     "gated_deltanet": (
@@ -130,6 +139,7 @@ ACT_NAMES = {
         "resid_mid",
         "mlp_out",
         "resid_post",
+        "scale",
         "normalized",
     ),
     "deltaproduct": (
@@ -147,6 +157,7 @@ ACT_NAMES = {
         "resid_mid",
         "mlp_out",
         "resid_post",
+        "scale",
         "normalized",
     ),  # gate: with use_forget_gate
     "transformer": (
@@ -164,7 +175,7 @@ ACT_NAMES = {
         "resid_post",
         "normalized",
     ),
-    "lstm": ("embed", "hidden", "cell", "normalized"),
+    "lstm": ("embed", "hidden", "cell", "scale", "normalized"),
 }
 
 

@@ -78,6 +78,17 @@ class LSTMConfig:
             if int(getattr(self, name)) < 1:
                 raise DeltalensError(f"lstm {name} must be a positive integer, got {getattr(self, name)!r}")
 
+    # TransformerLens's config fields that its ActivationCache reads (none is a dataclass field)
+    model_type = "lstm"
+    attn_only = False
+    n_heads = 0
+    d_head = 0
+    positional_embedding_type = "none"
+
+    @property
+    def normalization_type(self) -> Optional[str]:
+        return "LN" if self.final_norm else None
+
 
 def lstm_config_from_dict(config: dict[str, Any]) -> LSTMConfig:
     return config_from_dict(LSTMConfig, config, "lstm")
@@ -262,6 +273,27 @@ class HookedLSTM(LensModel, HookedRootModule):
     def model_config(self) -> dict[str, Any]:
         """JSON-able config: `models.build("lstm", **model.model_config)` rebuilds this model."""
         return asdict(self.cfg)
+
+    @property
+    def W_E(self) -> torch.Tensor:
+        """The embedding, (d_vocab, d_model)."""
+        return self.embed.weight
+
+    @property
+    def W_U(self) -> torch.Tensor:
+        """The unembedding (d_model, d_vocab), the final LayerNorm's weight folded in (TransformerLens's fold_ln)."""
+        weight = self.unembed.weight.T
+        return weight if self.ln_final is None else self.ln_final.weight[:, None] * weight
+
+    @property
+    def b_U(self) -> torch.Tensor:
+        """The unembedding's bias, the final LayerNorm's bias folded in."""
+        bias = self.unembed.bias
+        return bias if self.ln_final is None else bias + self.ln_final.bias @ self.unembed.weight.T
+
+    def tokens_to_residual_directions(self, tokens) -> torch.Tensor:
+        tokens = torch.as_tensor(tokens, device=self.embed.weight.device)
+        return self.W_U[:, tokens].movedim(0, -1)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         # tokens: (B, T) int64, or (T,) for one sequence -> logits (B, T, d_vocab)
