@@ -9,9 +9,23 @@ from __future__ import annotations
 import re
 import time
 
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from test_app_browser import browser, server, set_number, settle, shots  # noqa: F401  (fixtures)
+from test_app_browser import browser, server, set_number, shots  # noqa: F401  (fixtures)
+
+
+def settle(driver, timeout: float = 240) -> None:
+    """Wait until Streamlit has not been running the script for a second (its own state attribute)."""
+    end, quiet_since = time.time() + timeout, None
+    while time.time() < end:
+        apps = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stApp"]')
+        idle = bool(apps) and apps[0].get_attribute("data-test-script-state") == "notRunning"
+        quiet_since = (quiet_since or time.time()) if idle else None
+        if quiet_since is not None and time.time() - quiet_since > 1.0:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{driver.current_url} did not finish rendering in {timeout:.0f} s")
 
 
 def widget(driver, kind: str, label: str):
@@ -22,7 +36,18 @@ def widget(driver, kind: str, label: str):
     raise AssertionError(f"no {kind} labelled {label!r}")
 
 
-def pick(driver, kind: str, label: str, option: str) -> None:
+def pick(driver, kind: str, label: str, option: str, tries: int = 3) -> None:
+    try:
+        choose(driver, kind, label, option)
+    except StaleElementReferenceException:  # the page redrew the widget under the click: once more
+        if tries == 1:
+            raise
+        settle(driver)
+        pick(driver, kind, label, option, tries - 1)
+    settle(driver)
+
+
+def choose(driver, kind: str, label: str, option: str) -> None:
     field = widget(driver, kind, label).find_element(By.CSS_SELECTOR, "input")
     field.click()
     if kind == "stSelectbox":
@@ -34,7 +59,6 @@ def pick(driver, kind: str, label: str, option: str) -> None:
     exact[0].click()
     if kind == "stMultiSelect":
         field.send_keys(Keys.ESCAPE)
-    settle(driver)
 
 
 def heads_shown(driver) -> set[str]:
