@@ -19,21 +19,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from deltalens.core.errors import reporting_storage_failure
+
 
 def write_atomic(path: str | os.PathLike, write: Callable[[str], None]) -> None:
     """Call `write(tmp)` on a temp file in `path`'s folder, flush it to disk, rename it over `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        fsync_file(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; an ordinary write would not
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    intact = "the file there before is intact" if path.exists() else "nothing was written there"
+    with reporting_storage_failure(path, intact):  # a full disk: one sentence, the temp file removed
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            write(tmp)
+            fsync_file(tmp)
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; an ordinary write would not
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

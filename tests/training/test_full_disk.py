@@ -79,3 +79,14 @@ def test_exporting_onto_a_full_disk_keeps_the_old_export(tmp_path, small_disk):
     with pytest.raises(DeltalensError, match=r"No space left on device; the checkpoint already there is intact"):
         export_run(run, target, CONFIG_TEXT, "deltalens train ...", n_traces=8, replace=True)
     assert _digest(target) == before and _leftovers(disk) == []
+
+
+def test_an_atomic_file_write_onto_a_full_disk_keeps_the_old_file(small_disk):
+    from deltalens.core.atomic import write_text_atomic
+
+    disk = small_disk(64)
+    target = disk / "result.json"
+    write_text_atomic(target, "old\n")
+    with pytest.raises(StorageError, match=r"result.json: No space left on device; the file there before is intact$"):
+        write_text_atomic(target, "x" * 200_000)
+    assert target.read_text() == "old\n" and sorted(p.name for p in disk.iterdir()) == ["result.json"]
