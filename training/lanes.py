@@ -55,6 +55,23 @@ def _guarded(work: Callable[[Any], Any], item: Any) -> Any:
         raise
 
 
+def _hide_main_script():
+    """A spawned lane re-imports the parent's __main__ script unless it has none. The work is a deltalens
+    function, importable by name, so the script is not needed; and it may be a dashboard page
+    (Streamlit's AppTest, a notebook's kernel) that must not run again in a worker."""
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None)
+    if script is not None:
+        del main.__file__
+    return main, script
+
+
+def _restore_main_script(hidden) -> None:
+    main, script = hidden
+    if script is not None:
+        main.__file__ = script
+
+
 def run_in_lanes(
     todo: list, lanes: int, work: Callable[[Any], Any], running: list, record: Callable[[Any, Callable[[], Any]], None]
 ) -> None:
@@ -83,6 +100,7 @@ def run_in_lanes(
 
     main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there only
     previous = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
+    hidden = _hide_main_script()
     try:
         futures = {pool.submit(_guarded, work, item): item for item in todo}
         running[:] = list(futures.values())[:lanes]
@@ -100,6 +118,7 @@ def run_in_lanes(
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     finally:
+        _restore_main_script(hidden)
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
     pool.shutdown(wait=True)
