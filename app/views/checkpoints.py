@@ -16,6 +16,7 @@ from deltalens.training.grid import load_sweep, read_sweep
 from deltalens.training.opened import SHIPPED, read_card
 
 REPO = SHIPPED.parent
+RESULTS = REPO / "results" / "sweep"
 COMPARED = ("s3-deltanet-pos-statement", "s3-transformer-statement")  # the paper's baselines, compared by default
 
 table = attempt(checkpoint_table, str(checkpoint_dir()))
@@ -63,10 +64,13 @@ with st.expander("Architectures: which hooks, probes and interventions apply"):
         hide_index=True,
     )
 
-st.header("The paper's claims, from the sweep")
-sweep = attempt(load_sweep, REPO / "sweep" / "paper.toml")
-if sweep is not None:
-    sweep, statuses, _ = read_sweep(sweep, REPO / "results" / "sweep")
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def sweep_section(signature: tuple) -> tuple:
+    """(caption, claims table, figures) of the sweep's saved results, built again only when a file
+    changes (`signature`: their names and modification times); the figures take a second to build."""
+    sweep = load_sweep(REPO / "sweep" / "paper.toml")
+    sweep, statuses, _ = read_sweep(sweep, RESULTS)
     results = [s.result for s in statuses if s.result is not None]
     claims = evaluate_claims(
         results,
@@ -76,19 +80,31 @@ if sweep is not None:
         expected=expected_cells(sweep),
         archs=set(sweep.models),
     )
-    st.caption(
+    caption = (
         f"{len(results)} of {len(sweep.cells)} sweep runs measured ({len(sweep.seeds)} seeds per cell; "
         "results/sweep/*.json); `deltalens reproduce` writes the same table to results/reproduce.md. "
         "*not measured*: a cell it needs is still training; *not testable*: its premise failed (no cell "
         "learned, or the model did not learn with dense reveals either)."
     )
-    st.table(  # wrapped, not cut: the measured column is the evidence
-        pd.DataFrame(
-            [{"claim": c.statement, "setting": c.setting, "verdict": c.verdict, "measured": c.evidence} for c in claims]
-        ),
-        hide_index=True,
+    table = pd.DataFrame(
+        [{"claim": c.statement, "setting": c.setting, "verdict": c.verdict, "measured": c.evidence} for c in claims]
     )
-    if results:
-        for fig in (spacing_figure(results, sweep.thresholds), length_figure(results, sweep.thresholds)):
-            figures.explain_empty_panels(figures.label_reference_lines(fig), "no sweep runs at this spacing")
-            st.plotly_chart(fig, width="stretch")
+    shown = [spacing_figure(results, sweep.thresholds), length_figure(results, sweep.thresholds)] if results else []
+    for fig in shown:
+        figures.explain_empty_panels(figures.label_reference_lines(fig), "no sweep runs at this spacing")
+    return caption, table, shown
+
+
+def signature() -> tuple:
+    files = [REPO / "sweep" / "paper.toml", *sorted(RESULTS.glob("*.json"))]
+    return tuple((f.name, f.stat().st_mtime_ns) for f in files if f.is_file())
+
+
+st.header("The paper's claims, from the sweep")
+section = attempt(sweep_section, signature())
+if section is not None:
+    caption, claims, shown = section
+    st.caption(caption)
+    st.table(claims, hide_index=True)  # wrapped, not cut: the measured column is the evidence
+    for fig in shown:
+        st.plotly_chart(fig, width="stretch")

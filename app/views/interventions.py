@@ -163,6 +163,10 @@ def controls_row(checkpoint, controls: Controls, ranked):
             choices,
             default="all",
             valid=lambda f: f in choices,
+            why=lambda f, source: (
+                f"factor {f} (chosen on {source}) is not a factor of {name}, whose heads have "
+                f"{factors}: the rescaling is on every factor."
+            ),
             format_func=lambda f: "every factor" if f == "all" else f"factor {f}",
         )
         options["factor"] = None if choice == "all" else int(choice)

@@ -117,8 +117,8 @@ def shown_text(browser, selector: str) -> str:
     return "\n".join(e.text for e in browser.find_elements(By.CSS_SELECTOR, selector))
 
 
-# the heads page computes every probe of the default checkpoint (~3 min on 2 cores): -m slow; AppTest renders it
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p == "heads" else p for p in PAGES])
+# the heads page measures only its open tab now (app/heads_data.py): seconds, so it is in the default run again
+@pytest.mark.parametrize("path", PAGES)
 def test_every_page_loads_in_a_real_browser(server, browser, shots, path):
     browser.get(f"{server}/{path}")
     settle(browser)

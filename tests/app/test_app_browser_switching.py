@@ -57,8 +57,8 @@ def choose(driver, kind: str, label: str, option: str) -> None:
     exact = [o for o in driver.find_elements(By.CSS_SELECTOR, '[role="option"]') if o.text.strip() == option]
     assert exact, f"{option!r} is not offered by {label!r}"
     exact[0].click()
-    if kind == "stMultiSelect":
-        field.send_keys(Keys.ESCAPE)
+    if kind == "stMultiSelect":  # close its list (the box itself may be redrawn by now)
+        driver.find_element(By.CSS_SELECTOR, '[data-testid="stMain"] h1').click()
 
 
 def heads_shown(driver) -> set[str]:
