@@ -13,6 +13,7 @@ import plotly.io as pio
 
 from deltalens.core.atomic import write_text_atomic
 from deltalens.models.architecture import DISPLAY, FAMILY
+from deltalens.reports.baselines_section import baseline_lines
 from deltalens.reports.claims import (
     DOES_NOT_HOLD,
     HOLDS,
@@ -90,7 +91,7 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         shown = png if kept or not error else None
         figures.append(FigureFiles(name, title, html, shown, error, png_stale=bool(error and kept)))
     markdown = out / "reproduce.md"
-    extra = (section.lines if section else []) + products_lines(out)
+    extra = baseline_lines(results) + (section.lines if section else []) + products_lines(out)
     write_text_atomic(markdown, render_markdown(sweep, statuses, claims, figures, out, extra, searches))
     return Report(markdown, claims, figures, png_error)
 
