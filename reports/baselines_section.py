@@ -5,7 +5,9 @@ about three of them, which on S3 pins the state down (0.99) with no long-range m
 
 "Beyond the window" is the verdict that matters for tracking: the seed mean, and at least two thirds
 of the seeds, score at least MARGIN above the window predictor on the same held-out traces. A cell
-that beats chance but not the window has learned something a short look-back explains.
+that beats chance but not the window has learned something a short look-back explains. Beside it,
+"window matching": the shortest look-back (in actions) whose predictor scores as well as the model;
+close to the trace length, only memory of the whole trace explains the accuracy.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ from deltalens.tasks.traces import TraceSpec
 
 MARGIN = 0.05  # above the window predictor: more than sampling noise on 512 traces (about 0.01)
 MIN_WINDOW = 4
+CANNOT_TELL = "cannot tell"
 
 
 @functools.lru_cache(maxsize=256)
 def _scores(group: str, action_set: str, actions: int, spacing: int, n_traces: int, seed: int) -> BaselineScores:
     spec = TraceSpec(group=group, action_set=action_set, actions=actions, spacing=spacing, reveal="one")
-    return baseline_scores(spec, n_traces=n_traces, seed=seed, window=max(spacing, MIN_WINDOW))
+    window = max(spacing, MIN_WINDOW)
+    return baseline_scores(spec, n_traces=n_traces, seed=seed, window=window, curve=list(range(actions + 1)))
 
 
 def cell_baselines(result: dict[str, Any], multiple: float) -> BaselineScores | None:
@@ -53,16 +57,24 @@ def cell_baselines(result: dict[str, Any], multiple: float) -> BaselineScores | 
         return None
 
 
-def beyond_window(runs: list[dict[str, Any]], multiple: float) -> bool | None:
-    """The verdict of the module docstring (None: a seed lacks a result or a baseline there)."""
+def beyond_window(runs: list[dict[str, Any]], multiple: float) -> bool | str | None:
+    """The verdict of the module docstring (None: a seed lacks a result or a baseline there;
+    CANNOT_TELL: the window predictor is within MARGIN of perfect, so no model can beat it by MARGIN)."""
     margins = []
     for run in runs:
         accuracy, base = accuracy_at(run, multiple), cell_baselines(run, multiple)
         if accuracy is None or base is None:
             return None
+        if base.window > 1 - MARGIN:
+            return CANNOT_TELL
         margins.append(accuracy - base.window)
     mean_margin = sum(margins) / len(margins)
     return mean_margin >= MARGIN and sum(m >= MARGIN for m in margins) >= seeds_needed(len(margins))
+
+
+def _matching(base: BaselineScores, accuracy: float) -> str:
+    w = base.window_matching(accuracy)
+    return "–" if w is None else str(w)
 
 
 def baseline_lines(results: list[dict[str, Any]]) -> list[str]:
@@ -77,11 +89,14 @@ def baseline_lines(results: list[dict[str, Any]]) -> list[str]:
             accuracy = f"{row['reveal_accuracy']:.3f}"
             if row["n"] > 1:
                 accuracy += f" [{row['min']:.3f}–{row['max']:.3f}]"
-            verdict = {True: "yes", False: "no", None: "–"}[beyond_window(cell["runs"], row["x_train"])]
+            verdict = {True: "yes", False: "no", None: "–", CANNOT_TELL: CANNOT_TELL}[
+                beyond_window(cell["runs"], row["x_train"])
+            ]
             rows.append(
                 f"| {cell['group']} | {cell['tokenizer']} | {ARCH_LABELS.get(cell['arch'], cell['arch'])} "
                 f"| {cell['spacing']} | {row['actions']} ({row['x_train']:g}x) | {accuracy} | {base.chance:.3f} "
-                f"| {base.last_reveal:.3f} | {base.window:.3f} ({base.window_size}) | {verdict} |"
+                f"| {base.last_reveal:.3f} | {base.window:.3f} ({base.window_size}) | {verdict} "
+                f"| {_matching(base, row['reveal_accuracy'])} |"
             )
     if not rows:
         return []
@@ -92,11 +107,13 @@ def baseline_lines(results: list[dict[str, Any]]) -> list[str]:
         "traces: chance (1/n), the last-reveal guess (the value the variable showed last, actions ignored) "
         f"and the window-W predictor (the best guess from the last W = max(k, {MIN_WINDOW}) actions and the "
         f"values printed since). **beyond window**: the mean and two thirds of the seeds are ≥ {MARGIN:g} "
-        "above the window predictor.",
+        "above the window predictor (*cannot tell* where the window predictor itself is within that margin of "
+        "1, as at k = 1). **window matching**: the shortest look-back W whose window predictor "
+        "scores as well as the model (the trace's length: only memory of the whole trace does).",
         "",
         "| group | tokenizer | architecture | k | length | accuracy | chance | last reveal | window (W) "
-        "| beyond window |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| beyond window | window matching |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
     ]

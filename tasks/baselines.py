@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 from deltalens.core.errors import DeltalensError
 from deltalens.tasks.dataset import trace_seed
 from deltalens.tasks.groups import get_group
-from deltalens.tasks.permutations import apply_permutation
 from deltalens.tasks.traces import Trace, TraceSpec, generate_trace
 
 BASELINES = ("chance", "last_reveal", "window")
@@ -37,15 +36,14 @@ class BaselineScores:
     window: float
     window_size: int
     n_values: int  # revealed values scored
+    curve: dict[int, float] = field(default_factory=dict)  # window size -> accuracy, when asked for
+
+    def window_matching(self, accuracy: float) -> int | None:
+        """The smallest window on the curve that scores at least `accuracy` (None: none does)."""
+        return next((w for w in sorted(self.curve) if self.curve[w] >= accuracy - 1e-12), None)
 
     def to_dict(self) -> dict:
-        return {
-            "chance": self.chance,
-            "last_reveal": self.last_reveal,
-            "window": self.window,
-            "window_size": self.window_size,
-            "n_values": self.n_values,
-        }
+        return asdict(self)
 
 
 def _shared_credit(counts: Counter, truth: int) -> float:
@@ -54,55 +52,82 @@ def _shared_credit(counts: Counter, truth: int) -> float:
     return 1.0 / len(winners) if truth in winners else 0.0
 
 
-def trace_baselines(trace: Trace, window: int) -> tuple[float, float, int]:
-    """(last-reveal credit, window credit, values scored), summed over the trace's revealed values."""
-    n = trace.n
-    arrangements = list(itertools.permutations(range(1, n + 1)))
+def trace_baselines(trace: Trace, windows: int | list[int]) -> tuple[float, list[float], int]:
+    """(last-reveal credit, window credit per window asked, values scored), summed over the trace's
+    revealed values. One backward pass per reveal serves every window: going back one action at a
+    time, the prints after that action become constraints on the state at the reveal."""
+    windows = [windows] if isinstance(windows, int) else list(windows)
+    longest = max(windows)
+    arrangements = list(itertools.permutations(range(1, trace.n + 1)))
     last_seen = list(trace.states[0])  # the init lines show every value
-    # values shown after each action t (1-based): [(variable, value), ...] in print order
-    shown_after: dict[int, list[tuple[int, int]]] = {}
+    shown_after: dict[int, list[tuple[int, int]]] = {}  # action t -> [(variable, value)] printed after it
     for reveal in trace.reveals:
         shown_after.setdefault(reveal.after_action, []).extend(zip(reveal.variables, reveal.values))
-    last_credit = window_credit = 0.0
-    scored = 0
+    last_credit, credit, scored = 0.0, [0.0] * (longest + 1), 0
     for reveal in trace.reveals:
         t = reveal.after_action
-        start = max(0, t - window)
-        # candidates for the state after action `start`: every arrangement, or the known start state
-        candidates = [trace.states[0]] if start == 0 else arrangements
-        for step in range(start, t):
-            if step > start or start > 0:  # the prints after action `start` and inside the window
-                for variable, value in shown_after.get(step, ()):
-                    candidates = [s for s in candidates if s[variable] == value]
-            candidates = [apply_permutation(s, trace.actions[step]) for s in candidates]
+        same_line: list[tuple[int, int]] = []  # values this print showed before the one predicted
         for variable, value in zip(reveal.variables, reveal.values):
             last_credit += 1.0 if last_seen[variable] == value else 0.0
-            window_credit += _shared_credit(Counter(s[variable] for s in candidates), value)
-            scored += 1
-            # a print of several values shows the earlier ones before the later ones are predicted
-            candidates = [s for s in candidates if s[variable] == value]
             last_seen[variable] = value
-    return last_credit, window_credit, scored
+            scored += 1
+            candidates = [s for s in arrangements if all(s[v] == x for v, x in same_line)]
+            # back[i]: which variable of the state W actions earlier variable i's value came from
+            back = list(range(trace.n))
+            for w in range(longest + 1):
+                if w >= t:  # the window reaches the init lines: the state is known
+                    for rest in range(w, longest + 1):
+                        credit[rest] += 1.0
+                    break
+                if w > 0:
+                    action = trace.actions[t - w]  # the action just inside the window's start
+                    back = [action[b] for b in back]
+                    where = {source: i for i, source in enumerate(back)}
+                    for v, x in shown_after.get(t - w, ()):
+                        candidates = [s for s in candidates if s[where[v]] == x]
+                credit[w] += _shared_credit(Counter(s[variable] for s in candidates), value)
+            same_line.append((variable, value))
+    return last_credit, [credit[w] for w in windows], scored
 
 
-def baseline_scores(spec: TraceSpec, n_traces: int = 512, seed: int = 0, window: int | None = None) -> BaselineScores:
-    """The three baselines on the held-out traces `evaluate(..., seed=seed)` scores a model on."""
+def window_curve(spec: TraceSpec, windows: list[int], n_traces: int = 512, seed: int = 0) -> dict[int, float]:
+    """The window predictor's accuracy for each window size, on the evaluation's held-out traces."""
+    return baseline_scores(spec, n_traces, seed, window=0, curve=list(windows)).curve
+
+
+def _check(spec: TraceSpec, windows: list[int]) -> None:
     if spec.schedule == "never":
         raise DeltalensError("these traces reveal nothing after the init lines; there is nothing to score.")
     n = get_group(spec.group).n
     if n > MAX_N_FOR_WINDOW:
         raise DeltalensError(f"the window baseline enumerates n! arrangements; n = {n} is above {MAX_N_FOR_WINDOW}.")
-    window = window if window is not None else (spec.spacing or 1)
-    if window < 0:
-        raise DeltalensError(f"the window must be a number of actions >= 0, got {window}.")
-    last = win = 0.0
-    total = 0
+    bad = [w for w in windows if isinstance(w, bool) or not isinstance(w, int) or w < 0]
+    if bad or not windows:
+        raise DeltalensError(f"a window must be a number of actions >= 0, got {bad or windows}.")
+
+
+def _eval_traces(spec: TraceSpec, n_traces: int, seed: int):
     for i in range(n_traces):
         # the evaluation's seeds: batch b of 64 draws traces with seed*1_000_003 + 64*b as its dataset seed
         start = i - i % 64
-        trace = generate_trace(spec, trace_seed(seed * 1_000_003 + start, "eval", i - start))
-        a, b, c = trace_baselines(trace, window)
-        last, win, total = last + a, win + b, total + c
-    if total == 0:
+        yield generate_trace(spec, trace_seed(seed * 1_000_003 + start, "eval", i - start))
+
+
+def baseline_scores(
+    spec: TraceSpec, n_traces: int = 512, seed: int = 0, window: int | None = None, curve: list[int] = ()
+) -> BaselineScores:
+    """The three baselines on the held-out traces `evaluate(..., seed=seed)` scores a model on; with
+    `curve`, the window predictor's accuracy at each of those window sizes as well (same pass)."""
+    window = window if window is not None else (spec.spacing or 1)
+    windows = [window, *curve]
+    _check(spec, windows)
+    last, totals, scored = 0.0, [0.0] * len(windows), 0
+    for trace in _eval_traces(spec, n_traces, seed):
+        a, credits, count = trace_baselines(trace, windows)
+        last, scored = last + a, scored + count
+        totals = [x + y for x, y in zip(totals, credits)]
+    if scored == 0:
         raise DeltalensError("the traces drawn reveal no values; use longer traces or a smaller spacing.")
-    return BaselineScores(1.0 / n, last / total, win / total, window, total)
+    n = get_group(spec.group).n
+    by_window = {w: total / scored for w, total in zip(windows[1:], totals[1:])}
+    return BaselineScores(1.0 / n, last / scored, totals[0] / scored, window, scored, by_window)

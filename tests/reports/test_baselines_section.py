@@ -1,6 +1,6 @@
 """The baselines table of the reproduce report: accuracies judged against the window predictor."""
 
-from deltalens.reports.baselines_section import baseline_lines, beyond_window, cell_baselines
+from deltalens.reports.baselines_section import CANNOT_TELL, baseline_lines, beyond_window, cell_baselines
 
 
 def result(seed: int, accuracy: float, k: int = 4) -> dict:
@@ -34,12 +34,24 @@ def test_beyond_the_window_needs_the_mean_and_two_thirds_of_the_seeds():
 
 def test_the_table_lists_each_cell_once_per_length_with_its_verdict():
     lines = baseline_lines([result(s, 1.0) for s in range(3)] + [result(s, 0.4, k=8) for s in range(3)])
-    rows = [line for line in lines if line.startswith("| S3")]
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines if line.startswith("| S3")]
     assert len(rows) == 2
-    assert rows[0].endswith("| yes |") and "| 4 |" in rows[0]
-    assert rows[1].endswith("| no |") and "| 8 |" in rows[1] and "(8)" in rows[1]
+    (k4, verdict4, matching4), (k8, verdict8, matching8) = [(r[3], r[9], r[10]) for r in rows]
+    assert (k4, verdict4, k8, verdict8) == ("4", "yes", "8", "no") and "(8)" in rows[1][8]
+    # a perfect model is matched only by a look-back that knows the state: here, the whole trace
+    assert matching4 == "16"
+    # 0.4 at k = 8 (prints after actions 8 and 16): a look-back under 8 actions sees no print (1/3),
+    # one of 8 reaches the init lines for the first print (about (1 + 1/3) / 2)
+    assert matching8 == "8"
 
 
 def test_results_that_do_not_say_how_they_were_evaluated_are_left_out():
     bare = {"group": "S3", "tokenizer": "statement", "arch": "lstm", "spacing": 4, "eval": {"lengths": []}}
     assert baseline_lines([bare]) == []
+
+
+def test_where_the_window_predictor_is_nearly_perfect_the_verdict_is_cannot_tell():
+    # k = 1: four actions back see about three printed values, which fixes an S3 state
+    dense = [result(s, 1.0, k=1) for s in range(3)]
+    assert cell_baselines(dense[0], 1.0).window > 0.95
+    assert beyond_window(dense, 1.0) == CANNOT_TELL
