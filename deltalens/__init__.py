@@ -49,6 +49,22 @@ _API = {
     ),
     **dict.fromkeys(("sweep", "sweep_figure", "SweepResult"), "deltalens.interp.head_sweep"),
     **dict.fromkeys(
+        ("effective_attention", "run_with_effective_pattern", "effective_attention_figure"),
+        "deltalens.interp.effective_attention",
+    ),
+    **dict.fromkeys(
+        ("logit_attribution", "LogitAttribution", "reveal_rows", "dla_figure"), "deltalens.interp.logit_attribution"
+    ),
+    **dict.fromkeys(("patch_heads", "path_patch", "PatchGrid", "patch_grid_figure"), "deltalens.interp.patching"),
+    **dict.fromkeys(("trace_pair", "reveal_metric", "relabel_values"), "deltalens.interp.trace_pairs"),
+    **dict.fromkeys(
+        ("attribution_patching", "AttributionResult", "attribution_of_intervention"),
+        "deltalens.interp.attribution_patching",
+    ),
+    **dict.fromkeys(
+        ("extract_automaton", "Automaton", "centroid_intervention", "automaton_figure"), "deltalens.probes.automaton"
+    ),
+    **dict.fromkeys(
         ("eigenvalue_report", "EigenvalueReport", "beta_heatmap", "eigenvalue_histogram", "product_eigenvalue_figure"),
         "deltalens.probes.eigenvalues",
     ),
@@ -74,7 +90,17 @@ _API = {
 if TYPE_CHECKING:  # the same names, eagerly, for static tools (Pyright, jedi, IDEs); tests keep both in step
     from deltalens.core.display import set_progress
     from deltalens.core.errors import DeltalensError
+    from deltalens.interp.attribution_patching import (
+        AttributionResult,
+        attribution_of_intervention,
+        attribution_patching,
+    )
     from deltalens.interp.capture import Capture, capture
+    from deltalens.interp.effective_attention import (
+        effective_attention,
+        effective_attention_figure,
+        run_with_effective_pattern,
+    )
     from deltalens.interp.head_sweep import SweepResult, sweep, sweep_figure
     from deltalens.interp.interventions import (
         Intervention,
@@ -87,9 +113,13 @@ if TYPE_CHECKING:  # the same names, eagerly, for static tools (Pyright, jedi, I
         rescale_beta,
         reveal_accuracy,
     )
+    from deltalens.interp.logit_attribution import LogitAttribution, dla_figure, logit_attribution, reveal_rows
+    from deltalens.interp.patching import PatchGrid, patch_grid_figure, patch_heads, path_patch
+    from deltalens.interp.trace_pairs import relabel_values, reveal_metric, trace_pair
     from deltalens.models.architecture import ARCHITECTURES, FAMILY
     from deltalens.models.build import build
     from deltalens.models.lm.hook_names import ACT_NAMES, act_name
+    from deltalens.probes.automaton import Automaton, automaton_figure, centroid_intervention, extract_automaton
     from deltalens.probes.eigenvalues import (
         EigenvalueReport,
         beta_heatmap,

@@ -4,4 +4,9 @@ capture.py             run a model with hooks and keep activations next to each 
 interventions.py       rescale a head's beta, ablate a head, patch activations or states
 head_sweep.py          apply one intervention to every head in turn and rank the heads
 intervention_names.py  the named interventions a head sweep knows
+effective_attention.py  the exact read-out weights A[t, s] of a delta-rule head (z = A v)
+logit_attribution.py   direct logit attribution per head (and factor) through the frozen final norm
+trace_pairs.py         clean / corrupted trace pairs (values relabelled) and their logit-difference metric
+patching.py            activation patching over layers x heads (x positions), path patching
+attribution_patching.py  gradient x difference estimates of every patch from one forward and backward
 """

@@ -23,7 +23,14 @@ from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.intervention_names import INTERVENTIONS
-from deltalens.interp.interventions import ablate_head, check_factor, head_means, rescale_beta, reveal_accuracy
+from deltalens.interp.interventions import (
+    ablate_head,
+    check_factor,
+    clip_beta,
+    head_means,
+    rescale_beta,
+    reveal_accuracy,
+)
 from deltalens.models.architecture import architecture_of, n_heads_of, n_layers_of, require_delta_rule
 from deltalens.tasks.dataset import split_batch
 
@@ -82,6 +89,9 @@ def _builder(model, intervention: Union[str, Builder], batches, factor: int | No
                 m, layer, head, to=(0.0, 1.0), factor=factor
             )
         return intervention, lambda m, layer, head: rescale_beta(m, layer, head, to=(0.0, 1.0))
+    if intervention == "beta-clip":
+        require_delta_rule(model, "beta to clip")
+        return intervention, lambda m, layer, head: clip_beta(m, layer, head, hi=1.0)
     method, site = intervention.split("-")
     if site == "state":
         require_delta_rule(model, "matrix state S_t")
@@ -112,12 +122,17 @@ def sweep(
     progress: bool = True,
     done: pd.DataFrame | None = None,
     factor: int | None = None,
+    top_k: int | None = None,
 ) -> SweepResult:
     """Reveal accuracy with `intervention` applied to each (layer, head), ranked (module docstring).
 
     batch: a batch of held-out traces (split into pieces of `batch_size`) or a list of batches.
     intervention: a name from INTERVENTIONS or a callable (model, layer, head) -> Intervention.
     factor: with "beta-range" on a DeltaProduct, rescale only Householder factor `factor` of each head.
+    top_k: for a model with many heads, rank every head first by attribution patching (the first-order
+        change of the reveal margin under the intervention, one forward and backward:
+        interp/attribution_patching.py) and verify only the `top_k` with the largest predicted drop;
+        the frame then has those rows only, with the estimate in an "attribution" column.
     """
     pieces = [p for b in (batch if isinstance(batch, list) else [batch]) for p in split_batch(b, batch_size)]
     name, build = _builder(model, intervention, pieces, factor)
@@ -126,6 +141,14 @@ def sweep(
     heads = [(layer, head) for layer in range(n_layers_of(model)) for head in range(n_heads_of(model))]
     rows = [] if done is None else done.to_dict(orient="records")
     finished = {(int(r["layer"]), int(r["head"])) for r in rows}
+    estimate = None
+    if top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise DeltalensError(f"top_k must be a whole number >= 1 (heads to verify), got {top_k!r}.")
+        from deltalens.interp.attribution_patching import attribution_of_intervention
+
+        estimate = attribution_of_intervention(model, pieces[0], build)  # (L, H), negative = predicted drop
+        heads = sorted(heads, key=lambda lh: float(estimate[lh]))[:top_k]
     todo = [lh for lh in heads if lh not in finished]
     iterator = progress_bar(todo, enabled=progress, desc=f"sweep {name}", unit="head")
     for layer, head in iterator:
@@ -139,9 +162,11 @@ def sweep(
                 "accuracy": result.reveal_accuracy,
                 "trace_accuracy": result.trace_accuracy,
                 "drop": baseline.reveal_accuracy - result.reveal_accuracy,
+                **({} if estimate is None else {"attribution": float(estimate[layer, head])}),
             }
         )
-    frame = pd.DataFrame(rows, columns=["layer", "head", "label", "accuracy", "trace_accuracy", "drop"])
+    columns = ["layer", "head", "label", "accuracy", "trace_accuracy", "drop"]
+    frame = pd.DataFrame(rows, columns=columns + ([] if estimate is None else ["attribution"]))
     frame = frame.sort_values(["accuracy", "layer", "head"]).reset_index(drop=True)
     return SweepResult(baseline=baseline.reveal_accuracy, frame=frame, intervention=name, n_traces=n_traces)
 

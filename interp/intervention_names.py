@@ -3,10 +3,11 @@
 A module of its own so that the CLI can offer them as choices without importing torch (~1.6 s).
 
     beta-range    rescale_beta(model, l, h, to=(0, 1))      DeltaNet only
+    beta-clip     clip_beta(model, l, h, hi=1)               beta > 1 set to 1, the rest untouched
     zero-z        ablate_head(..., "zero", site="z")         DeltaNet and Transformer
     mean-z        ablate_head(..., "mean", site="z")         mean over the batch's real tokens
     zero-state    ablate_head(..., "zero", site="state")     DeltaNet only
     mean-state    ablate_head(..., "mean", site="state")
 """
 
-INTERVENTIONS = ("beta-range", "zero-z", "mean-z", "zero-state", "mean-state")
+INTERVENTIONS = ("beta-range", "beta-clip", "zero-z", "mean-z", "zero-state", "mean-state")

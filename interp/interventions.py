@@ -53,6 +53,7 @@ from deltalens.training.evaluate import score_batch, summarise
 __all__ = [
     "Intervention",
     "rescale_beta",
+    "clip_beta",
     "clamp_gate",
     "ablate_head",
     "patch_activation",
@@ -219,6 +220,30 @@ def rescale_beta(
 
     span = f"[{float(lo.min()):g}, {float(hi.max()):g}]"
     return Intervention(f"{where} beta {span}->[{new_lo:g}, {new_hi:g}]", [(name, hook)], layer, head)
+
+
+def clip_beta(model, layer: int, head: int | None, hi: float = 1.0, factor: int | None = None) -> Intervention:
+    """beta' = min(beta, hi) on a head: with hi = 1 the negative eigenvalues go (1 - beta >= 0) while
+    every write with beta <= 1 is left exactly as it was. It isolates the negative eigenvalue better
+    than the [0, 1] rescale, which also halves every write, or mean-ablation, which removes the head."""
+    require_delta_rule(model, "beta to clip")
+    _check_head(model, layer, head)
+    if not 0.0 <= float(hi) <= 2.0:  # NaN fails too
+        raise DeltalensError(f"the beta clip needs 0 <= hi <= 2, got {hi}.")
+    n_factors = check_factor(model, factor, layer)
+    heads = slice(None) if head is None else head
+    where_index = (slice(None), slice(None), heads) + ((factor,) if n_factors and factor is not None else ())
+    ceiling = float(hi)
+
+    def hook(beta, hook):  # (B, T, H[, n])
+        out = beta.clone()
+        out[where_index] = beta[where_index].clamp(max=ceiling)
+        return out
+
+    where = (
+        f"L{layer}" + ("" if head is None else f"H{head}") + (f"F{factor}" if n_factors and factor is not None else "")
+    )
+    return Intervention(f"{where} beta clipped at {ceiling:g}", [(f"blocks.{layer}.attn.hook_beta", hook)], layer, head)
 
 
 # ---- the decay gate ---------------------------------------------------------------------------

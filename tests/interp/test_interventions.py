@@ -13,6 +13,7 @@ from deltalens.interp.interventions import (
     Intervention,
     ablate_head,
     accuracy_under,
+    clip_beta,
     patch_activation,
     patch_state,
     rescale_beta,
@@ -72,6 +73,27 @@ def test_beta_rescale_maps_the_range(hand, batch):
         rescale_beta(hand.model, 1, 1, to=(0, 1), scale=0.5)
     with pytest.raises(DeltalensError, match="head 7 is out of range"):
         rescale_beta(hand.model, 1, 7)
+
+
+def test_beta_clip_removes_only_the_part_above_the_ceiling(hand, batch):
+    plain = capture(hand.model, batch, names="beta")["blocks.1.attn.hook_beta"]
+    clipped = capture(hand.model, batch, names="beta", hooks=clip_beta(hand.model, *TRACK).hooks)
+    clipped = clipped["blocks.1.attn.hook_beta"]
+    head = TRACK[1]
+    assert (plain[..., head] > 1).any()  # the hand-set tracker reflects (beta 2)
+    assert torch.equal(clipped[..., head], plain[..., head].clamp(max=1.0))
+    others = [h for h in range(plain.shape[-1]) if h != head]
+    assert torch.equal(clipped[..., others], plain[..., others])
+    # the tracker needs its negative eigenvalue; a decoy does not
+    assert accuracy_under(hand.model, batch, clip_beta(hand.model, *TRACK)) < 0.6
+    for layer, decoy in DECOYS:
+        assert accuracy_under(hand.model, batch, clip_beta(hand.model, layer, decoy)) == 1.0
+    # a ceiling of 2 changes nothing
+    with clip_beta(hand.model, *TRACK, hi=2.0).applied(hand.model):
+        same = hand.model(batch["tokens"])
+    assert torch.equal(same, hand.model(batch["tokens"]))
+    with pytest.raises(DeltalensError, match="0 <= hi <= 2"):
+        clip_beta(hand.model, *TRACK, hi=float("nan"))
 
 
 def test_ablations(hand, batch):

@@ -1,0 +1,282 @@
+"""Activation patching over layers x heads (x positions) and path patching into a receiver head's input.
+
+Both follow the "denoising" convention (Wang et al. 2022; Heimersheim & Nanda 2024): run the corrupted
+input, put back an activation from the clean run, and read a metric of the logits (e.g.
+interp/trace_pairs.py's `reveal_metric`, the clean-minus-corrupt answer logit difference):
+
+* `patch_heads(model, clean, corrupt, metric, site="z")`: for every (layer, head) (and, with
+  per_position=True, every position) the metric of the corrupted run with that head's
+  blocks.{l}.attn.hook_{site} taken from the clean run. Sites: "z" on every architecture with heads
+  (the Transformer through TransformerLens's own hook_z), and on the delta rule "beta", "state"
+  (replacement semantics: the recurrence continues from the patched S_t), "q", "k", "v".
+* `path_patch(model, clean, corrupt, metric, sender, receiver, via)`: the effect of the sender head's
+  clean output that reaches the metric only through the receiver head's `via` input ("q", "k", "v";
+  "beta" on the delta rule). Step 1: run the corrupted input with the sender's hook_z from the clean
+  run and every other head's hook_z frozen at its corrupted value (MLPs recompute), and record the
+  receiver's hook_{via}; step 2: run the corrupted input with only the receiver's hook_{via} set to
+  that recording. sender=None sweeps every head of the layers before the receiver's.
+
+`PatchGrid.normalised()` maps the metric to (patched - corrupt) / (clean - corrupt): 0 = nothing
+restored, 1 = the clean run's value. `n_forwards` counts the model runs, the cost in forward-equivalents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+
+from deltalens.core.display import Summary
+from deltalens.core.display import progress as progress_bar
+from deltalens.core.errors import DeltalensError
+from deltalens.models.architecture import architecture_of, is_delta_rule, n_heads_of, n_layers_of
+
+__all__ = ["PatchGrid", "patch_heads", "path_patch", "patch_grid_figure", "tokens_of"]
+
+Metric = Callable[[torch.Tensor], torch.Tensor]
+DELTA_SITES = ("z", "beta", "state", "q", "k", "v")
+TRANSFORMER_SITES = ("z", "q", "k", "v")
+
+
+def tokens_of(x) -> torch.Tensor:
+    """The (batch, pos) token tensor of a batch dict or a tensor."""
+    tokens = x["tokens"] if isinstance(x, dict) else torch.as_tensor(x)
+    return tokens[None] if tokens.ndim == 1 else tokens
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _check_site(model, site: str, what: str = "site") -> None:
+    arch = architecture_of(model)
+    if arch == "lstm" or not n_heads_of(model):
+        raise DeltalensError("an LSTM has no heads to patch; patch its hidden state with patch_activation instead.")
+    allowed = DELTA_SITES if is_delta_rule(arch) else TRANSFORMER_SITES
+    if site not in allowed:
+        raise DeltalensError(f"the {what} must be one of {', '.join(allowed)} for this {arch}; got {site!r}.")
+
+
+def _hook_name(layer: int, site: str) -> str:
+    return f"blocks.{layer}.attn.hook_{site}"
+
+
+def _check_head(model, layer: int, head: int, what: str) -> None:
+    if not (0 <= layer < n_layers_of(model) and 0 <= head < n_heads_of(model)):
+        raise DeltalensError(
+            f"the {what} (layer {layer}, head {head}) is outside this model's "
+            f"{n_layers_of(model)} layers x {n_heads_of(model)} heads."
+        )
+
+
+@torch.no_grad()
+def _run(model, tokens: torch.Tensor, metric: Metric, hooks=()) -> float:
+    with model.hooks(fwd_hooks=list(hooks)):
+        logits = model(tokens)
+    return float(metric(logits))
+
+
+@torch.no_grad()
+def _cache(model, tokens: torch.Tensor, names: set[str]) -> tuple[torch.Tensor, dict]:
+    logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
+    return logits, {name: cache[name] for name in names}
+
+
+@dataclass(repr=False)
+class PatchGrid(Summary):
+    """The metric of the corrupted run with each (layer, head[, position]) patched from the clean run."""
+
+    values: torch.Tensor  # (L, H) or (L, H, T)
+    clean: float  # metric of the clean run
+    corrupt: float  # metric of the corrupted run
+    site: str
+    n_forwards: int  # model runs it took (forward-equivalents)
+    method: str = "activation patching"
+
+    def normalised(self) -> torch.Tensor:
+        span = self.clean - self.corrupt
+        if span == 0:
+            raise DeltalensError("the clean and corrupted runs score the same, so nothing can be restored.")
+        return (self.values - self.corrupt) / span
+
+    def per_head(self) -> torch.Tensor:
+        """(L, H): summed over positions where the grid has them (the effect minus the corrupted baseline)."""
+        if self.values.ndim == 2:
+            return self.values - self.corrupt
+        return (self.values - self.corrupt).sum(-1)
+
+    def top(self) -> tuple[int, int]:
+        flat = int(self.per_head().abs().flatten().argmax())
+        return divmod(flat, self.values.shape[1])
+
+    def frame(self) -> pd.DataFrame:
+        grid = self.per_head()
+        rows = [
+            {"layer": layer, "head": head, "effect": float(grid[layer, head])}
+            for layer in range(grid.shape[0])
+            for head in range(grid.shape[1])
+        ]
+        return pd.DataFrame(rows).sort_values("effect", key=abs, ascending=False, ignore_index=True)
+
+    def title(self) -> str:
+        return (
+            f"PatchGrid ({self.method}, hook_{self.site}): clean {self.clean:.3f}, corrupt {self.corrupt:.3f}, "
+            f"{self.n_forwards} forward-equivalents; largest effect at L{self.top()[0]}H{self.top()[1]}"
+        )
+
+    def display_frame(self) -> pd.DataFrame:
+        return self.frame()
+
+
+def patch_heads(
+    model,
+    clean,
+    corrupt,
+    metric: Metric,
+    site: str = "z",
+    per_position: bool = False,
+    progress: bool = True,
+) -> PatchGrid:
+    """Activation patching of every head (module docstring): metric of the corrupted run with that head's
+    hook_{site} (at one position, with per_position) from the clean run. clean, corrupt: batches or token
+    tensors of the same shape."""
+    _check_site(model, site)
+    clean_t, corrupt_t = tokens_of(clean).to(_device(model)), tokens_of(corrupt).to(_device(model))
+    if clean_t.shape != corrupt_t.shape:
+        raise DeltalensError(f"clean {tuple(clean_t.shape)} and corrupt {tuple(corrupt_t.shape)} runs must match.")
+    L, H, T = n_layers_of(model), n_heads_of(model), clean_t.shape[1]
+    was_training = model.training
+    model.eval()
+    try:
+        names = {_hook_name(layer, site) for layer in range(L)}
+        clean_logits, source = _cache(model, clean_t, names)
+        clean_value = float(metric(clean_logits))
+        corrupt_value = _run(model, corrupt_t, metric)
+        shape = (L, H, T) if per_position else (L, H)
+        values = torch.zeros(shape, dtype=torch.float64)
+        jobs = [
+            (layer, head, pos)
+            for layer in range(L)
+            for head in range(H)
+            for pos in (range(T) if per_position else [None])
+        ]
+        for layer, head, pos in progress_bar(jobs, desc=f"patching hook_{site}", enabled=progress):
+            src = source[_hook_name(layer, site)]
+
+            def hook(act, hook, src=src, head=head, pos=pos):
+                out = act.clone()
+                if pos is None:
+                    out[:, :, head] = src[:, :, head].to(act.dtype)
+                else:
+                    out[:, pos, head] = src[:, pos, head].to(act.dtype)
+                return out
+
+            value = _run(model, corrupt_t, metric, [(_hook_name(layer, site), hook)])
+            values[(layer, head) if pos is None else (layer, head, pos)] = value
+    finally:
+        model.train(was_training)
+    return PatchGrid(values, clean_value, corrupt_value, site, n_forwards=len(jobs) + 2)
+
+
+def path_patch(
+    model,
+    clean,
+    corrupt,
+    metric: Metric,
+    sender: Optional[tuple[int, int]],
+    receiver: tuple[int, int],
+    via: str = "k",
+    progress: bool = True,
+) -> Union[float, PatchGrid]:
+    """The metric of the corrupted run when the sender's clean output reaches it only through the receiver
+    head's `via` input (module docstring). sender None: a PatchGrid over every head of the earlier layers
+    (NaN from the receiver's layer on)."""
+    if via not in ("q", "k", "v", "beta"):
+        raise DeltalensError(f"via must be 'q', 'k', 'v' or 'beta', got {via!r}.")
+    _check_site(model, via, what="receiver input")
+    r_layer, r_head = receiver
+    _check_head(model, r_layer, r_head, "receiver")
+    clean_t, corrupt_t = tokens_of(clean).to(_device(model)), tokens_of(corrupt).to(_device(model))
+    if clean_t.shape != corrupt_t.shape:
+        raise DeltalensError(f"clean {tuple(clean_t.shape)} and corrupt {tuple(corrupt_t.shape)} runs must match.")
+    L, H = n_layers_of(model), n_heads_of(model)
+    senders = [(layer, head) for layer in range(r_layer) for head in range(H)] if sender is None else [tuple(sender)]
+    for s_layer, s_head in senders:
+        _check_head(model, s_layer, s_head, "sender")
+        if s_layer >= r_layer:
+            raise DeltalensError(
+                f"the sender (layer {s_layer}) must sit in a layer before the receiver's ({r_layer}) "
+                "for a path to exist."
+            )
+    was_training = model.training
+    model.eval()
+    try:
+        z_names = {_hook_name(layer, "z") for layer in range(L)}
+        clean_logits, clean_z = _cache(model, clean_t, z_names)
+        corrupt_logits, corrupt_z = _cache(model, corrupt_t, z_names)
+        clean_value, corrupt_value = float(metric(clean_logits)), float(metric(corrupt_logits))
+        receiver_name = _hook_name(r_layer, via)
+        results = {}
+        for s_layer, s_head in progress_bar(
+            senders, desc=f"path patching into L{r_layer}H{r_head} {via}", enabled=progress
+        ):
+            freeze = []
+            for layer in range(r_layer):  # later layers cannot reach the receiver's input
+                name = _hook_name(layer, "z")
+
+                def frozen(act, hook, name=name, layer=layer, s_layer=s_layer, s_head=s_head):
+                    out = corrupt_z[name].to(act.dtype).clone()
+                    if layer == s_layer:
+                        out[:, :, s_head] = clean_z[name][:, :, s_head].to(act.dtype)
+                    return out
+
+                freeze.append((name, frozen))
+            recorded = {}
+
+            def record(act, hook, recorded=recorded):
+                recorded["value"] = act.detach().clone()
+
+            with torch.no_grad(), model.hooks(fwd_hooks=freeze + [(receiver_name, record)]):
+                model(corrupt_t, return_type=None) if is_delta_rule(architecture_of(model)) else model(corrupt_t)
+
+            def patch(act, hook, recorded=recorded):
+                out = act.clone()
+                out[:, :, r_head] = recorded["value"][:, :, r_head].to(act.dtype)
+                return out
+
+            results[(s_layer, s_head)] = _run(model, corrupt_t, metric, [(receiver_name, patch)])
+    finally:
+        model.train(was_training)
+    if sender is not None:
+        return results[tuple(sender)]
+    values = torch.full((L, H), float("nan"), dtype=torch.float64)
+    for (layer, head), value in results.items():
+        values[layer, head] = value
+    return PatchGrid(
+        values, clean_value, corrupt_value, f"z -> L{r_layer}H{r_head}.{via}", 2 * len(senders) + 2, "path patching"
+    )
+
+
+def patch_grid_figure(grid: PatchGrid, normalise: bool = True, title: Optional[str] = None) -> go.Figure:
+    """Heatmap (layer x head) of a PatchGrid (positions summed), normalised to [0 = corrupt, 1 = clean]."""
+    if grid.values.ndim == 3:
+        values = grid.per_head() / ((grid.clean - grid.corrupt) or 1.0) if normalise else grid.per_head()
+    else:
+        values = grid.normalised() if normalise else grid.values
+    z = values.numpy()
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=[f"H{h}" for h in range(z.shape[1])],
+            y=[f"L{layer}" for layer in range(z.shape[0])],
+            colorscale="RdBu",
+            zmid=0.0,
+            colorbar={"title": "restored" if normalise else "metric"},
+        )
+    )
+    fig.update_layout(title=title or f"{grid.method}: hook_{grid.site}", xaxis_title="head", yaxis_title="layer")
+    return fig

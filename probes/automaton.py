@@ -1,0 +1,423 @@
+"""The automaton a tracking head implements, read off its states, and compared with the group's Cayley graph.
+
+A head that tracks a permutation should visit one state S_t per value arrangement and move between them
+as the actions say: its states, taken after each action, should cluster by the tracked arrangement, and
+the clusters with the actions' transitions should form the Cayley graph of the group on the actions
+used (vertices: arrangements; an edge g -a-> g.a per action a). `extract_automaton(cap, layer, head)`:
+
+1. states: hook_state of the head (flattened d_k x d_v) at the last token of each action, plus the
+   last initialisation token (the start state), from a Capture of hook_state;
+2. clusters: k-means for each candidate k on the training traces, k chosen by the silhouette of the
+   held-out traces' states (assigned to the nearest training centroid);
+3. transitions: consecutive action positions give (cluster, action) -> next cluster; the table keeps the
+   majority next cluster, and `determinism` is the fraction of observed transitions that follow it;
+4. minimised: Moore partition refinement, each cluster labelled by the arrangement most of its states
+   hold (what a reveal would print), so clusters that behave alike and print alike merge;
+5. compared with the Cayley graph (the closure of the observed arrangements under the actions used,
+   each action's permutation read off the data): `agreement` is the fraction of the minimised table's
+   transitions that map, through the labels, onto Cayley edges; `isomorphic` whether some bijection
+   of states onto arrangements carries every transition onto an edge and covers the whole graph.
+
+`centroid_intervention(model, batch, result)` is the causal check: replace the head's state at an action
+just before a reveal by another cluster's centroid (replacement semantics, interp/interventions.py) and
+count how often the reveal then prints that cluster's value.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+
+from deltalens.core.display import Summary
+from deltalens.core.errors import DeltalensError
+from deltalens.interp.capture import Capture
+from deltalens.tasks.tokenizers import TokenKind
+
+__all__ = ["Automaton", "extract_automaton", "centroid_intervention", "automaton_figure"]
+
+CANDIDATES = (2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 20, 24, 30, 32, 40, 48, 60, 64, 90, 96, 120, 128, 160, 240)
+
+
+@dataclass(repr=False)
+class Automaton(Summary):
+    layer: int
+    head: int
+    k: int  # clusters chosen
+    scores: dict[int, float]  # candidate k -> held-out silhouette
+    n_states: int  # after minimisation
+    labels: list[tuple[int, ...]]  # minimised state -> the arrangement most of its states hold
+    transitions: dict[tuple[int, int], int]  # (state, action perm id) -> state, minimised
+    determinism: float  # observed transitions that follow the majority table (clusters)
+    agreement: float  # minimised transitions that land on the Cayley edge of their labels
+    isomorphic: bool
+    n_arrangements: int  # vertices of the Cayley graph (closure of the observed arrangements)
+    actions: list[int]  # perm ids of the actions used
+    centroids: torch.Tensor  # (k, d_k * d_v) cluster centroids
+    cluster_to_state: list[int]  # cluster -> minimised state
+    cluster_labels: list[tuple[int, ...]]  # cluster -> majority arrangement
+    state_shape: tuple[int, int] = (0, 0)
+    purity: float = 0.0  # states whose cluster's majority arrangement is their own
+    extra: dict = field(default_factory=dict)
+
+    def title(self) -> str:
+        verdict = "isomorphic to" if self.isomorphic else "not isomorphic to"
+        return (
+            f"Automaton of L{self.layer}H{self.head}: {self.k} clusters -> {self.n_states} states after minimisation, "
+            f"{verdict} the Cayley graph ({self.n_arrangements} arrangements, {len(self.actions)} actions); "
+            f"{self.agreement:.1%} of transitions agree, determinism {self.determinism:.1%}, purity {self.purity:.1%}"
+        )
+
+    def display_frame(self) -> pd.DataFrame:
+        rows = [
+            {
+                "state": s,
+                "label": "".join(map(str, self.labels[s])),
+                "action": a,
+                "next": t,
+                "next_label": "".join(map(str, self.labels[t])),
+            }
+            for (s, a), t in sorted(self.transitions.items())
+        ]
+        return pd.DataFrame(rows, columns=["state", "label", "action", "next", "next_label"])
+
+    def to_dict(self) -> dict:
+        return {
+            "layer": self.layer,
+            "head": self.head,
+            "clusters": self.k,
+            "states": self.n_states,
+            "arrangements": self.n_arrangements,
+            "actions": len(self.actions),
+            "isomorphic_to_cayley": self.isomorphic,
+            "transition_agreement": round(self.agreement, 4),
+            "determinism": round(self.determinism, 4),
+            "purity": round(self.purity, 4),
+            "label": self.extra.get("label"),
+            "purity_arrangement": round(self.extra.get("purity_arrangement", float("nan")), 4),
+            "purity_product": round(self.extra.get("purity_product", float("nan")), 4),
+            "silhouette": {int(k): round(v, 4) for k, v in self.scores.items()},
+        }
+
+
+def _action_rows(cap: Capture) -> list[list[int]]:
+    """Per trace, the capture rows of its start state and of the last token of each action, in order."""
+    kind = cap.labels["kind"].numpy()
+    trace = cap.labels["trace"].numpy()
+    action_pos = cap.labels["action_pos"].numpy()
+    out: list[list[int]] = []
+    N = len(kind)
+    for i in range(N):
+        if i == 0 or trace[i] != trace[i - 1]:
+            out.append([])
+        last_of_line = (
+            i + 1 >= N
+            or trace[i + 1] != trace[i]
+            or kind[i + 1] != kind[i]
+            or (kind[i] == TokenKind.ACTION and action_pos[i + 1] != action_pos[i])
+        )
+        if last_of_line and kind[i] == TokenKind.INIT and (i + 1 < N and kind[i + 1] != TokenKind.INIT):
+            out[-1] = [i]  # the start state: after the last init token
+        elif last_of_line and kind[i] == TokenKind.ACTION and out[-1]:
+            out[-1].append(i)
+    return [rows for rows in out if len(rows) > 1]
+
+
+def _permutation_of_actions(cap: Capture, sequences: list[list[int]]) -> dict[int, tuple[int, ...]]:
+    """action perm id -> sigma with after[i] = before[sigma[i]], read off the true states."""
+    states, perm = cap.states.numpy(), cap.labels["perm_id"].numpy()
+    sigma: dict[int, tuple[int, ...]] = {}
+    for rows in sequences:
+        for prev, cur in zip(rows, rows[1:]):
+            a = int(perm[cur])
+            if a not in sigma:
+                before, after = list(states[prev]), list(states[cur])
+                sigma[a] = tuple(before.index(x) for x in after)
+    return sigma
+
+
+def _apply(state: tuple[int, ...], sigma: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(state[j] for j in sigma)
+
+
+def _moore(n: int, labels: list, delta: dict[tuple[int, int], int], actions: list[int]) -> list[int]:
+    """Partition refinement: state -> block, two states in one block iff same label and same block-successors."""
+    block = {lab: i for i, lab in enumerate(dict.fromkeys(labels))}
+    part = [block[lab] for lab in labels]
+    while True:
+        signature = [
+            (part[s], tuple(part[delta[(s, a)]] if (s, a) in delta else -1 for a in actions)) for s in range(n)
+        ]
+        ids = {sig: i for i, sig in enumerate(dict.fromkeys(signature))}
+        new = [ids[sig] for sig in signature]
+        if len(set(new)) == len(set(part)):
+            return new
+        part = new
+
+
+def _isomorphic(n: int, delta: dict[tuple[int, int], int], vertices: set, sigma: dict, actions: list[int]) -> bool:
+    """Is there a bijection of the n states onto `vertices` carrying every transition onto a Cayley edge?"""
+    if n != len(vertices):
+        return False
+    for a in actions:  # a complete table, as the Cayley graph has
+        if any((s, a) not in delta for s in range(n)):
+            return False
+    adjacency = defaultdict(list)
+    for (s, a), t in delta.items():
+        adjacency[s].append((a, t))
+        adjacency[t].append((-1 - a, s))  # reverse edges, to reach every state of a component
+    unmapped, image = set(range(n)), {}
+    used: set = set()
+    while unmapped:
+        root = min(unmapped)
+        for g in sorted(vertices - used):
+            trial, ok, stack = {root: g}, True, [root]
+            while stack and ok:
+                s = stack.pop()
+                for a, t in adjacency[s]:
+                    if a >= 0:
+                        target = _apply(trial[s], sigma[a])
+                    else:  # t -a-> s: trial[t] must map onto trial[s] under action a
+                        inv = sigma[-1 - a]
+                        target = tuple(trial[s][inv.index(i)] for i in range(len(inv)))
+                    if t in trial:
+                        ok = trial[t] == target
+                    elif target in used or target in trial.values():
+                        ok = False
+                    else:
+                        trial[t] = target
+                        stack.append(t)
+                    if not ok:
+                        break
+            if ok:
+                image.update(trial)
+                used |= set(trial.values())
+                unmapped -= set(trial)
+                break
+        else:
+            return False
+    return len(used) == len(vertices)
+
+
+def extract_automaton(
+    cap: Capture,
+    layer: int,
+    head: int,
+    candidates: Optional[Sequence[int]] = None,
+    held_out: float = 0.3,
+    seed: int = 0,
+    label: str = "auto",
+) -> Automaton:
+    """The automaton of one head's states (module docstring). cap: a Capture with "state" (hook_state).
+
+    label: what a state is compared with. "arrangement": the values the variables hold; "product": the
+    permutation applied since the trace's start (the group element: a head that tracks the product of the
+    actions and leaves the initial values to another component); "auto": whichever the clusters are purer in.
+    """
+    if label not in ("auto", "arrangement", "product"):
+        raise DeltalensError(f"label must be 'auto', 'arrangement' or 'product', got {label!r}.")
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import silhouette_score
+
+    name = f"blocks.{layer}.attn.hook_state"
+    if name not in cap:
+        raise DeltalensError(f"the capture has no {name}; capture names=('state',) first.")
+    S = cap[name]
+    if not 0 <= head < S.shape[1]:
+        raise DeltalensError(f"head {head} is out of range: the layer has {S.shape[1]} heads.")
+    sequences = _action_rows(cap)
+    if not sequences:
+        raise DeltalensError("the captured traces have no actions after their initialisation, so no transitions.")
+    X = S[:, head].reshape(len(S), -1).double().numpy()
+    traces = sorted({int(cap.labels["trace"][rows[0]]) for rows in sequences})
+    rng = np.random.default_rng(seed)
+    test_traces = set(rng.choice(traces, size=max(1, int(round(held_out * len(traces)))), replace=False).tolist())
+    train_rows = [i for rows in sequences if int(cap.labels["trace"][rows[0]]) not in test_traces for i in rows]
+    test_rows = [i for rows in sequences if int(cap.labels["trace"][rows[0]]) in test_traces for i in rows]
+    if not train_rows or len(test_rows) < 3:
+        raise DeltalensError("too few traces to hold some out for choosing the number of clusters; capture more.")
+    true = cap.states.numpy()
+    arrangement = {i: tuple(int(x) for x in true[i]) for rows in sequences for i in rows}
+    product = {}
+    for rows in sequences:  # position permutation pi_t with s_t[i] = s_start[pi_t[i]]
+        start = list(arrangement[rows[0]])
+        for i in rows:
+            product[i] = tuple(start.index(x) for x in arrangement[i])
+    distinct = len({arrangement[i] for i in train_rows})
+    candidates = [k for k in (candidates or CANDIDATES) if 2 <= k <= min(len(train_rows) - 1, max(2 * distinct, 12))]
+    scores, fits = {}, {}
+    for k in candidates:
+        km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(X[train_rows])
+        assigned = km.predict(X[test_rows])
+        if len(set(assigned.tolist())) < 2 or len(set(assigned.tolist())) >= len(test_rows):
+            continue
+        scores[k] = float(silhouette_score(X[test_rows], assigned))
+        fits[k] = km
+    if not scores:
+        raise DeltalensError("no candidate number of clusters splits the held-out states; capture more traces.")
+    k = max(scores, key=lambda kk: (round(scores[kk], 3), -kk))
+    km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(X[[i for rows in sequences for i in rows]])
+    cluster = {
+        i: int(c)
+        for i, c in zip([i for rows in sequences for i in rows], km.predict(X[[i for rows in sequences for i in rows]]))
+    }
+
+    def purity_of(truth: dict) -> tuple[float, list]:
+        members = defaultdict(list)
+        for i, c in cluster.items():
+            members[c].append(truth[i])
+        majority = [Counter(members[c]).most_common(1)[0][0] if members[c] else () for c in range(k)]
+        return sum(Counter(members[c]).most_common(1)[0][1] for c in members) / len(cluster), majority
+
+    purities = {"arrangement": purity_of(arrangement), "product": purity_of(product)}
+    chosen = max(purities, key=lambda key: purities[key][0]) if label == "auto" else label
+    purity, cluster_labels = purities[chosen]
+    truth = arrangement if chosen == "arrangement" else product
+
+    perm = cap.labels["perm_id"].numpy()
+    observed = defaultdict(Counter)
+    for rows in sequences:
+        for prev, cur in zip(rows, rows[1:]):
+            observed[(cluster[prev], int(perm[cur]))][cluster[cur]] += 1
+    table = {key: counts.most_common(1)[0][0] for key, counts in observed.items()}
+    total = sum(sum(c.values()) for c in observed.values())
+    determinism = sum(c.most_common(1)[0][1] for c in observed.values()) / total
+    actions = sorted({a for _, a in table})
+
+    part = _moore(k, cluster_labels, table, actions)
+    n_states = len(set(part))
+    delta = {(part[s], a): part[t] for (s, a), t in table.items()}
+    labels = [()] * n_states
+    for c in range(k):
+        labels[part[c]] = cluster_labels[c]
+
+    sigma = _permutation_of_actions(cap, sequences)
+    vertices = {truth[i] for i in cluster}
+    frontier = list(vertices)
+    while frontier:  # closure under the actions used
+        g = frontier.pop()
+        for a in actions:
+            h = _apply(g, sigma[a])
+            if h not in vertices:
+                vertices.add(h)
+                frontier.append(h)
+    agree = sum(_apply(labels[s], sigma[a]) == labels[t] for (s, a), t in delta.items())
+    d_k, d_v = S.shape[-2:]
+    return Automaton(
+        layer=layer,
+        head=head,
+        k=k,
+        scores=scores,
+        n_states=n_states,
+        labels=labels,
+        transitions=delta,
+        determinism=determinism,
+        agreement=agree / len(delta) if delta else 0.0,
+        isomorphic=_isomorphic(n_states, delta, vertices, sigma, actions),
+        n_arrangements=len(vertices),
+        actions=actions,
+        centroids=torch.from_numpy(km.cluster_centers_).float(),
+        cluster_to_state=part,
+        cluster_labels=cluster_labels,
+        state_shape=(int(d_k), int(d_v)),
+        purity=purity,
+        extra={
+            "label": chosen,
+            "purity_arrangement": purities["arrangement"][0],
+            "purity_product": purities["product"][0],
+        },
+    )
+
+
+@torch.no_grad()
+def centroid_intervention(model, batch: dict, automaton: Automaton, max_cases: int = 64, seed: int = 0) -> dict:
+    """Move the head's state at the last action before a reveal to another cluster's centroid; the fraction of
+    reveals whose prediction becomes that cluster's value (and, as a control, stays right without the move)."""
+    from deltalens.interp.interventions import patch_state
+
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        raise DeltalensError("centroid_intervention reads the predicted values with the model's tokenizer.")
+    value_of = {}
+    for i in range(tokenizer.vocab_size):
+        piece = tokenizer.token_of(i).strip()
+        if piece.isdigit():
+            value_of[i] = int(piece)
+    rng = np.random.default_rng(seed)
+    kinds, tokens = batch["kinds"], batch["tokens"]
+    cases = []
+    for b in range(tokens.shape[0]):
+        for t in batch["reveal_mask"][b].nonzero().flatten().tolist():
+            before = (kinds[b, :t] == TokenKind.ACTION).nonzero().flatten()
+            init = (kinds[b, :t] == TokenKind.INIT).nonzero().flatten()
+            if len(before) and len(init):
+                start = batch["states"][b, int(init[-1])].tolist()
+                cases.append((b, int(before[-1]), t, int(batch["reveal_vars"][b, t]), start))
+    cases = cases[:max_cases]
+    if not cases:
+        raise DeltalensError("no reveal follows an action in this batch.")
+    moved = kept = 0
+    d_k, d_v = automaton.state_shape
+    by_product = automaton.extra.get("label") == "product"
+    for b, t_action, t_reveal, var, start in cases:
+        target = int(rng.integers(automaton.k))
+        label = automaton.cluster_labels[target]
+        want = start[label[var]] if by_product else label[var]
+        source = torch.zeros(1, tokens.shape[1], model.cfg.n_heads, d_k, d_v)
+        source[0, t_action, automaton.head] = automaton.centroids[target].reshape(d_k, d_v)
+        iv = patch_state(automaton.layer, automaton.head, source, positions=[t_action])
+        row = tokens[b : b + 1]
+        with model.hooks(fwd_hooks=iv.hooks):
+            predicted = int(model(row)[0, t_reveal - 1].argmax())
+        moved += value_of.get(predicted, 0) == want
+        kept += int(model(row)[0, t_reveal - 1].argmax()) == int(tokens[b, t_reveal])
+    return {"cases": len(cases), "follows_centroid": moved / len(cases), "correct_without": kept / len(cases)}
+
+
+def automaton_figure(automaton: Automaton, title: Optional[str] = None) -> go.Figure:
+    """The minimised automaton drawn as a graph: states on a circle, labelled by arrangement, edges by action."""
+    n = automaton.n_states
+    angle = np.linspace(0, 2 * np.pi, n, endpoint=False)
+    x, y = np.cos(angle), np.sin(angle)
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+    fig = go.Figure()
+    for index, action in enumerate(automaton.actions):
+        ex, ey = [], []
+        for (s, a), t in automaton.transitions.items():
+            if a == action:
+                ex += [x[s], x[t], None]
+                ey += [y[s], y[t], None]
+        fig.add_trace(
+            go.Scatter(
+                x=ex,
+                y=ey,
+                mode="lines",
+                name=f"action {action}",
+                line={"color": palette[index % len(palette)], "width": 1},
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=y,
+            mode="markers+text",
+            name="states",
+            marker={"size": 14, "color": "black"},
+            text=["".join(map(str, lab)) for lab in automaton.labels],
+            textposition="top center",
+        )
+    )
+    fig.update_layout(
+        title=title or automaton.title(),
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        showlegend=True,
+        height=600,
+    )
+    return fig

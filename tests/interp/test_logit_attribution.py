@@ -1,0 +1,55 @@
+"""Direct logit attribution sums to the real logit difference, head by head and factor by factor."""
+
+import pytest
+import torch
+
+from deltalens.core.errors import DeltalensError
+from deltalens.interp.logit_attribution import dla_figure, head_outputs, logit_attribution, reveal_rows
+from tests.conftest import DELTA_RULE_ARCHS
+
+
+@pytest.mark.parametrize("arch", DELTA_RULE_ARCHS)
+@pytest.mark.parametrize("gated_output", [False, True])
+def test_components_sum_to_the_logit_difference(tiny_model, arch, gated_output):
+    from tests.conftest import build_tiny
+
+    flag = {"deltanet": "use_gate", "gated_deltanet": "use_gate", "deltaproduct": "use_output_gate"}[arch]
+    model = build_tiny(arch, **{flag: gated_output})
+    with torch.no_grad():  # a non-trivial final norm weight, so that folding it in is tested
+        model.model.norm.weight.uniform_(0.5, 2.0)
+    tokens = torch.randint(0, 23, (3, 15), generator=torch.Generator().manual_seed(0))
+    _, cache = model.run_with_cache(tokens)
+    answer = torch.tensor([3, 4, 5])
+    against = torch.tensor([[6, 7], [8, 9], [1, 2]])
+    result = logit_attribution(model, cache, torch.tensor([14, 10, 7]), answer, against)
+    logits = model(tokens)
+    rows = logits[torch.arange(3), torch.tensor([14, 10, 7])]
+    real = rows[torch.arange(3), answer] - rows.gather(1, against).mean(1)
+    assert torch.allclose(result.actual.float(), real, atol=1e-5)
+    assert result.error < 1e-4
+    assert len(result.components) == 1 + 2 * (2 + 1)  # embed, 2 heads and an MLP per layer
+    if arch == "deltaproduct":
+        split = logit_attribution(model, cache, torch.tensor([14, 10, 7]), answer, against, per_factor=True)
+        assert split.error < 1e-4
+        assert "L1H0F2" in split.components
+        assert torch.allclose(split.head_grid(), result.head_grid(), atol=1e-5)
+
+
+def test_heads_add_up_to_attn_out(tiny_model):
+    model = tiny_model("gated_deltanet")
+    tokens = torch.randint(0, 23, (2, 9))
+    _, cache = model.run_with_cache(tokens)
+    b, t = torch.tensor([0, 1, 1]), torch.tensor([3, 0, 8])
+    heads = head_outputs(model, cache, 1, b, t)
+    assert torch.allclose(heads.sum(1), cache["blocks.1.hook_attn_out"][b, t], atol=1e-6)
+
+
+def test_shipped_s3_reveals(shipped_s3, shipped_s3_batch):
+    _, cache = shipped_s3.run_with_cache(shipped_s3_batch["tokens"])
+    positions, answer, against = reveal_rows(shipped_s3_batch)
+    result = logit_attribution(shipped_s3, cache, positions, answer, against)
+    assert result.error < 1e-4
+    assert float(result.actual.mean()) > 5  # the model gets its reveals right, by a margin
+    assert dla_figure(result).data[0].z.shape == (2, 4)
+    with pytest.raises(DeltalensError):
+        logit_attribution(shipped_s3, cache, positions, answer[:3], against)

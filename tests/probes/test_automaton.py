@@ -1,0 +1,43 @@
+"""Automaton extraction: the Cayley-graph comparison on a known graph, and a run on the shipped S3 head."""
+
+import itertools
+
+from deltalens.probes.automaton import _apply, _isomorphic, _moore, automaton_figure, extract_automaton
+
+
+def _cayley_s3():
+    vertices = list(itertools.permutations(range(3)))
+    sigma = {0: (1, 0, 2), 1: (0, 2, 1)}  # two swaps generate S3
+    index = {g: i for i, g in enumerate(vertices)}
+    delta = {(index[g], a): index[_apply(g, s)] for g in vertices for a, s in sigma.items()}
+    return vertices, sigma, delta
+
+
+def test_the_cayley_graph_is_isomorphic_to_itself_and_a_corrupted_one_is_not():
+    vertices, sigma, delta = _cayley_s3()
+    shuffled = {(5 - s, a): 5 - t for (s, a), t in delta.items()}  # relabelled states: still isomorphic
+    assert _isomorphic(6, shuffled, set(vertices), sigma, [0, 1])
+    broken = dict(delta)
+    broken[(0, 0)] = 0  # a self-loop the group does not have
+    assert not _isomorphic(6, broken, set(vertices), sigma, [0, 1])
+    assert not _isomorphic(5, {k: v for k, v in delta.items() if 5 not in (k[0], v)}, set(vertices), sigma, [0, 1])
+
+
+def test_moore_merges_equivalent_states_only():
+    # states 0 and 1 print alike and move alike: one state; 2 prints differently
+    delta = {(0, 0): 2, (1, 0): 2, (2, 0): 0}
+    part = _moore(3, ["x", "x", "y"], delta, [0])
+    assert part[0] == part[1] != part[2]
+
+
+def test_shipped_s3_tracking_head(shipped_s3):
+    import deltalens as dl
+
+    cap = dl.capture(shipped_s3, shipped_s3.checkpoint.batch(24), names=("state",))
+    result = extract_automaton(cap, 0, 3, candidates=(2, 4, 6, 8))
+    assert result.k in (2, 4, 6, 8) and set(result.scores) <= {2, 4, 6, 8}
+    assert 1 <= result.n_states <= result.k
+    assert result.n_arrangements == 6 and len(result.actions) == 3
+    assert 0.0 <= result.agreement <= 1.0 and 0.0 < result.determinism <= 1.0
+    assert result.isomorphic == (result.agreement == 1.0 and result.n_states == 6) or not result.isomorphic
+    assert automaton_figure(result).data
