@@ -45,6 +45,11 @@ PAGES = {  # file -> (title, what the page shows: drawn before its first import)
         "Rescale, ablate or patch chosen heads and see the reveal accuracy before and after, the trace "
         "under the intervention, and the paper's beta-range sweep over every head.",
     ),
+    "circuit.py": (
+        "Circuit",
+        "One head's exact effective attention at a reveal, each head's direct logit attribution, activation "
+        "patching beside attribution patching, and the automaton the head's states form.",
+    ),
     "beliefs.py": (
         "Beliefs",
         "Probabilistic traces: the exact posterior at every printed value next to each probabilistic "

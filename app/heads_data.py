@@ -2,8 +2,9 @@
 them, each kept in memory and on disk (app/disk_cache.py), with a progress bar naming each step.
 
 A head change only slices what is already measured; a new checkpoint, trace count or seed measures
-the open section again: one capture of the held-out traces (beta, k, S_t, residual stream), then
-that section's reports. Only that section: the probes, the slowest, wait for their own tab.
+the open section again: one capture of the held-out traces (only what its steps read: beta and k
+for the transitions, S_t and the residual stream for the subspace and probes), then that section's
+reports. Only that section: the probes, the slowest, wait for their own tab.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ STEPS = {  # what each step measures, as the progress bar names it
     "probes": "linear probes of the residual stream and of every head's state",
     "resid_probes": "linear probes of the residual stream",
 }
+# what each step's capture holds: the transitions' steps skip S_t and the residual stream (the
+# bulk of a capture), so a seed change on the first tab runs the model for beta and k only
+STEP_NAMES = {"eigenvalues": ("beta", "k"), "products": ("beta", "k"), "products_readout": ("beta", "k")}
+FULL_NAMES = ("beta", "k", "state", "resid")
 MEMORY_ENTRIES = 48  # reports kept in memory (a few MB each at most)
 
 
@@ -97,12 +102,15 @@ def measure(checkpoint: Checkpoint, n_traces: int, seed: int, steps: Sequence[st
             out[step] = memory["reports"][(path, n_traces, seed, step)]
     if not todo:
         return out
-    bar = _Bar(checkpoint.path.name, len(todo) + ((path, n_traces, seed) not in memory["captures"]))
+    delta_rule = is_delta_rule(checkpoint.arch)
+    names_of = {s: STEP_NAMES.get(s, FULL_NAMES) if delta_rule else ("resid",) for s in todo}
+    captures = {names_of[s] for s in todo if _held_capture(path, n_traces, seed, names_of[s]) is None}
+    bar = _Bar(checkpoint.path.name, len(todo) + len(captures))
     try:
         for step in todo:
 
             def compute(step=step):
-                cap = held_out_capture(checkpoint, n_traces, seed, bar.step)
+                cap = held_out_capture(checkpoint, n_traces, seed, bar.step, names_of[step])
                 bar.step(STEPS[step])
                 return _report(step, cap, seed)
 
@@ -114,26 +122,45 @@ def measure(checkpoint: Checkpoint, n_traces: int, seed: int, steps: Sequence[st
     return out
 
 
-def held_out_capture(checkpoint: Checkpoint, n_traces: int, seed: int, announce: Callable[[str], None] | None = None):
-    """The capture every report reads (kept in memory for the last two batches)."""
-    memory, key = _memory(), (str(checkpoint.path), n_traces, seed)
-    if key in memory["captures"]:
-        return memory["captures"][key]
+def _held_capture(path: str, n_traces: int, seed: int, names: tuple[str, ...]):
+    """A capture in memory of this batch holding at least `names`, else None."""
+    for (p, n, s, held), cap in list(_memory()["captures"].items()):
+        if (p, n, s) == (path, n_traces, seed) and set(names) <= set(held):
+            return cap
+    return None
+
+
+def held_out_capture(
+    checkpoint: Checkpoint,
+    n_traces: int,
+    seed: int,
+    announce: Callable[[str], None] | None = None,
+    names: tuple[str, ...] | None = None,
+):
+    """The capture the reports read, with `names` (default: everything any report reads); the last
+    three are kept in memory."""
+    if names is None:
+        names = FULL_NAMES if is_delta_rule(checkpoint.arch) else ("resid",)
+    path = str(checkpoint.path)
+    found = _held_capture(path, n_traces, seed, names)
+    if found is not None:
+        return found
     if announce is not None:
         announce(f"running the model on {n_traces} held-out traces")
-    names = ("beta", "k", "state", "resid") if is_delta_rule(checkpoint.arch) else ("resid",)
+    key = (path, n_traces, seed, tuple(names))
     batch = checkpoint.batch(n_traces, seed=seed)
     with model_lock(str(checkpoint.path)):
         cap = capture(checkpoint.model, batch, names=names)
+    memory = _memory()
     with memory["lock"]:
-        return _remember(memory["captures"], key, cap, 2)
+        return _remember(memory["captures"], key, cap, 3)
 
 
 def head_points(checkpoint: Checkpoint, n_traces: int, seed: int, layer: int, head: int, variable: int):
     """probes.subspace.state_points of one head (first two PCs of vec(S_t), coloured by a variable)."""
     memory, key = _memory(), (str(checkpoint.path), n_traces, seed, "points", layer, head, variable)
     if key not in memory["reports"]:
-        cap = held_out_capture(checkpoint, n_traces, seed)
+        cap = held_out_capture(checkpoint, n_traces, seed, names=("state",))
         points = state_points(cap, layer, head, variable)
         with memory["lock"]:
             _remember(memory["reports"], key, points, MEMORY_ENTRIES)

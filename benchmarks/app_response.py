@@ -1,6 +1,7 @@
 """How fast each dashboard page answers its main control, once its model is loaded (target < 3 s).
 
-Run: python3 benchmarks/app_response.py   (Streamlit's AppTest, the shipped checkpoints; a minute or two)
+Run: python3 benchmarks/app_response.py   (Streamlit's AppTest, the shipped checkpoints; a minute or two;
+  benchmarks/app_response_browser.py measures the same in Chromium on a fresh server)
 Prints one JSON object: per page, the control changed, the first render (model loading and caches
 included) and the median of three later changes of the control.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 HOME = str(Path(__file__).resolve().parents[1] / "app" / "Home.py")
+PAPER = "s3-deltanet-neg-statement"  # controls after a checkpoint picker have a key per checkpoint (app/common.py)
 
 # page -> (control, values to set in turn); each value set is one "control change"
 CONTROLS = {
@@ -25,9 +27,9 @@ CONTROLS = {
         "card",
         ["s5-deltanet-neg-statement", "s3-lstm-statement-prob", "s3-deltanet-pos-statement"],
     ),
-    "views/trace_explorer.py": ("number_input", "trace-seed", [1, 2, 3]),
-    "views/heads.py": ("selectbox", "heads-head", [(1, 0), (0, 1), (1, 2)]),
-    "views/interventions.py": ("multiselect", "iv-heads", [[(1, 0)], [(0, 2)], [(0, 3), (1, 1)]]),
+    "views/trace_explorer.py": ("number_input", f"trace-seed@{PAPER}", [1, 2, 3]),
+    "views/heads.py": ("selectbox", f"heads-head@{PAPER}", [(1, 0), (0, 1), (1, 2)]),
+    "views/interventions.py": ("multiselect", f"iv-heads@{PAPER}", [[(1, 0)], [(0, 2)], [(0, 3), (1, 1)]]),
     "views/beliefs.py": ("number_input", "belief-seed", [4, 5, 6]),
 }
 

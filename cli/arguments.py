@@ -47,6 +47,15 @@ ACTIONS = whole(1, 100_000)  # actions per trace
 PROBABILITY = real(0.0, 1.0)
 
 
+def add_dtype(parser) -> None:
+    """`--dtype fp32|bf16`: the weights' dtype for this command (the recurrence and its state stay fp32)."""
+    parser.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16"),
+        help="bf16: matmuls in bf16, the recurrence and its state in fp32; fp32 (default: as saved)",
+    )
+
+
 def add_reveal_schedule(parser, default_spacing: int) -> None:
     """--spacing K | --reveal-prob P | --no-reveals: when a trace prints (trace and ptrace)."""
     schedule = parser.add_mutually_exclusive_group()

@@ -18,7 +18,9 @@ def register(subparsers) -> None:
         "of revealed values predicted right) and trace_accuracy (fraction of traces with every reveal right); "
         "across several lengths the headline is the lowest.",
     )
-    parser.add_argument("checkpoint", help="checkpoint directory (model.safetensors + config.json)")
+    parser.add_argument(
+        "checkpoint", help="checkpoint directory (model.safetensors + config.json), or a Hub id org/name[@revision]"
+    )
     parser.add_argument(
         "--lengths", type=arguments.ACTIONS, nargs="+", help="actions per trace (default: 1x, 2x, 4x training)"
     )
@@ -31,12 +33,36 @@ def register(subparsers) -> None:
         "--seed", type=arguments.SEED, help="evaluation seed (default 0; eval split: never a training trace)"
     )
     parser.add_argument("--traces", help="score code-format REPL traces from FILE, separated by blank lines")
+    text = parser.add_argument_group(
+        "a model with its own tokenizer (tokenizer.json / tokenizer.model)",
+        "scored by reveal, by actions since the variable was last shown, beside chance and the last "
+        "revealed value; traces default to the checkpoint's task, else S3 swaps, 12 actions, spacing 2",
+    )
+    text.add_argument("--group", help="permutation group of the traces, e.g. S3, S5, A4")
+    text.add_argument("--action-set", help="swaps | cycles | full | generators")
+    text.add_argument("--examples", type=arguments.whole(0, 64), help="solved example traces before each query")
+    text.add_argument("--names", help="variable names: letters | words | long_names | a comma-separated list")
+    text.add_argument("--values", help="value words: digits | words | colors | a comma-separated list")
+    arguments.add_dtype(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
     from deltalens.training.evaluate import evaluate_checkpoint, evaluate_text_file
+    from deltalens.training.opened import open_checkpoint
+
+    if not args.traces:
+        opened = open_checkpoint(args.checkpoint, load_model=False)
+        if getattr(opened.tokenizer, "kind", None) == "hf":
+            return run_text(args, opened)
+    text_only = {"--group": args.group, "--action-set": args.action_set, "--examples": args.examples}
+    text_only.update({"--names": args.names, "--values": args.values})
+    given = [flag for flag, value in text_only.items() if value is not None]
+    if given:
+        raise DeltalensError(
+            f"{', '.join(given)} apply to a model with its own tokenizer; this checkpoint reads its own task's traces"
+        )
 
     generation = {
         "--lengths": args.lengths,
@@ -60,6 +86,7 @@ def run(args) -> int:
             seed=0 if args.seed is None else args.seed,
             reveal=args.reveal,
             progress=True,
+            dtype=args.dtype,
         )
     if args.json:
         print(json.dumps(report))
@@ -77,4 +104,57 @@ def run(args) -> int:
     print(f"{'actions':>8} {'reveal acc':>11} {'trace acc':>10}")
     for row in report["lengths"]:
         print(f"{row['actions']:>8} {row['reveal_accuracy']:>11.4f} {row['trace_accuracy']:>10.4f}")
+    return 0
+
+
+def run_text(args, opened) -> int:
+    """A model with its own tokenizer: reveal accuracy by actions since last shown (training/text_eval.py)."""
+    import dataclasses
+
+    from deltalens import models
+    from deltalens.tasks.text_traces import TextFormat
+    from deltalens.tasks.traces import TraceSpec
+    from deltalens.training.text_eval import evaluate_since_reveal
+
+    if args.lengths and len(args.lengths) > 1:
+        raise DeltalensError("a model with its own tokenizer is scored at one length; give one --lengths value")
+    spec = opened.spec
+    changes = {
+        "group": args.group,
+        "action_set": args.action_set,
+        "actions": args.lengths[0] if args.lengths else None,
+        "spacing": args.spacing,
+        "reveal": args.reveal,
+    }
+    spec = TraceSpec(**{**spec.to_dict(), **{k: v for k, v in changes.items() if v is not None}})
+    base = opened.tokenizer.text_format
+    fmt = TextFormat(
+        names=args.names if args.names is not None else base.names,
+        values=args.values if args.values is not None else base.values,
+        examples=args.examples if args.examples is not None else base.examples,
+    )
+    tokenizer = opened.tokenizer.with_format(fmt)
+    model = models.load(opened.path)
+    report = evaluate_since_reveal(
+        model,
+        tokenizer,
+        spec,
+        n_traces=64 if args.n_traces is None else args.n_traces,
+        seed=0 if args.seed is None else args.seed,
+        progress=True,
+    )
+    if args.json:
+        print(json.dumps({"checkpoint": args.checkpoint, "path": str(opened.path), **dataclasses.asdict(report)}))
+        return 0
+    print(f"{args.checkpoint}  ({spec.describe()}; {report.tokens_per_reveal:.2f} tokens per revealed value)")
+    print(
+        f"reveal accuracy {report.reveal_accuracy:.4f} (mean p {report.mean_p:.3f}) on {report.n_reveals} reveals; "
+        f"last-revealed-value baseline {report.last_value_baseline:.4f}; chance {report.chance:.4f}"
+    )
+    print(f"{'since':>6} {'count':>6} {'accuracy':>9} {'mean p':>7} {'last value':>11} {'chance':>7}")
+    for row in report.rows:
+        print(
+            f"{row['actions_since']!s:>6} {row['count']:>6} {row['accuracy']:>9.4f} {row['mean_p']:>7.3f} "
+            f"{row['last_value_baseline']:>11.4f} {row['chance']:>7.4f}"
+        )
     return 0

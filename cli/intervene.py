@@ -8,6 +8,7 @@
     deltalens intervene CKPT --layer L --head H --beta-range 0 1 --factor J   one DeltaProduct factor
     deltalens intervene CKPT --sweep beta-range --factor J   factor J of every head in turn
     deltalens intervene CKPT --layer L --head H --gate-range 1 1              no forgetting (gated models)
+    deltalens intervene CKPT --patch-grid [--site z|beta|state] [--json]      activation patching, layers x heads
 
 `--json` prints {"baseline": accuracy, "heads": [{"layer", "head", "accuracy", ...}, ...]} for a
 sweep and {"baseline", "accuracy", "layer", "head", "intervention", ...} for one head.
@@ -32,6 +33,12 @@ def register(subparsers) -> None:
     )
     parser.add_argument("checkpoint", help="checkpoint directory (model.safetensors + config.json)")
     parser.add_argument("--sweep", choices=INTERVENTIONS, help="apply this intervention to every head in turn")
+    parser.add_argument(
+        "--patch-grid",
+        action="store_true",
+        help="activation patching: each head's hook_<site> from clean traces into their value-relabelled twins, "
+        "the fraction of the clean answer's logit difference restored (layers x heads)",
+    )
     parser.add_argument("--layer", type=arguments.whole(0), help="layer of the head to intervene on")
     parser.add_argument("--head", type=arguments.whole(0), help="head to intervene on")
     what = parser.add_mutually_exclusive_group()
@@ -42,6 +49,12 @@ def register(subparsers) -> None:
         nargs=2,
         metavar=("LO", "HI"),
         help="map the head's beta range onto [LO, HI] (default intervention: 0 1)",
+    )
+    what.add_argument(
+        "--beta-clip",
+        type=arguments.real(),
+        metavar="HI",
+        help="set the head's beta to min(beta, HI): with 1, only its negative eigenvalues go",
     )
     what.add_argument("--ablate", choices=("zero", "mean"), help="ablate the head (see --site)")
     what.add_argument(
@@ -59,15 +72,17 @@ def register(subparsers) -> None:
     )
     parser.add_argument(
         "--site",
-        choices=("z", "state"),
+        choices=("z", "beta", "state"),
         default="z",
-        help="what --ablate replaces: the head's read-out z (default) or its state S_t",
+        help="what --ablate replaces (z or state) or --patch-grid patches (z, beta or state): the head's read-out z "
+        "(default), its write strength beta or its state S_t",
     )
     parser.add_argument("--n-traces", type=arguments.COUNT, default=128, help="held-out traces (default 128)")
     parser.add_argument("--seed", type=arguments.SEED, default=0, help="evaluation seed (eval split)")
     parser.add_argument(
         "--actions", type=arguments.ACTIONS, help="actions per trace (default: the checkpoint's eval length)"
     )
+    arguments.add_dtype(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -75,19 +90,29 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from deltalens.training.opened import open_checkpoint
 
-    single = any(x is not None for x in (args.beta_scale, args.beta_range, args.ablate, args.gate_range))
+    single = any(
+        x is not None for x in (args.beta_scale, args.beta_range, args.beta_clip, args.ablate, args.gate_range)
+    )
     if args.factor is not None and (args.sweep not in (None, "beta-range") or args.ablate or args.gate_range):
         raise DeltalensError(
-            "--factor picks the factor whose beta --beta-scale, --beta-range or --sweep beta-range "
+            "--factor picks the factor whose beta --beta-scale, --beta-range, --beta-clip or --sweep beta-range "
             "changes; use it with one of those."
         )
+    if args.patch_grid:
+        if args.sweep or single or args.layer is not None or args.head is not None or args.factor is not None:
+            raise DeltalensError("--patch-grid patches every head in turn; drop --sweep/--layer/--head/--beta-*.")
+        from deltalens.cli import circuit
+
+        return circuit.patch_grid(args, open_checkpoint(args.checkpoint, dtype=args.dtype))
+    if args.site == "beta" and args.ablate:
+        raise DeltalensError("--ablate replaces the head's z or state; --site beta is for --patch-grid.")
     if args.sweep and (single or args.layer is not None or args.head is not None):
         raise DeltalensError("--sweep applies its intervention to every head; drop --layer/--head/--beta-*/--ablate.")
     if not args.sweep and (args.layer is None or args.head is None):
         raise DeltalensError("say which head: --layer L --head H (or --sweep beta-range for every head).")
     if args.n_traces < 1:
         raise DeltalensError("--n-traces must be at least 1.")
-    checkpoint = open_checkpoint(args.checkpoint)
+    checkpoint = open_checkpoint(args.checkpoint, dtype=args.dtype)
     batch = checkpoint.batch(args.n_traces, seed=args.seed, actions=args.actions)
     if args.sweep:
         return _sweep(args, checkpoint.model, batch)
@@ -112,7 +137,7 @@ def _sweep(args, model, batch) -> int:
 
 
 def _single(args, model, batch) -> int:
-    from deltalens.interp.interventions import ablate_head, clamp_gate, rescale_beta, reveal_accuracy
+    from deltalens.interp.interventions import ablate_head, clamp_gate, clip_beta, rescale_beta, reveal_accuracy
 
     if args.ablate:
         iv = ablate_head(
@@ -125,6 +150,8 @@ def _single(args, model, batch) -> int:
         )
     elif args.gate_range is not None:
         iv = clamp_gate(model, args.layer, args.head, *args.gate_range)
+    elif args.beta_clip is not None:
+        iv = clip_beta(model, args.layer, args.head, hi=args.beta_clip, factor=args.factor)
     elif args.beta_scale is not None:
         iv = rescale_beta(model, args.layer, args.head, scale=args.beta_scale, factor=args.factor)
     else:

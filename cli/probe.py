@@ -1,5 +1,8 @@
 """`deltalens probe CKPT [--json] [--n-traces N]`: eigenvalues, state subspaces and linear probes per head.
 
+    deltalens probe CKPT --attribution [--json]                     DLA and attribution patching per head
+    deltalens probe CKPT --automaton --layer L --head H [--json]    the head's automaton vs the Cayley graph
+
 The measurements are probes/summary.py's `probe_summary` (the same report as data, for notebooks
 and the app); this module parses and prints.
 """
@@ -37,6 +40,27 @@ def register(subparsers) -> None:
         "token kind (init, action, print, reveal, other)",
     )
     parser.add_argument("--no-probes", action="store_true", help="skip the linear probes (faster)")
+    circuit = parser.add_mutually_exclusive_group()
+    circuit.add_argument(
+        "--attribution",
+        action="store_true",
+        help="instead: each head's direct logit attribution and its attribution-patching estimate (z, beta, "
+        "state) on clean / value-relabelled trace pairs, ranked",
+    )
+    circuit.add_argument(
+        "--automaton",
+        action="store_true",
+        help="instead: cluster one head's states (--layer, --head) into an automaton and compare it with the "
+        "group's Cayley graph",
+    )
+    parser.add_argument("--layer", type=arguments.whole(0), help="with --automaton: the head's layer")
+    parser.add_argument("--head", type=arguments.whole(0), help="with --automaton: the head")
+    parser.add_argument(
+        "--delay",
+        type=arguments.whole(0, 8),
+        help="with --automaton: tokens after each action at which to read its state (default: chosen, 0-3)",
+    )
+    arguments.add_dtype(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -49,7 +73,13 @@ def run(args) -> int:
 
     if args.n_traces < 2:
         raise DeltalensError("--n-traces must be at least 2 (probes hold out whole traces).")
-    checkpoint = open_checkpoint(args.checkpoint)
+    if not args.automaton and (args.layer is not None or args.head is not None or args.delay is not None):
+        raise DeltalensError("--layer, --head and --delay pick the head for --automaton; add --automaton.")
+    checkpoint = open_checkpoint(args.checkpoint, dtype=args.dtype)
+    if args.attribution or args.automaton:
+        from deltalens.cli import circuit
+
+        return (circuit.attribution if args.attribution else circuit.automaton)(args, checkpoint)
     batch = checkpoint.batch(args.n_traces, seed=args.seed, actions=args.actions)
     with torch.no_grad():
         summary = probe_summary(

@@ -2,10 +2,12 @@
 
     deltalens reproduce [--sweep sweep/paper.toml] [--results results/sweep] [--out results]
                         [--runs runs/sweep] [--only CELL_GLOB ...] [--no-train] [--steps N] [--lanes N]
+                        [--executor slurm [--partition P --time T ...]] [--status] [--cancel]
 
 Finished runs are read from their result files (results_dir/<cell>.json and results_dir/search/,
 the durable record); the learning-rate search runs first (its choices configure the cells), then
-every other cell is trained, evaluated and recorded (training/grid.py), `--lanes` at a time. Then
+every other cell is trained, evaluated and recorded (training/grid.py), `--lanes` at a time, or
+each as a Slurm job with `--executor slurm` (cli/reproduce_slurm.py). Then
 reports/reproduce.py writes OUT/reproduce.md: the search, a table per setting with the spread over
 seeds, the paper's claims judged from it, wall times, and the figures.
 """
@@ -16,7 +18,7 @@ import fnmatch
 import sys
 from pathlib import Path
 
-from deltalens.cli import arguments
+from deltalens.cli import arguments, reproduce_slurm
 from deltalens.core.errors import DeltalensError
 
 
@@ -66,6 +68,7 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--no-pfsa", action="store_true", help="leave out the PFSA-SR section (belief decay and KL)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    reproduce_slurm.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -79,15 +82,15 @@ def run(args) -> int:
         read_search,
         search_runs,
         select_cells,
-        train_missing,
         with_choices,
         with_steps,
     )
 
+    reproduce_slurm.check_combination(args)
     sweep = load_sweep(args.sweep)
     if args.steps is not None:
         sweep = with_steps(sweep, args.steps)
-    progress, lanes, total = not args.no_progress, args.lanes, SweepOutcome()
+    progress, total, train_missing = not args.no_progress, SweepOutcome(), reproduce_slurm.trainer(args)
     names = [r.name for r in search_runs(sweep)] + [c.name for c in sweep.cells]
     if args.only and not any(fnmatch.fnmatchcase(n, g) for n in names for g in args.only):
         raise DeltalensError(
@@ -95,9 +98,11 @@ def run(args) -> int:
         )
     # the search first: its choices are part of every cell's config
     searches = read_search(sweep, args.results)
+    if args.status or args.cancel:
+        return reproduce_slurm.status_or_cancel(args, with_choices(sweep, choose_lrs(sweep, searches)))
     todo = select_cells(searches, args.only, args.sweep, require_match=False)
     if todo and not args.no_train:
-        _add(total, train_missing(sweep, todo, args.runs, args.results, progress=progress, lanes=lanes))
+        _add(total, train_missing(sweep, todo, args.runs, args.results, progress))
         searches = read_search(sweep, args.results)
     sweep = with_choices(sweep, choose_lrs(sweep, searches))
     statuses = read_results(sweep, args.results)
@@ -119,7 +124,7 @@ def run(args) -> int:
             status.reason = f"{status.reason} (--no-train)"
         todo = []
     if not total.interrupted:
-        _add(total, train_missing(sweep, todo, args.runs, args.results, progress=progress, lanes=lanes))
+        _add(total, train_missing(sweep, todo, args.runs, args.results, progress))
     report = write_report(
         sweep, statuses, Path(args.out), None if args.no_pfsa else Path(args.checkpoints), searches=searches
     )

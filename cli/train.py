@@ -25,6 +25,12 @@ def register(subparsers) -> None:
         action="store_true",
         help="let --export overwrite an existing checkpoint folder (e.g. a shipped one)",
     )
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        help="training precision (run.precision; default fp32): bf16 autocasts the matmuls, the recurrence "
+        "and the weights stay fp32 (on CUDA: fla's chunk kernels)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--json", action="store_true", help="print the final result as one JSON object")
     parser.set_defaults(func=run)
@@ -35,18 +41,19 @@ def run(args) -> int:
     from deltalens.training.export import check_export_target, export_run
     from deltalens.training.loop import train
 
-    config = load_config(args.config, args.overrides)
+    overrides = [*args.overrides, *([f"run.precision={args.precision}"] if args.precision else [])]
+    config = load_config(args.config, overrides)
     if args.export:  # before training, not after it
         check_export_target(args.export, args.replace)
     result = train(config, args.out, resume=args.resume, progress=not args.no_progress)
     final = result.history[-1]
     if args.export:
         command = " ".join(
-            ["deltalens train", args.config, *args.overrides, "--out", args.out, "--export", args.export]
+            ["deltalens train", args.config, *overrides, "--out", args.out, "--export", args.export]
             + (["--replace"] if args.replace else [])
         )
         # the shipped train.toml is the config as run, overrides applied, so it retrains alone
-        text = Path(args.config).read_text() if not args.overrides else dump_toml(config)
+        text = Path(args.config).read_text() if not overrides else dump_toml(config)
         report = export_run(args.out, args.export, text, command, replace=args.replace)
         final = {**final, "exported": args.export, "eval": report["lengths"]}
     if args.json:

@@ -57,6 +57,7 @@ _API = {
     ),
     **dict.fromkeys(("patch_heads", "path_patch", "PatchGrid", "patch_grid_figure"), "deltalens.interp.patching"),
     **dict.fromkeys(("trace_pair", "reveal_metric", "relabel_values"), "deltalens.interp.trace_pairs"),
+    **dict.fromkeys(("head_attribution", "HeadAttribution", "patch_grid"), "deltalens.interp.circuit"),
     **dict.fromkeys(
         ("attribution_patching", "AttributionResult", "attribution_of_intervention"),
         "deltalens.interp.attribution_patching",
@@ -96,6 +97,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for static tools (Pyright, jedi, I
         attribution_patching,
     )
     from deltalens.interp.capture import Capture, capture
+    from deltalens.interp.circuit import HeadAttribution, head_attribution, patch_grid
     from deltalens.interp.effective_attention import (
         effective_attention,
         effective_attention_figure,

@@ -9,4 +9,5 @@ logit_attribution.py   direct logit attribution per head (and factor) through th
 trace_pairs.py         clean / corrupted trace pairs (values relabelled) and their logit-difference metric
 patching.py            activation patching over layers x heads (x positions), path patching
 attribution_patching.py  gradient x difference estimates of every patch from one forward and backward
+circuit.py             one table of heads: direct logit attribution beside attribution patching; the patching grid
 """

@@ -175,7 +175,10 @@ def attribution_patching(
         store = {name for name in store if name in model.hook_dict}  # hook_gate only where the state decays
 
         def grab(act, hook, key):  # keyed by the name asked for (a Transformer's hook_z is an alias)
-            acts[key] = act
+            # returned, so the run goes on from this very tensor: TransformerLens's bridge only uses a hook's
+            # tensor downstream when the hook returns one, and the gradient w.r.t. the unreturned input is None
+            acts[key] = act.clone()
+            return acts[key]
 
         def keep_detached(act, hook, key):
             acts[key] = act.detach()

@@ -18,21 +18,33 @@ Paper notation: hook_beta is beta_t (B, T, H); hook_k is k_t after L2 norm (B, T
 hook_state is S_t (B, T, H, d_k, d_v) in fla's [K, V] layout, the state after token t; a DeltaProduct's
 hook_beta and hook_k carry a factor axis (B, T, H, n_h[, d_k]).
 
+At scale (24 layers x 16 heads x a 128 x 128 state is 1 MiB per layer and token) keep less:
+`layers=[11]` keeps one layer's hooks (and the global ones), `kinds=(TokenKind.ACTION,
+TokenKind.REVEAL)` or `positions=` (a (B, T) bool mask) only some tokens. The size is estimated first
+(interp/capture_plan.py: a one-token forward measures each hook's bytes per token); a capture above
+the limit (`max_bytes`, $DELTALENS_MAX_CAPTURE_GB, or half the free memory) is refused in one
+sentence, and below it the batch is streamed a slice of traces at a time (`batch_size`, or as many
+as fit), each hook keeping only the selected rows as it fires. `Capture.nbytes` is what was kept,
+`Capture.estimated_bytes` what the plan said.
+
 Batches of held-out traces for a checkpoint come from training/opened.py (`open_checkpoint(path)
 .batch(n)`), or from any `tasks.dataset.make_batch`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Union
 
 import pandas as pd
 import torch
+from transformer_lens import HookedRootModule
 
-from deltalens.core.display import Summary
+from deltalens.core.display import Summary, progress
 from deltalens.core.errors import DeltalensError
+from deltalens.interp.capture_plan import LABEL_BYTES, CapturePlan, plan_capture, query_axis_names, row_bytes
 from deltalens.models.architecture import (
     ARTICLE,
     architecture_of,
@@ -56,6 +68,7 @@ _HEADED = {
     "lstm": (),
 }
 KIND_NAMES = {int(kind): kind.name.lower() for kind in TokenKind}
+_LAYER = re.compile(r"^blocks\.(\d+)\.")
 LABELS = ("trace", "position", "token", "kind", "action_pos", "perm_id", "answer", "reveal_var", "state_step")
 
 Names = Union[str, Sequence[str], Callable[[str], bool], None]
@@ -90,7 +103,9 @@ def expand_names(model, names: Iterable[str]) -> list[str]:
                     f"{ARTICLE.get(arch, arch)} without a decay gate has no hook_gate (DeltaNet, or "
                     "a DeltaProduct built with use_forget_gate=False)."
                 )
-            out += [f"blocks.{layer}.attn.hook_{name}" for layer in range(n_layers_of(model))]
+            # a hybrid's softmax-attention layers have q, k, v, z but no beta, gate or state
+            layers = getattr(model, "delta_layers", None) if name in DELTA_RULE_ONLY else None
+            out += [f"blocks.{layer}.attn.hook_{name}" for layer in (layers or range(n_layers_of(model)))]
         else:
             if not is_delta_rule(arch) and any(name.endswith(f"hook_{x}") for x in DELTA_RULE_ONLY):
                 require_delta_rule(model, name)
@@ -117,6 +132,16 @@ class Capture(Summary):
     n_heads: int
     lengths: torch.Tensor  # (B,) real tokens per trace
     logits: torch.Tensor | None = None  # (N, vocab) when asked for
+    estimated_bytes: int | None = None  # what the plan said the kept rows would take (capture_plan.py)
+    slices: int = 1  # forwards the batch was streamed through
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the capture holds: activations, labels, states and logits."""
+        tensors = [*self.acts.values(), *self.labels.values(), self.states]
+        if self.logits is not None:
+            tensors.append(self.logits)
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     def __len__(self) -> int:
         return int(self.states.shape[0])
@@ -185,43 +210,69 @@ def capture(
     names: Names = ("resid",),
     with_logits: bool = False,
     hooks: Sequence[tuple[str, Callable]] = (),
+    *,
+    layers: Sequence[int] | None = None,
+    kinds: int | Sequence[int] | None = None,
+    positions: torch.Tensor | None = None,
+    batch_size: int | None = None,
+    max_bytes: int | None = None,
 ) -> Capture:
-    """Run `model` on `batch["tokens"]` and keep the named activations at every real token.
+    """Run `model` on `batch["tokens"]` and keep the named activations at the selected real tokens.
 
     names: shorthands or hook names (see the module docstring), or a callable filter on hook names.
     hooks: forward hooks active during the run (e.g. an intervention), so the capture shows the
         edited model. Activations are moved to the CPU as float32.
+    layers: keep only hooks of these layers (blocks.{l}.*; hook_embed and ln_final stay).
+    kinds: keep only tokens of these TokenKind(s), e.g. (TokenKind.ACTION, TokenKind.REVEAL).
+    positions: (B, T) bool, keep only these tokens (combined with kinds; padding is never kept).
+    batch_size: traces run at once (None: as many as fit, see interp/capture_plan.py).
+    max_bytes: the capture's memory limit (None: $DELTALENS_MAX_CAPTURE_GB or half the free memory);
+        the size is estimated first and a capture above it refused in one sentence.
     """
     arch = architecture_of(model)
     if isinstance(names, str):
         names = [names]
     wanted = None if callable(names) else expand_names(model, names or [])
-    names_filter = names if callable(names) else (lambda name: name in wanted)
+    layers = None if layers is None else _checked_layers(layers, model)
+    if wanted is not None and layers is not None:
+        wanted = [name for name in wanted if _in_layers(name, layers)]
+    base_filter = names if callable(names) else (lambda name: name in wanted)
+    names_filter = base_filter if layers is None else (lambda n: base_filter(n) and _in_layers(n, layers))
     tokens = batch["tokens"]
     lengths = batch.get("lengths")
     if lengths is None:
         lengths = (tokens != 0).sum(1)
-    device = next(model.parameters()).device
+    B, T = tokens.shape
+    keep = _kept(batch, lengths, kinds, positions)  # (B, T) bool
+    trace, position = keep.nonzero(as_tuple=True)
+
     was_training = model.training
     model.eval()
     try:
-        with model.hooks(fwd_hooks=list(hooks)):
-            logits, cache = model.run_with_cache(tokens.to(device), names_filter=names_filter)
+        sizes = row_bytes(model, tokens, names_filter, T, names=wanted)
+        if wanted is not None:
+            missing = [name for name in wanted if name not in sizes]
+            if missing:
+                raise DeltalensError(
+                    f"{ARTICLE.get(arch, arch)} has no hook named {', '.join(map(repr, missing))}; "
+                    f"list its hooks with model.hook_dict (or use shorthands such as 'resid', 'beta')."
+                )
+            sizes = {name: sizes[name] for name in wanted}
+        vocab = _vocab_of(model)
+        n_vars = batch["states"].shape[-1] if "states" in batch else 0
+        plan = plan_capture(
+            rows=len(trace),
+            row_sizes=sizes,
+            n_traces=B,
+            T=T,
+            extra_row_bytes=LABEL_BYTES + 8 * n_vars + (4 * vocab if with_logits else 0),
+            slice_extra_per_token=4 * vocab,
+            slice_traces=batch_size,
+            max_bytes=max_bytes,
+        )
+        acts, logits = _streamed(model, tokens, lengths, keep, list(sizes), hooks, with_logits, plan)
     finally:
         model.train(was_training)
-    cache = dict(cache.items()) if hasattr(cache, "items") else dict(cache)
-    if wanted is not None:
-        missing = [name for name in wanted if name not in cache]
-        if missing:
-            raise DeltalensError(
-                f"{ARTICLE.get(arch, arch)} has no hook named {', '.join(map(repr, missing))}; "
-                f"list its hooks with model.hook_dict (or use shorthands such as 'resid', 'beta')."
-            )
-        cache = {name: cache[name] for name in wanted}
-    B, T = tokens.shape
-    real = torch.arange(T)[None, :] < lengths.cpu()[:, None]  # (B, T)
-    trace, position = real.nonzero(as_tuple=True)
-    acts = {name: value.detach().float().cpu()[trace, position] for name, value in cache.items()}
     labels = {"trace": trace, "position": position, "token": tokens.cpu()[trace, position]}
     for key, source in (
         ("kind", "kinds"),
@@ -245,8 +296,105 @@ def capture(
         n_layers=n_layers_of(model),
         n_heads=n_heads_of(model),
         lengths=lengths.cpu(),
-        logits=logits.detach().float().cpu()[trace, position] if with_logits else None,
+        logits=logits,
+        estimated_bytes=plan.result_bytes,
+        slices=plan.slices,
     )
+
+
+def _checked_layers(layers: Sequence[int], model) -> set[int]:
+    n = n_layers_of(model)
+    if isinstance(layers, int):
+        layers = [layers]
+    out = set()
+    for layer in layers:
+        if isinstance(layer, bool) or not isinstance(layer, int) or not -n <= layer < n:
+            raise DeltalensError(f"layers must be layer indices of this {n}-layer model, got {layer!r}")
+        out.add(layer % n)
+    return out
+
+
+def _in_layers(name: str, layers: set[int]) -> bool:
+    """True unless `name` is a per-layer hook (blocks.{l}.*) of a layer not in `layers`."""
+    match = _LAYER.match(name)
+    return match is None or int(match.group(1)) in layers
+
+
+def _kept(batch, lengths: torch.Tensor, kinds, positions) -> torch.Tensor:
+    """(B, T) bool: the real tokens the kind and position filters keep."""
+    tokens = batch["tokens"]
+    B, T = tokens.shape
+    keep = torch.arange(T)[None, :] < lengths.cpu()[:, None]
+    if kinds is not None:
+        if "kinds" not in batch:
+            raise DeltalensError("kinds= needs a batch with token kinds (tasks.dataset.make_batch gives them)")
+        wanted = [int(kinds)] if isinstance(kinds, (int, TokenKind)) else [int(k) for k in kinds]
+        keep &= torch.isin(batch["kinds"].cpu(), torch.tensor(wanted))
+    if positions is not None:
+        positions = torch.as_tensor(positions).cpu()
+        if positions.dtype != torch.bool or tuple(positions.shape) != (B, T):
+            raise DeltalensError(
+                f"positions must be a bool tensor shaped like the tokens {(B, T)}, got "
+                f"{positions.dtype} {tuple(positions.shape)}"
+            )
+        keep &= positions
+    return keep
+
+
+def _vocab_of(model) -> int:
+    cfg = getattr(model, "cfg", None)
+    return int(getattr(cfg, "d_vocab_out", None) or getattr(cfg, "d_vocab", 0) or 0)
+
+
+def _rows(tensor: torch.Tensor, name: str, t: torch.Tensor, p: torch.Tensor, T: int) -> torch.Tensor:
+    """The kept rows of a hook tensor (b, T_b, ...) as float32 on the CPU; a pattern's key axis padded to T."""
+    if query_axis_names(name):  # (b, H, T_q, T_k) -> (n, H, T)
+        rows = tensor.transpose(1, 2)[t, p]
+        return torch.nn.functional.pad(rows.detach().float(), (0, T - rows.shape[-1])).cpu()
+    return tensor[t, p].detach().float().cpu()
+
+
+def _streamed(model, tokens, lengths, keep, names, hooks, with_logits, plan: CapturePlan):
+    """Run the batch a slice of traces at a time, keeping only the selected rows of each hook."""
+    B, T = tokens.shape
+    device = next(model.parameters()).device
+    kept: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+    logits_kept: list[torch.Tensor] = []
+    own_hooks = isinstance(model, HookedRootModule)  # deltalens's models: gather inside the hooks
+    starts = range(0, B, plan.slice_traces)
+    for start in progress(starts, enabled=len(starts) > 1, desc="capture", total=len(starts)):
+        stop = min(start + plan.slice_traces, B)
+        T_b = int(lengths[start:stop].max()) if stop > start else 0
+        if T_b == 0:
+            continue
+        piece = tokens[start:stop, :T_b].to(device)
+        t, p = keep[start:stop, :T_b].nonzero(as_tuple=True)
+        t_dev, p_dev = t.to(device), p.to(device)
+        if own_hooks:
+
+            def gather(tensor, hook, t=t_dev, p=p_dev):
+                kept[hook.name].append(_rows(tensor, hook.name, t, p, T))
+
+            with model.hooks(fwd_hooks=[*hooks, *((name, gather) for name in names)]):
+                skip_head = not with_logits and is_delta_rule(architecture_of(model))
+                out = model(piece, return_type=None) if skip_head else model(piece)  # None: no LM head
+        else:  # TransformerLens's bridge: its own caching hooks, the slice's cache dropped after it
+            with model.hooks(fwd_hooks=list(hooks)):
+                out, cache = model.run_with_cache(piece, names_filter=lambda n: n in kept)
+            for name in names:
+                kept[name].append(_rows(cache[name], name, t_dev, p_dev, T))
+            del cache
+        if with_logits:
+            logits_kept.append(out[t_dev, p_dev].detach().float().cpu())
+        del out
+    acts = {name: _joined(parts, name, plan) for name, parts in kept.items()}
+    return acts, (torch.cat(logits_kept) if with_logits and logits_kept else None)
+
+
+def _joined(parts: list[torch.Tensor], name: str, plan: CapturePlan) -> torch.Tensor:
+    if parts:
+        return torch.cat(parts)
+    return torch.zeros(0, plan.row_bytes[name] // 4)  # no row kept
 
 
 def delta_rule_capture(source, batch, names) -> Capture:

@@ -155,6 +155,11 @@ def check_factor(model, factor: int | None, layer: int = 0) -> int:
     """Raise unless `factor` (None = every factor) names a Householder factor of the layer; returns the
     layer's number of factors when its beta has a factor axis (DeltaProduct), else 0."""
     mixer = model.blocks[layer].attn
+    if getattr(mixer, "is_softmax_attention", False):
+        raise DeltalensError(
+            f"layer {layer} of this hybrid is softmax attention, which has no beta; "
+            f"pick a delta-rule layer, one of {model.delta_layers}."
+        )
     n_factors = mixer.n_factors if getattr(mixer, "factor_axis", False) else 0
     if factor is not None and (
         isinstance(factor, bool) or not isinstance(factor, int) or not 0 <= factor < (n_factors or 1)

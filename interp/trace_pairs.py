@@ -53,13 +53,21 @@ def relabel_values(batch: dict[str, torch.Tensor], tokenizer, group: str, action
     return corrupt
 
 
-def trace_pair(model, n_traces: int = 16, seed: int = 0, shift: int = 1) -> tuple[dict, dict]:
-    """(clean, corrupt) batches of a checkpoint's held-out traces (model.checkpoint), corrupt = relabelled."""
-    checkpoint = getattr(model, "checkpoint", None)
+def trace_pair(
+    model, n_traces: int = 16, seed: int = 0, shift: int = 1, actions: int | None = None, checkpoint=None
+) -> tuple[dict, dict]:
+    """(clean, corrupt) batches of a checkpoint's held-out traces (model.checkpoint, or `checkpoint`: an
+    opened Checkpoint), corrupt = relabelled; actions: per trace (default the checkpoint's eval length)."""
+    checkpoint = checkpoint if checkpoint is not None else getattr(model, "checkpoint", None)
     if checkpoint is None:
         raise DeltalensError("this model has no checkpoint (and so no task); build the clean/corrupt batches yourself.")
-    clean = checkpoint.batch(n_traces, seed=seed)
     spec = checkpoint.spec
+    if not hasattr(spec, "reveal"):  # a PFSA-SR (probabilistic) task: a trace's values are not a function of it
+        raise DeltalensError(
+            "this checkpoint's task has random actions, so a relabelled twin has no single answer to patch "
+            "towards; use a checkpoint trained on deterministic traces."
+        )
+    clean = checkpoint.batch(n_traces, seed=seed, actions=actions)
     return clean, relabel_values(clean, checkpoint.tokenizer, spec.group, spec.action_set, shift)
 
 

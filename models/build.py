@@ -92,8 +92,8 @@ def weight_bytes(arch: str, **config: Any) -> int:
 
     field = LAYERS_FIELD.get(arch)
     layers = config.get(field) if field else None
-    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 2:
-        return _meta_bytes(torch, arch, config)
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 2 or config.get("attn") is not None:
+        return _meta_bytes(torch, arch, config)  # a hybrid's layers differ: count the whole model
     one, two = (_meta_bytes(torch, arch, {**config, field: n}) for n in (1, 2))
     return one + (layers - 1) * (two - one)
 

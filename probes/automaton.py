@@ -5,8 +5,12 @@ as the actions say: its states, taken after each action, should cluster by the t
 the clusters with the actions' transitions should form the Cayley graph of the group on the actions
 used (vertices: arrangements; an edge g -a-> g.a per action a). `extract_automaton(cap, layer, head)`:
 
-1. states: hook_state of the head (flattened d_k x d_v) at the last token of each action, plus the
-   last initialisation token (the start state), from a Capture of hook_state;
+1. states: hook_state of the head (flattened d_k x d_v) `delay` tokens after the last token of each action,
+   plus the last initialisation token (the start state), from a Capture of hook_state. The delay matters:
+   with a short convolution before k and v a head may apply an action's reflection one token late (the
+   shipped S3 DeltaNet's L0H3 does: its state after action t holds the arrangement after action t - 1,
+   100% linearly decodable, against 33% at delay 0). delay=None picks the delay, 0 .. 3, at which the
+   held-out traces' states are best told apart by their nearest training class mean (`extra["delay"]`);
 2. clusters: k-means for each candidate k on the training traces, k chosen by the silhouette of the
    held-out traces' states (assigned to the nearest training centroid);
 3. transitions: consecutive action positions give (cluster, action) -> next cluster; the table keeps the
@@ -25,6 +29,7 @@ count how often the reveal then prints that cluster's value.
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,6 +77,7 @@ class Automaton(Summary):
             f"Automaton of L{self.layer}H{self.head}: {self.k} clusters -> {self.n_states} states after minimisation, "
             f"{verdict} the Cayley graph ({self.n_arrangements} arrangements, {len(self.actions)} actions); "
             f"{self.agreement:.1%} of transitions agree, determinism {self.determinism:.1%}, purity {self.purity:.1%}"
+            f" (states read {self.extra.get('delay', 0)} token(s) after each action)"
         )
 
     def display_frame(self) -> pd.DataFrame:
@@ -102,6 +108,7 @@ class Automaton(Summary):
             "label": self.extra.get("label"),
             "purity_arrangement": round(self.extra.get("purity_arrangement", float("nan")), 4),
             "purity_product": round(self.extra.get("purity_product", float("nan")), 4),
+            "delay": self.extra.get("delay"),
             "silhouette": {int(k): round(v, 4) for k, v in self.scores.items()},
         }
 
@@ -127,6 +134,32 @@ def _action_rows(cap: Capture) -> list[list[int]]:
         elif last_of_line and kind[i] == TokenKind.ACTION and out[-1]:
             out[-1].append(i)
     return [rows for rows in out if len(rows) > 1]
+
+
+def _delayed(cap: Capture, sequences: list[list[int]], delay: int) -> tuple[list[list[int]], dict[int, int]]:
+    """Each sequence cut where the row `delay` tokens on leaves its trace; label row -> row whose state is read."""
+    trace = cap.labels["trace"]
+    out, read = [], {}
+    for rows in sequences:
+        kept = []
+        for i in rows:
+            j = i + delay
+            if j >= len(trace) or trace[j] != trace[i] or (kept and j <= read[kept[-1]]):
+                break
+            kept.append(i)
+            read[i] = j
+        if len(kept) > 1:
+            out.append(kept)
+    return out, read
+
+
+def _class_mean_accuracy(X: np.ndarray, truth: list, train: list[int], test: list[int]) -> float:
+    """Held-out accuracy of the nearest training class mean: how well the states separate the labels."""
+    classes = sorted(set(truth[i] for i in train))
+    means = np.stack([X[[i for i in train if truth[i] == c]].mean(0) for c in classes])
+    scale = X[train].std(0) + 1e-12  # per-feature scale, so one large coordinate does not decide alone
+    d = (((X[test][:, None, :] - means[None]) / scale) ** 2).sum(-1)
+    return float(np.mean([classes[j] == truth[i] for i, j in zip(test, d.argmin(1))]))
 
 
 def _permutation_of_actions(cap: Capture, sequences: list[list[int]]) -> dict[int, tuple[int, ...]]:
@@ -213,8 +246,11 @@ def extract_automaton(
     held_out: float = 0.3,
     seed: int = 0,
     label: str = "auto",
+    delay: Optional[int] = None,
 ) -> Automaton:
     """The automaton of one head's states (module docstring). cap: a Capture with "state" (hook_state).
+
+    delay: tokens after an action's last token at which its state is read (None: chosen, 0 .. 3).
 
     label: what a state is compared with. "arrangement": the values the variables hold; "product": the
     permutation applied since the trace's start (the group element: a head that tracks the product of the
@@ -231,19 +267,38 @@ def extract_automaton(
     S = cap[name]
     if not 0 <= head < S.shape[1]:
         raise DeltalensError(f"head {head} is out of range: the layer has {S.shape[1]} heads.")
-    sequences = _action_rows(cap)
-    if not sequences:
+    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= 8):
+        raise DeltalensError(f"delay must be a whole number of tokens from 0 to 8 (or None to choose), got {delay!r}.")
+    all_sequences = _action_rows(cap)
+    if not all_sequences:
         raise DeltalensError("the captured traces have no actions after their initialisation, so no transitions.")
-    X = S[:, head].reshape(len(S), -1).double().numpy()
-    traces = sorted({int(cap.labels["trace"][rows[0]]) for rows in sequences})
+    flat = S[:, head].reshape(len(S), -1).double().numpy()
+    traces = sorted({int(cap.labels["trace"][rows[0]]) for rows in all_sequences})
     rng = np.random.default_rng(seed)
     test_traces = set(rng.choice(traces, size=max(1, int(round(held_out * len(traces)))), replace=False).tolist())
-    train_rows = [i for rows in sequences if int(cap.labels["trace"][rows[0]]) not in test_traces for i in rows]
-    test_rows = [i for rows in sequences if int(cap.labels["trace"][rows[0]]) in test_traces for i in rows]
-    if not train_rows or len(test_rows) < 3:
-        raise DeltalensError("too few traces to hold some out for choosing the number of clusters; capture more.")
     true = cap.states.numpy()
-    arrangement = {i: tuple(int(x) for x in true[i]) for rows in sequences for i in rows}
+    arrangement = {i: tuple(int(x) for x in true[i]) for rows in all_sequences for i in rows}
+
+    def split(sequences):
+        train = [i for rows in sequences if int(cap.labels["trace"][rows[0]]) not in test_traces for i in rows]
+        test = [i for rows in sequences if int(cap.labels["trace"][rows[0]]) in test_traces for i in rows]
+        return train, test
+
+    separation = {}
+    for d in [delay] if delay is not None else range(4):
+        sequences, read = _delayed(cap, all_sequences, d)
+        train_rows, test_rows = split(sequences)
+        if train_rows and len(test_rows) >= 3:
+            X = np.zeros_like(flat)
+            X[list(read)] = flat[list(read.values())]
+            separation[d] = _class_mean_accuracy(X, arrangement, train_rows, test_rows)
+    if not separation:
+        raise DeltalensError("too few traces to hold some out for choosing the number of clusters; capture more.")
+    delay = max(separation, key=lambda d: (round(separation[d], 3), -d))
+    sequences, read = _delayed(cap, all_sequences, delay)
+    train_rows, test_rows = split(sequences)
+    X = np.zeros_like(flat)  # row i: the state that action i's row is read at (i + delay)
+    X[list(read)] = flat[list(read.values())]
     product = {}
     for rows in sequences:  # position permutation pi_t with s_t[i] = s_start[pi_t[i]]
         start = list(arrangement[rows[0]])
@@ -252,13 +307,15 @@ def extract_automaton(
     distinct = len({arrangement[i] for i in train_rows})
     candidates = [k for k in (candidates or CANDIDATES) if 2 <= k <= min(len(train_rows) - 1, max(2 * distinct, 12))]
     scores, fits = {}, {}
-    for k in candidates:
-        km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(X[train_rows])
-        assigned = km.predict(X[test_rows])
-        if len(set(assigned.tolist())) < 2 or len(set(assigned.tolist())) >= len(test_rows):
-            continue
-        scores[k] = float(silhouette_score(X[test_rows], assigned))
-        fits[k] = km
+    with warnings.catch_warnings():  # k above the number of distinct states warns; such a k scores low anyway
+        warnings.filterwarnings("ignore", message="Number of distinct clusters")
+        for k in candidates:
+            km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(X[train_rows])
+            assigned = km.predict(X[test_rows])
+            if len(set(assigned.tolist())) < 2 or len(set(assigned.tolist())) >= len(test_rows):
+                continue
+            scores[k] = float(silhouette_score(X[test_rows], assigned))
+            fits[k] = km
     if not scores:
         raise DeltalensError("no candidate number of clusters splits the held-out states; capture more traces.")
     k = max(scores, key=lambda kk: (round(scores[kk], 3), -kk))
@@ -331,6 +388,8 @@ def extract_automaton(
             "label": chosen,
             "purity_arrangement": purities["arrangement"][0],
             "purity_product": purities["product"][0],
+            "delay": delay,
+            "separation": separation,  # delay -> held-out nearest-class-mean accuracy of the arrangement
         },
     )
 
@@ -365,7 +424,9 @@ def centroid_intervention(model, batch: dict, automaton: Automaton, max_cases: i
     moved = kept = 0
     d_k, d_v = automaton.state_shape
     by_product = automaton.extra.get("label") == "product"
+    delay = int(automaton.extra.get("delay", 0))
     for b, t_action, t_reveal, var, start in cases:
+        t_action = min(t_action + delay, t_reveal - 2)  # where the automaton read the state, before the prediction
         target = int(rng.integers(automaton.k))
         label = automaton.cluster_labels[target]
         want = start[label[var]] if by_product else label[var]

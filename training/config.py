@@ -26,6 +26,7 @@ import tomllib
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import ARCHITECTURES
+from deltalens.models.ops.precision import PRECISIONS
 from deltalens.tasks.traces import MAX_ACTIONS
 
 
@@ -85,6 +86,9 @@ class RunConfig:
     # choose anything (a learning rate, when to stop), so that test traces never do.
     validation_seed: int = -1
     threads: int = 0  # torch threads (0 = torch's default)
+    # fp32, or bf16: autocast around each training step (matmuls in bf16, the recurrence and its state,
+    # the parameters and the optimiser in fp32; on CUDA fla's chunk kernels). models/ops/precision.py.
+    precision: str = "fp32"
 
 
 @dataclass
@@ -178,6 +182,8 @@ def _make(cls, values: dict[str, Any], table: str):
             raise DeltalensError(
                 f"[{table}] {key} must be a number >= 1 or [lo, hi] with 1 <= lo <= hi, got {values[key]!r}"
             )
+    if "precision" in values and values["precision"] not in PRECISIONS:
+        raise DeltalensError(f"[{table}] precision = {values['precision']!r} must be one of {', '.join(PRECISIONS)}")
     for stage in values.get("spacing_schedule", []):
         if not (isinstance(stage, list) and len(stage) == 3 and 1 <= stage[1] <= stage[2]):
             raise DeltalensError(f"spacing_schedule entries are [from_step, lo, hi] with 1 <= lo <= hi, got {stage!r}")

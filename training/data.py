@@ -18,7 +18,9 @@ from deltalens.training.config import TaskConfig
 
 
 class TrainingData:
-    def __init__(self, task: TaskConfig, seed: int):
+    def __init__(self, task: TaskConfig, seed: int, tokenizer=None):
+        """tokenizer: the one to use instead of building it from task.tokenizer (an hf tokenizer read
+        from a checkpoint's folder, whose recorded path may be elsewhere)."""
         self.task = task
         self.seed = seed
         if task.reveal not in ("one", "all", "mixed"):
@@ -31,7 +33,7 @@ class TrainingData:
                 "or code-prob tokenizer, and those tokenizers need such a mix"
             )
         spec = self.eval_spec()  # validates group, action set and spacing before any training starts
-        self.tokenizer = make_tokenizer(
+        self.tokenizer = tokenizer or make_tokenizer(
             task.tokenizer, spec if self.probabilistic else task.group, action_set=task.action_set
         )
 

@@ -152,14 +152,16 @@ def evaluate_checkpoint(
     seed: int = 0,
     reveal: str | None = None,
     progress: bool = False,
+    dtype=None,
 ) -> dict[str, Any]:
-    """Accuracy of a checkpoint at several trace lengths (default 1x, 2x and 4x its training length).
+    """Accuracy of a checkpoint at several trace lengths (default 1x, 2x and 4x its training length),
+    its weights in `dtype` ("fp32", "bf16"; None = as saved).
 
     The headline `reveal_accuracy` / `trace_accuracy` is the lowest over the lengths evaluated.
     A default length the model cannot take (past a Transformer's context) is listed under
     `skipped` with the reason; lengths asked for explicitly must all fit.
     """
-    checkpoint = open_checkpoint(path)
+    checkpoint = open_checkpoint(path, dtype=dtype)
     data, model = checkpoint.require_task(), checkpoint.model
     task = data.task
     train_length = task.actions[1]

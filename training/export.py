@@ -17,7 +17,8 @@ from deltalens.training.evaluate import evaluate_checkpoint
 from deltalens.training.loop import LAST
 from deltalens.training.opened import open_checkpoint
 
-EXPORTED_FILES = {"train.toml", "CARD.md"}  # besides the weights and config.json
+# besides the weights and config.json (the tokenizer files of an hf tokenizer: tokenizers/hf.py)
+EXPORTED_FILES = {"train.toml", "CARD.md", "tokenizer.json", "tokenizer_config.json"}
 
 
 def check_export_target(target: str | Path, replace: bool = False) -> None:
@@ -69,7 +70,7 @@ def export_run(
         models.load(last),
         target,
         extra={**extra, "metrics": metrics},
-        files={"train.toml": config_text, "CARD.md": card},
+        files={"train.toml": config_text, "CARD.md": card, **open_checkpoint(last, load_model=False).tokenizer.files()},
     )
     return report
 

@@ -224,10 +224,16 @@ def _run_cell_quietly(status: CellStatus, sweep: Sweep, runs_dir: str | Path, re
 
 
 def run_cell(
-    cell: Cell | SearchRun, sweep: Sweep, runs_dir: str | Path, results_dir: str | Path, progress: bool = True
+    cell: Cell | SearchRun,
+    sweep: Sweep,
+    runs_dir: str | Path,
+    results_dir: str | Path,
+    progress: bool = True,
+    on_step=None,
 ) -> dict[str, Any]:
     """Train the cell (resuming a killed run), evaluate it and write its result file. A search
-    run's record is its validation curve; a cell's adds the test evaluation at every length."""
+    run's record is its validation curve; a cell's adds the test evaluation at every length.
+    `on_step(step, loss)` is passed on to the training (a Slurm job times its first step)."""
     config = job_config(cell, sweep)
     run_dir = Path(runs_dir) / f"{cell.name}-{config_hash(config)}"
     state_file = run_dir / LAST / TRAINER_STATE
@@ -236,7 +242,8 @@ def run_cell(
     failure = None
     if not finished:
         try:
-            result = train(config, run_dir, resume=state is not None, progress=progress)
+            timed = {"on_step": on_step} if on_step is not None else {}
+            result = train(config, run_dir, resume=state is not None, progress=progress, **timed)
             steps, wall, history = result.step, result.wall_time_s, result.history
         except DeltalensError as err:
             if not isinstance(cell, SearchRun):

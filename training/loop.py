@@ -12,6 +12,7 @@ saved), so an interrupted run resumes as exactly as a killed one.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -32,6 +33,7 @@ from deltalens import models
 from deltalens.core.atomic import recover_dir, replace_dir
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError, reporting_storage_failure
+from deltalens.models.ops.precision import training_autocast
 from deltalens.training.config import TrainConfig, dump_toml
 from deltalens.training.data import TrainingData
 from deltalens.training.evaluate import evaluate
@@ -89,7 +91,8 @@ def train(
     model = models.build(config.model["arch"], vocab_size=data.tokenizer.vocab_size, **model_kwargs)
     # CUDA when present (the DeltaNet mixer then calls fla's kernels), else the pure-torch CPU path
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model.to(device)
+    with contextlib.redirect_stdout(sys.stderr):  # TransformerLens prints "Moving model to device": not on stdout
+        model.to(device)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas), weight_decay=config.optim.weight_decay
     )
@@ -171,7 +174,7 @@ class _Run:
 
     def _write_checkpoint(self, staging: Path, extra: dict[str, Any]) -> None:
         config = self.config
-        models.save(self.model, staging, extra=extra)
+        models.save(self.model, staging, extra=extra, files=self.data.tokenizer.files())
         save_optimizer(self.optimizer, staging)
         (staging / TRAINER_STATE).write_text(
             json.dumps(
@@ -215,7 +218,8 @@ class _Run:
             group["lr"] = lr
         batch = self.data.train_batch(self.step, config.optim.batch_size, total)
         batch = {k: v.to(self.device) for k, v in batch.items()}
-        loss, accuracy = next_token_loss(self.model(batch["tokens"]), batch)
+        with training_autocast(self.device, config.run.precision):  # bf16: autocast; fp32: nothing
+            loss, accuracy = next_token_loss(self.model(batch["tokens"]), batch)
         if not torch.isfinite(loss):
             bar.close()
             raise DeltalensError(

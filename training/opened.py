@@ -28,8 +28,10 @@ from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import architecture_of, is_delta_rule
 from deltalens.models.checkpoint import CONFIG_NAME
 from deltalens.models.lm.lens import attach_tokenizer
+from deltalens.models.ops.precision import cast_model
 from deltalens.tasks.dataset import make_batch
 from deltalens.tasks.tokenizers import Tokenizer
+from deltalens.tasks.tokenizers.hf import HFTokenizer, has_tokenizer, spec_is_hf
 from deltalens.tasks.traces import TraceSpec
 from deltalens.training.checkpoint_names import SHIPPED, _checkpoint_dirs, checkpoint_roots, resolve_checkpoint  # noqa: F401 (re-exported)
 from deltalens.training.config import TaskConfig
@@ -124,12 +126,33 @@ def task_config_from_meta(meta: dict[str, Any]) -> TaskConfig:
     return TaskConfig(**task["config"])
 
 
-def _task_of(meta: dict[str, Any]) -> tuple[TrainingData | None, Tokenizer | None, Any]:
-    """(task data, tokenizer, held-out spec) recorded in a checkpoint's metadata; None where absent."""
+# the held-out traces of a model that records no task (a pretrained LM with its own tokenizer):
+# short S3 swap traces with frequent reveals, what `deltalens eval` asks such a model by default
+DEFAULT_TEXT_SPEC = TraceSpec(group="S3", action_set="swaps", actions=12, spacing=2, reveal="one")
+
+
+def _tokenizer_of(meta: dict[str, Any], folder: Path | None) -> Tokenizer | None:
+    """The checkpoint's tokenizer: its recorded spec, or the folder's own tokenizer files."""
+    spec = meta.get("tokenizer")
+    if spec_is_hf(spec):
+        if folder is None:
+            raise DeltalensError("this checkpoint's tokenizer is its folder's tokenizer.json; open the folder")
+        return HFTokenizer.from_spec_in(folder, spec)
+    if spec:
+        return Tokenizer.from_spec(spec)
+    if folder is not None and has_tokenizer(folder):
+        return HFTokenizer.from_folder(folder)  # a model from elsewhere with its own tokenizer
+    return None
+
+
+def _task_of(meta: dict[str, Any], folder: Path | None = None) -> tuple[TrainingData | None, Tokenizer | None, Any]:
+    """(task data, tokenizer, held-out spec) recorded in a checkpoint's metadata; None where absent.
+    A model with its own (hf) tokenizer and no task gets DEFAULT_TEXT_SPEC."""
     task = meta.get("task") or {}
-    tokenizer = Tokenizer.from_spec(meta["tokenizer"]) if meta.get("tokenizer") else None
+    tokenizer = _tokenizer_of(meta, folder)
     if "config" in task:
-        data = TrainingData(task_config_from_meta(meta), seed=0)
+        given = tokenizer if isinstance(tokenizer, HFTokenizer) else None
+        data = TrainingData(task_config_from_meta(meta), seed=0, tokenizer=given)
         if tokenizer is not None and tokenizer.fingerprint() != data.tokenizer.fingerprint():
             raise DeltalensError(
                 f"this checkpoint records a {tokenizer.describe()} tokenizer but was trained with the "
@@ -138,30 +161,40 @@ def _task_of(meta: dict[str, Any]) -> tuple[TrainingData | None, Tokenizer | Non
         return data, tokenizer or data.tokenizer, data.eval_spec()
     if task.get("eval_spec") and tokenizer is not None:  # metadata without the training task config
         return None, tokenizer, TraceSpec.from_dict(dict(task["eval_spec"]))
+    if isinstance(tokenizer, HFTokenizer):
+        return None, tokenizer, DEFAULT_TEXT_SPEC
     return None, tokenizer, None
 
 
-def open_checkpoint(path, load_model: bool = True) -> Checkpoint:
-    """Load checkpoint `path` (a folder, or a shipped checkpoint's name) with its tokenizer and
-    held-out trace spec; the model gets the tokenizer too (model.to_tokens, ...)."""
-    path = resolve_checkpoint(path)
+def open_checkpoint(path, load_model: bool = True, revision: str | None = None, dtype=None) -> Checkpoint:
+    """Load checkpoint `path` (a folder, a shipped checkpoint's name, or a Hugging Face Hub id
+    "org/name", pinned by `revision` or "org/name@revision") with its tokenizer and held-out trace
+    spec; the model gets the tokenizer too (model.to_tokens, ...). `dtype` ("fp32", "bf16" or a torch
+    dtype; None = as saved) casts its weights; the recurrence stays fp32 (models/ops/precision.py)."""
+    path = resolve_checkpoint(path, revision=revision)
     meta = models.read_checkpoint_meta(path)
-    data, tokenizer, spec = _task_of(meta)
-    model = attach_tokenizer(models.load(path), tokenizer) if load_model else None
+    data, tokenizer, spec = _task_of(meta, path)
+    model = attach_tokenizer(cast_model(models.load(path), dtype), tokenizer) if load_model else None
     return Checkpoint(path=path, model=model, meta=meta, data=data, tokenizer=tokenizer, spec=spec)
 
 
-def load(name_or_path, device: str | torch.device | None = None, dtype: torch.dtype | None = None):
+def load(
+    name_or_path,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    revision: str | None = None,
+):
     """The model of a checkpoint, TransformerLens style, with its tokenizer and task attached.
 
-    `name_or_path`: a shipped checkpoint's name (`list_checkpoints()`), a checkpoint folder, or a
-    plain fla/HF DeltaNet folder. The model has `model.tokenizer` (None for a plain fla folder)
-    and `model.checkpoint` (the Checkpoint: metadata, held-out spec, `.batch(n)`).
+    `name_or_path`: a shipped checkpoint's name (`list_checkpoints()`), a checkpoint folder, a
+    plain fla/HF folder of the delta-rule family, or a Hugging Face Hub id ("org/name", fetched into
+    the HF cache; `revision` pins a branch, tag or commit). The model has `model.tokenizer` (the
+    folder's own tokenizer.json / tokenizer.model when it has one; None for a bare fla folder) and
+    `model.checkpoint` (the Checkpoint: metadata, held-out spec, `.batch(n)`).
     """
-    checkpoint = open_checkpoint(name_or_path)
+    checkpoint = open_checkpoint(name_or_path, revision=revision)
     model = checkpoint.model
-    if dtype is not None:
-        model = model.to(dtype)
+    model = cast_model(model, dtype)  # "bf16": bf16 matmuls, fp32 recurrence and state
     if device is not None:
         model = model.to(device)
     model.checkpoint = checkpoint
@@ -246,7 +279,8 @@ def checkpoint_batch(
         _, tokenizer, spec = _task_of(checkpoint)
         where = "this checkpoint"
     else:
-        _, tokenizer, spec = _task_of(models.read_checkpoint_meta(resolve_checkpoint(checkpoint)))
+        folder = resolve_checkpoint(checkpoint)
+        _, tokenizer, spec = _task_of(models.read_checkpoint_meta(folder), folder)
         where = checkpoint
     if tokenizer is None or spec is None:
         raise DeltalensError(

@@ -30,6 +30,11 @@ def short_names(names: list[str]) -> dict[str, str]:
     return {name: name[len(head) : len(name) - len(tail)] or name for name in names}
 
 
+def rounded(values) -> str:
+    """A predictive as [0.026, 0.467, 0.507]: four digits made the table scroll sideways."""
+    return "[" + ", ".join(f"{float(v):.3f}" for v in values) + "]"
+
+
 def belief_tables(frames: dict[str, pd.DataFrame]) -> None:
     base = next(iter(frames.values()))
     short = short_names(list(frames))
@@ -45,7 +50,7 @@ def belief_tables(frames: dict[str, pd.DataFrame]) -> None:
     left, right = st.columns([1, 2])
     name = left.selectbox("predictive of", list(frames), key="belief-of", format_func=short.get)
     right.dataframe(
-        labels.assign(**{"exact P(1..n)": exact, "model q": [str(q) for q in frames[name]["q"]]}).assign(
+        labels.assign(**{"exact P(1..n)": exact, "model q": [rounded(q) for q in frames[name]["q"]]}).assign(
             KL=frames[name]["kl"].round(4)
         ),
         hide_index=True,

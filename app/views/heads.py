@@ -1,10 +1,12 @@
 """Heads: beta and the transition eigenvalues per head and token kind, products of reflections, the
 state's dimensionality and a PCA view of it, linear probes per head and layer; the tracking head
 pointed out. Each section is a tab measured only when opened (app/heads_data.py: memory, then disk,
-then computed with a progress bar); a head change slices what is measured."""
+then computed with a progress bar); a head change slices what is measured and reruns only the
+head's own views (one st.fragment per tab), so the browser redraws only the figures that change."""
 
 import plotly.graph_objects as go
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from deltalens.app import figures
 from deltalens.app.common import Controls, attempt, describe, pick_checkpoint
@@ -52,10 +54,48 @@ def beta_trace_figure(pieces, beta, layer: int, head: int, seed: int) -> go.Figu
     return fig
 
 
-def beta_tab(checkpoint, eig, layer: int, head: int, seed: int) -> None:
+HEAD_VIEWS = "heads-head-views"  # the fragment a head change reruns
+
+
+def picked_head(controls: Controls) -> tuple[int, int]:
+    """The head in the head box now (a fragment rerun keeps the arguments of the last full run)."""
+    layer, head = st.session_state[controls.key("head")]
+    return int(layer), int(head)
+
+
+def rerun_head_views(controls: Controls) -> None:
+    """The head box's on_change: what Controls.widget records after drawing, then only the head's views rerun."""
+    key, state = controls.key("head"), st.session_state
+    state[f"{controls.page}-head@last"] = (state[key], controls.checkpoint)
+    state[f"{key}#kept"] = state[key]
+    state.pop(f"{key}#note", None)  # the user has chosen: the note is stale
+    try:
+        st.rerun(HEAD_VIEWS)
+    except StreamlitAPIException:  # the open tab draws no head view: a full rerun, as before
+        pass
+
+
+@st.fragment(key=HEAD_VIEWS)
+def head_views(section: str, checkpoint, controls: Controls, eig, n_traces: int, seed: int) -> None:
+    """What depends on the picked head in the open tab; a head change reruns only this (its errors are
+    one sentence here: the page's own attempt() does not wrap a fragment rerun)."""
+    layer, head = picked_head(controls)
+    if section == "beta":
+        attempt(beta_head_views, checkpoint, eig, layer, head, seed)
+    elif section == "products":
+        attempt(products_head_views, checkpoint, n_traces, seed, layer, head)
+    elif section == "subspace":
+        attempt(subspace_head_views, checkpoint, controls, n_traces, seed, layer, head)
+
+
+def beta_tab(checkpoint, controls: Controls, eig, n_traces: int, seed: int) -> None:
     left, right = st.columns(2)
     figures.show(figures.readable(beta_heatmap(eig)), left)
     figures.show(figures.readable(beta_kind_heatmap(eig)), right)
+    head_views("beta", checkpoint, controls, eig, n_traces, seed)
+
+
+def beta_head_views(checkpoint, eig, layer: int, head: int, seed: int) -> None:
     found = attempt(one_trace_beta, str(checkpoint.path), seed)
     if found is not None:
         pieces, betas = found
@@ -65,15 +105,24 @@ def beta_tab(checkpoint, eig, layer: int, head: int, seed: int) -> None:
     figures.show(product_eigenvalue_figure(eig, layer, head), right)
 
 
-def products_tab(checkpoint, n_traces: int, seed: int, layer: int, head: int) -> None:
+def product_reports(checkpoint, n_traces: int, seed: int) -> list:
     found = measure(checkpoint, n_traces, seed, ["products", "products_readout"])
-    reports = [r for r in (found["products"], found["products_readout"]) if r is not None]
+    return [r for r in (found["products"], found["products_readout"]) if r is not None]
+
+
+def products_tab(checkpoint, controls: Controls, eig, n_traces: int, seed: int) -> None:
+    reports = product_reports(checkpoint, n_traces, seed)
     if not reports:
         st.info("The product probe needs traces whose actions are permutations (not probabilistic ones).")
         return
     st.markdown("**Do a head's products of transitions apply the permutations?**")
     for report in reports:
         st.markdown(span_sentence(report))
+    head_views("products", checkpoint, controls, eig, n_traces, seed)
+
+
+def products_head_views(checkpoint, n_traces: int, seed: int, layer: int, head: int) -> None:
+    reports = product_reports(checkpoint, n_traces, seed)  # from memory: the tab measured them
     st.markdown(picked_sentence(reports, layer, head))
     spans = {"each action": reports[0]} | ({"between read-outs": reports[1]} if len(reports) > 1 else {})
     best = max(spans, key=lambda s: spans[s].heads["decoded_accuracy"].max())  # the span where a head decodes best
@@ -87,6 +136,7 @@ def products_tab(checkpoint, n_traces: int, seed: int, layer: int, head: int) ->
             "product between read-outs",
             yaxis_title_text="composed permutation's cycle type",
         )
+        decoding.update_traces(selector={"type": "heatmap"}, colorbar_title_text="stretches")  # not "actions"
     figures.show(decoding, left)
     table = decoding.data[0].z
     if table is not None and len(table) == 1 and len(table[0]) == 1:
@@ -103,13 +153,19 @@ def products_tab(checkpoint, n_traces: int, seed: int, layer: int, head: int) ->
     st.dataframe(span_table(report), hide_index=True, width="stretch")
 
 
-def subspace_tab(checkpoint, controls: Controls, n_traces: int, seed: int, layer: int, head: int) -> None:
+def subspace_tab(checkpoint, controls: Controls, eig, n_traces: int, seed: int) -> None:
     sub = measure(checkpoint, n_traces, seed, ["subspace"])["subspace"]
     left, right = st.columns(2)
     figures.show(figures.power_ticks(singular_value_figure(sub)), left)
+    with right:
+        head_views("subspace", checkpoint, controls, eig, n_traces, seed)
+
+
+def subspace_head_views(checkpoint, controls: Controls, n_traces: int, seed: int, layer: int, head: int) -> None:
+    sub = measure(checkpoint, n_traces, seed, ["subspace"])["subspace"]
     n_vars = checkpoint.spec.n
     variable = controls.widget(
-        right.selectbox,
+        st.selectbox,
         "var",
         "colour by",
         list(range(n_vars)),
@@ -119,7 +175,7 @@ def subspace_tab(checkpoint, controls: Controls, n_traces: int, seed: int, layer
     )
     controls.show_notes()
     points = head_points(checkpoint, n_traces, seed, layer, head, variable)
-    figures.show(state_scatter_figure(points, layer, head, variable), right)
+    figures.show(state_scatter_figure(points, layer, head, variable))
     picked = sub.heads[(sub.heads["layer"] == layer) & (sub.heads["head"] == head)]
     st.caption(f"layer {layer} head {head}, measured on its states:")
     st.dataframe(  # one head: a row per measure, no sideways scroll
@@ -157,7 +213,7 @@ def delta_rule_page(checkpoint, controls: Controls) -> None:
     eig = measure(checkpoint, int(n_traces), seed, ["eigenvalues"])["eigenvalues"]
     tracking = eig.tracking_head()
     heads = [(int(layer), int(head)) for layer, head in zip(eig.heads["layer"], eig.heads["head"])]
-    layer, head = controls.widget(
+    controls.widget(
         cols[2].selectbox,
         "head",
         "head",
@@ -170,6 +226,8 @@ def delta_rule_page(checkpoint, controls: Controls) -> None:
             f"{checkpoint.path.name} (layer {lh[0]}, head {lh[1]} was chosen on {source})."
         ),
         format_func=lambda lh: f"layer {lh[0]}, head {lh[1]}",
+        on_change=rerun_head_views,
+        args=(controls,),
     )
     controls.show_notes()
     row = eig.head(*tracking)
@@ -181,13 +239,13 @@ def delta_rule_page(checkpoint, controls: Controls) -> None:
     tabs = st.tabs(TABS, key="heads-tab", on_change="rerun")
     with tabs[0]:
         if tabs[0].open is not False:
-            beta_tab(checkpoint, eig, layer, head, seed)
+            beta_tab(checkpoint, controls, eig, int(n_traces), seed)
     with tabs[1]:
         if tabs[1].open:
-            products_tab(checkpoint, int(n_traces), seed, layer, head)
+            products_tab(checkpoint, controls, eig, int(n_traces), seed)
     with tabs[2]:
         if tabs[2].open:
-            subspace_tab(checkpoint, controls, int(n_traces), seed, layer, head)
+            subspace_tab(checkpoint, controls, eig, int(n_traces), seed)
     with tabs[3]:
         if tabs[3].open:
             probes_tab(checkpoint, int(n_traces), seed)

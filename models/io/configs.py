@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from deltalens.models.io.config_checks import check_fields
+from deltalens.models.layers.attention_spec import parse_attention
 
 
 @dataclass(init=False, eq=False, repr=False)
@@ -63,6 +64,8 @@ class FlaSettings:
         for key, value in values.items():
             setattr(self, key, value)
         check_fields(self, ARCH_OF_MODEL_TYPE.get(self.model_type, type(self).__name__))
+        # hybrids: fla's defaults filled in fla's way, so the config.json written equals fla's
+        self.attn = parse_attention(self.attn, self.num_hidden_layers)
 
     def to_dict(self) -> dict[str, Any]:
         """The config.json fields (fla's arguments, extensions, and the model type)."""

@@ -56,7 +56,17 @@ def _delta_family(arch: str, config: dict[str, Any], defaults: dict[str, Any]) -
         key, value = heads * head_dim, value_heads * head_dim * _number(config, "expand_v", 1)
         mixer = hidden * (key * (1 + factors) + value * (factors + 1))  # q, k and v per factor, o
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    return embeddings + layers * (mixer + 3 * hidden * _mlp_width(hidden, config))
+    # a hybrid's softmax-attention layers hold at least q_proj and o_proj (hidden x hidden each)
+    attention = min(_attention_layer_count(config.get("attn")), layers)
+    mixers = (layers - attention) * mixer + attention * 2 * hidden * hidden
+    return embeddings + mixers + layers * 3 * hidden * _mlp_width(hidden, config)
+
+
+def _attention_layer_count(attn: Any) -> int:
+    """How many layers fla's `attn` field lists (0 where it is absent or not of the right shape)."""
+    specs = [attn] if isinstance(attn, dict) else attn if isinstance(attn, list) else []
+    layers = [spec.get("layers") for spec in specs if isinstance(spec, dict)]
+    return len({i for listed in layers if isinstance(listed, (list, tuple)) for i in listed if isinstance(i, int)})
 
 
 def weights_lower_bound(arch: str, config: dict[str, Any]) -> int:

@@ -61,6 +61,7 @@ from deltalens.models.ops.delta_rule import (
     replay_with_state_edits,
 )
 from deltalens.models.ops.kernel_select import select_kernel_for
+from deltalens.models.ops.precision import no_autocast
 
 __all__ = ["DeltaNetMixer"]
 
@@ -165,7 +166,10 @@ class DeltaNetMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
             # fla: beta = 1 (x2 with allow_neg_eigval), i.e. sigmoid(+inf): the top of the range.
             return hi.expand(like.shape[0], like.shape[1], self.num_heads).clone()
         logit = self.hook_beta_logit(self.b_proj(x))  # (B, T, H)
-        return lo + (hi - lo) * torch.sigmoid(logit)
+        # beta in fp32 whatever the matmuls' dtype: it drives the recurrence (models/ops/precision.py)
+        wide = torch.promote_types(logit.dtype, torch.float32)
+        lo, hi = self.beta_lo.to(wide), self.beta_hi.to(wide)
+        return lo + (hi - lo) * torch.sigmoid(logit.to(wide))
 
     def _delta_rule(self, q, k, v, beta) -> torch.Tensor:
         """o (B, T, H, d_v): the recurrence, computing S_t only when something asks for it."""
@@ -182,8 +186,9 @@ class DeltaNetMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
             )
             return o, keep_last(self.carry, states)
 
-        def read_out(states):  # o_t = S_t^T (q_t / sqrt(d_k))
-            return torch.einsum("bthkv,bthk->bthv", states, q.float() * q.shape[-1] ** -0.5).to(q.dtype)
+        def read_out(states):  # o_t = S_t^T (q_t / sqrt(d_k)), in fp32 under autocast too
+            with no_autocast():
+                return torch.einsum("bthkv,bthk->bthv", states.float(), q.float() * q.shape[-1] ** -0.5).to(q.dtype)
 
         return self._run_recurrence(
             Recurrence(
@@ -218,7 +223,8 @@ class DeltaNetMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
         q, k, v = self._qkv(x)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         beta = self.hook_beta(self._beta(x, like=q))  # (B, T, H)
-        o = self.hook_z(self._delta_rule(q, k, v, beta))  # (B, T, H, d_v)
+        # in the residual stream's dtype: a hook that returned q in another dtype changes nothing after it
+        o = self.hook_z(self._delta_rule(q, k, v, beta).to(x.dtype))  # (B, T, H, d_v)
         if self.carry is not None:
             self.carry.tokens += x.shape[1]
         if self.use_gate:

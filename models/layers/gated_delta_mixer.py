@@ -185,6 +185,8 @@ class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
         if bool((self.gate_lo > 0).any() or (self.gate_hi < 1).any()):
             g = torch.clamp(g, min=self.gate_lo.log(), max=self.gate_hi.log())
         alpha = g.exp()
+        if not self.hook_gate.has_hooks():  # nothing can edit it (and inference tensors have no _version)
+            return g
         version = alpha._version
         seen = self.hook_gate(alpha)
         if seen is not alpha or alpha._version != version:  # a hook edited the gate: use its values
@@ -245,12 +247,14 @@ class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
         q = self.hook_q(q)
         k, v = self._show(self.hook_k, k), self._show(self.hook_v, v)
         logit = self._show(self.hook_beta_logit, rearrange(self.b_proj(x), "b t (n h) -> b t h n", n=self.n_factors))
-        lo, hi = self.beta_lo.to(logit.dtype), self.beta_hi.to(logit.dtype)
+        wide = torch.promote_types(logit.dtype, torch.float32)  # beta in fp32 at least: it drives the recurrence
+        lo, hi = self.beta_lo.to(wide), self.beta_hi.to(wide)
         if not self.factor_axis:
             lo, hi = lo[:, None], hi[:, None]
-        beta = self._show(self.hook_beta, lo + (hi - lo) * torch.sigmoid(logit))  # (B, T, H, n)
+        beta = self._show(self.hook_beta, lo + (hi - lo) * torch.sigmoid(logit.to(wide)))  # (B, T, H, n)
         g = self._log_decay(x)
-        o = self.hook_z(self._delta_rule(q, k, v, beta, g))  # (B, T, H, d_v)
+        # in the residual stream's dtype: a hook that returned q in another dtype changes nothing after it
+        o = self.hook_z(self._delta_rule(q, k, v, beta, g).to(x.dtype))  # (B, T, H, d_v)
         if self.carry is not None:
             self.carry.tokens += x.shape[1]
         if self.use_output_gate:

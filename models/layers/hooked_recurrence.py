@@ -8,8 +8,10 @@ One forward of the recurrence, after the kernel selector (models/ops/kernel_sele
   that changes it is refused (edit through one of them, not both).
 * no hook on hook_state: the fast kernel (fla, C or chunked); no S_t is materialised.
 * a hook on hook_state: a kernel that returns every S_t (c_states or chunked_states), passed through
-  hook_state. If the hook changed any state (returned another tensor, or edited it in place and
-  returned None: detected by the tensor's `_version`), the layer replays: the edited S_t is what o_t
+  hook_state. Where the plain forward runs fla (CUDA), o still comes from that same fla call and the
+  states kernel supplies only S_t, so a capture's logits are the plain forward's, bit for bit. If the
+  hook changed any state (returned another tensor, or edited it in place and returned None: detected
+  by the tensor's `_version`), the layer replays: the edited S_t is what o_t
   reads and what step t + 1 continues from ("replacement" semantics). For an in-place edit, what the
   hook was shown is recomputed by the same path, so that its rounding equals the shown tensor's and
   only the edited steps count as changed.
@@ -28,7 +30,7 @@ from typing import Optional
 import torch
 
 from deltalens.models.ops.common import StateEdit
-from deltalens.models.ops.kernel_select import REFERENCE, KernelChoice
+from deltalens.models.ops.kernel_select import FLA_CHUNK, FLA_RECURRENT, REFERENCE, KernelChoice
 
 __all__ = ["Recurrence", "HookedRecurrenceMixin", "logger"]
 
@@ -88,6 +90,10 @@ class HookedRecurrenceMixin:
             return kernels.fast(choice)
 
         o, states = kernels.with_states(choice)
+        plain = kernels.select(wants_states=False, state_edit=False)
+        if plain.path in (FLA_CHUNK, FLA_RECURRENT):  # the plain forward's o: capture keeps its logits
+            o = kernels.fast(plain)  # after with_states: a chunked run carries fla's final state on
+            self._record(KernelChoice(choice.path, f"{choice.reason}; o from {plain.path}, as the plain forward"))
         version = states._version  # detects hooks that edit in place and return None
         seen = self.hook_state(states)
         untouched = states._version == version

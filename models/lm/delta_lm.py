@@ -8,7 +8,9 @@ weights move both ways (`save_pretrained` / `from_pretrained`, HF format):
 
     model.embeddings                      nn.Embedding(vocab, d_model)
     model.layers.{l}.attn_norm            RMSNorm(d_model)
-    model.layers.{l}.attn                 the mixer (projections, short convs, o_norm; see its file)
+    model.layers.{l}.attn                 the mixer (projections, short convs, o_norm; see its file), or
+                                          on a hybrid's listed layers (config.attn) softmax attention
+                                          (models/layers/softmax_attention.py; fla's Attention)
     model.layers.{l}.mlp_norm             RMSNorm(d_model)
     model.layers.{l}.mlp                  gate_proj / up_proj / down_proj (SwiGLU)
     model.norm                            RMSNorm(d_model)
@@ -49,7 +51,9 @@ from deltalens.models.architecture import CLASS_NAME
 from deltalens.models.io.configs import FlaSettings, fla_class, fla_model_config, to_fla_config
 from deltalens.models.io.deltalens_section import explained_build_errors, fla_build_config, read_config
 from deltalens.models.io.hf_folder import CONFIG_NAME, WEIGHTS_NAME, checked_dir, load_weights, write_model_folder
+from deltalens.models.layers.attention_spec import attention_layers, attention_spec_for, parse_attention
 from deltalens.models.layers.rms_norm import RMSNorm
+from deltalens.models.layers.softmax_attention import SoftmaxAttention
 from deltalens.models.lm.hook_names import lens_name
 from deltalens.models.lm.lens import LensModel
 
@@ -94,7 +98,11 @@ class DeltaBlock(nn.Module):
         super().__init__()
         self.layer_idx = layer_idx
         self.attn_norm = RMSNorm(config.hidden_size, eps=config.norm_eps)
-        self.attn = mixer_class(config, layer_idx)
+        spec = attention_spec_for(parse_attention(getattr(config, "attn", None), config.num_hidden_layers), layer_idx)
+        # fla's get_attention: softmax attention on a hybrid's listed layers, the delta-rule mixer elsewhere
+        self.attn = (
+            mixer_class(config, layer_idx) if spec is None else SoftmaxAttention(config.hidden_size, spec, layer_idx)
+        )
         self.mlp_norm = RMSNorm(config.hidden_size, eps=config.norm_eps)
         self.mlp = GatedMLP(config.hidden_size, config.hidden_ratio, config.intermediate_size, config.hidden_act)
         self.hook_resid_pre = HookPoint()  # (B, T, d_model)
@@ -126,16 +134,18 @@ class DeltaBackbone(nn.Module):
 
 def _check_supported(config) -> None:
     unsupported = []
-    if getattr(config, "attn", None) is not None:
-        unsupported.append("hybrid softmax-attention layers (config.attn)")
     if getattr(config, "attnres_block_size", None) is not None:
         unsupported.append("attention residuals (config.attnres_block_size)")
     if unsupported:
         raise NotImplementedError(
-            "deltalens implements pure delta-rule stacks; this config asks for "
+            "deltalens implements delta-rule stacks with optional softmax-attention layers; this config asks for "
             + " and ".join(unsupported)
             + ". Set them to None."
         )
+
+
+def _is_attention(mixer: nn.Module) -> bool:
+    return getattr(mixer, "is_softmax_attention", False)
 
 
 class HookedDeltaLM(LensModel, HookedRootModule):
@@ -236,7 +246,8 @@ class HookedDeltaLM(LensModel, HookedRootModule):
     @property
     def n_heads(self) -> int:
         """Heads of the recurrence (Gated DeltaNet: its value heads, num_v_heads)."""
-        return self.model.layers[0].attn.num_heads if self.n_layers else self.config.num_heads
+        mixer = self._first_mixer()
+        return mixer.num_heads if mixer is not None else self.config.num_heads
 
     @property
     def d_model(self) -> int:
@@ -245,12 +256,14 @@ class HookedDeltaLM(LensModel, HookedRootModule):
     @property
     def d_k(self) -> int:
         """Key (and query) dimension per head."""
-        return self.model.layers[0].attn.head_k_dim if self.n_layers else 0
+        mixer = self._first_mixer()
+        return mixer.head_k_dim if mixer is not None else 0
 
     @property
     def d_v(self) -> int:
         """Value dimension per head."""
-        return self.model.layers[0].attn.head_v_dim if self.n_layers else 0
+        mixer = self._first_mixer()
+        return mixer.head_v_dim if mixer is not None else 0
 
     @property
     def cfg(self) -> SimpleNamespace:
@@ -306,17 +319,17 @@ class HookedDeltaLM(LensModel, HookedRootModule):
     @property
     def n_factors(self) -> int:
         """Householder factors per token, n_h (1 except in DeltaProduct)."""
-        return getattr(self.model.layers[0].attn, "n_factors", 1) if self.n_layers else 1
+        return getattr(self._first_mixer(), "n_factors", 1)
 
     @property
     def gated(self) -> bool:
         """True when the state decays by a gate alpha_t = exp(g_t) (hook_gate)."""
-        return bool(getattr(self.model.layers[0].attn, "use_decay", False)) if self.n_layers else False
+        return bool(getattr(self._first_mixer(), "use_decay", False))
 
     @property
     def state_norm_every(self) -> int:
         """Tokens between state renormalisations (deltalens extension; 0 = plain DeltaNet)."""
-        return getattr(self.model.layers[0].attn, "state_norm_every", 0) if self.n_layers else 0
+        return getattr(self._first_mixer(), "state_norm_every", 0)
 
     @property
     def device(self) -> torch.device:
@@ -366,11 +379,34 @@ class HookedDeltaLM(LensModel, HookedRootModule):
     # ---- interventions ---------------------------------------------------------------------
 
     def _mixers(self, layer: Optional[int]) -> list[nn.Module]:
+        """The delta-rule mixers of all layers (None; a hybrid's attention layers left out) or of one."""
         if layer is None:
-            return [block.attn for block in self.model.layers]
+            return [block.attn for block in self.model.layers if not _is_attention(block.attn)]
         if not -self.n_layers <= layer < self.n_layers:
             raise IndexError(f"layer {layer} is out of range for a model with {self.n_layers} layers.")
-        return [self.model.layers[layer].attn]
+        mixer = self.model.layers[layer].attn
+        if _is_attention(mixer):
+            raise DeltalensError(
+                f"layer {layer} of this hybrid is softmax attention (no beta, state or recurrence); "
+                f"pick a delta-rule layer, one of {self.delta_layers}."
+            )
+        return [mixer]
+
+    def _first_mixer(self) -> Optional[nn.Module]:
+        """The first delta-rule mixer (what the per-head shape properties describe), or None."""
+        mixers = self._mixers(None)
+        return mixers[0] if mixers else None
+
+    @property
+    def attention_layers(self) -> list[int]:
+        """The layers that are softmax attention (a hybrid's config.attn); [] for a pure delta-rule stack."""
+        return attention_layers(parse_attention(getattr(self.config, "attn", None), self.n_layers))
+
+    @property
+    def delta_layers(self) -> list[int]:
+        """The layers that run the delta rule (every layer but the attention ones)."""
+        skip = set(self.attention_layers)
+        return [layer for layer in range(self.n_layers) if layer not in skip]
 
     def set_beta_range(
         self,

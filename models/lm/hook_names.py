@@ -25,6 +25,11 @@ on every architecture (`ACT_NAMES` says which short names each one has).
     ln_final.hook_scale             (batch, pos, 1)            the final RMSNorm's scale (read-only)
     ln_final.hook_normalized        (batch, pos, d_model)      final RMSNorm output
 
+A hybrid's softmax-attention layers (fla's `attn` config; models/layers/softmax_attention.py) have
+TransformerLens's attention hooks instead: blocks.{l}.attn.hook_q|hook_k|hook_v (batch, pos, head, d_head;
+before rotary), hook_rot_q|hook_rot_k, hook_attn_scores and hook_pattern (batch, head, query_pos,
+key_pos), hook_z (batch, pos, head, d_head); no beta, gate or state.
+
 DeltaProduct adds a factor axis (n_h) where a token has one value per Householder factor:
 hook_k (batch, pos, head, factor, d_k), hook_v (..., factor, d_v), hook_beta_logit and hook_beta
 (batch, pos, head, factor).

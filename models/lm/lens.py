@@ -68,8 +68,13 @@ class LensModel:
 
     tokenizer: Tokenizer | None = None
 
-    def run_with_cache(self, *model_args: Any, **kwargs: Any):
-        """`HookedRootModule.run_with_cache`, returning an ActivationCache instead of a dict."""
+    def run_with_cache(self, *model_args: Any, layers: Sequence[int] | None = None, **kwargs: Any):
+        """`HookedRootModule.run_with_cache`, returning an ActivationCache instead of a dict.
+
+        layers: cache only these layers' hooks (blocks.{l}.*; the global hooks stay), on top of
+        names_filter; positions are TransformerLens's pos_slice (a slice, or a list of positions)."""
+        if layers is not None:
+            kwargs["names_filter"] = _layer_filter(kwargs.get("names_filter"), layers, self.cfg.n_layers)
         out, cache = super().run_with_cache(*model_args, **kwargs)
         return out, LensCache(dict(cache), self, has_batch_dim=not kwargs.get("remove_batch_dim", False))
 
@@ -87,6 +92,32 @@ class LensModel:
 
     def to_string(self, tokens: torch.Tensor | Sequence[int]) -> str | list[str]:
         return to_string(self, tokens)
+
+
+def _layer_filter(names_filter, layers: Sequence[int], n_layers: int):
+    """names_filter (None, a name, names or a callable) narrowed to hooks of `layers` and global hooks."""
+    wanted = set()
+    for layer in layers:
+        if isinstance(layer, bool) or not isinstance(layer, int) or not -n_layers <= layer < n_layers:
+            raise DeltalensError(f"layers must be layer indices of this {n_layers}-layer model, got {layer!r}")
+        wanted.add(layer % n_layers)
+    if names_filter is None:
+        base = lambda name: True  # noqa: E731
+    elif isinstance(names_filter, str):
+        base = lambda name: name == names_filter  # noqa: E731
+    elif callable(names_filter):
+        base = names_filter
+    else:
+        chosen = set(names_filter)
+        base = lambda name: name in chosen  # noqa: E731
+
+    def keep(name: str) -> bool:
+        if not base(name):
+            return False
+        parts = name.split(".")
+        return not (len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit()) or int(parts[1]) in wanted
+
+    return keep
 
 
 def attach_tokenizer(model, tokenizer: Tokenizer | None):
@@ -127,8 +158,8 @@ def to_tokens(model, text: str | Sequence[str], prepend_bos: bool = True) -> tor
     texts = [text] if isinstance(text, str) else list(text)
     if not texts or not all(isinstance(t, str) for t in texts):
         raise DeltalensError("to_tokens takes a REPL transcript (a string) or a list of them.")
-    rows = [([BOS_ID] if prepend_bos else []) + tokenizer.encode(t) for t in texts]
-    tokens = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
+    rows = [_bos(tokenizer, prepend_bos) + tokenizer.encode(t) for t in texts]
+    tokens = torch.full((len(rows), max(map(len, rows))), getattr(tokenizer, "pad_id", PAD_ID), dtype=torch.long)
     for i, row in enumerate(rows):
         tokens[i, : len(row)] = torch.tensor(row, dtype=torch.long)
     return tokens.to(_device_of(model))
@@ -138,7 +169,7 @@ def to_str_tokens(model, text: str | torch.Tensor | Sequence[int], prepend_bos: 
     """The token strings of a transcript, or of one sequence of ids (1-D, or a batch of one)."""
     tokenizer = _tokenizer_of(model)
     if isinstance(text, str):
-        ids = ([BOS_ID] if prepend_bos else []) + tokenizer.encode(text)
+        ids = _bos(tokenizer, prepend_bos) + tokenizer.encode(text)
     else:
         ids = _one_sequence(text)
     return tokenizer.pieces(ids)
@@ -150,6 +181,12 @@ def to_string(model, tokens: torch.Tensor | Sequence[int]) -> str | list[str]:
     if torch.is_tensor(tokens) and tokens.ndim == 2:
         return [tokenizer.decode(row.tolist()) for row in tokens]
     return tokenizer.decode(_one_sequence(tokens))
+
+
+def _bos(tokenizer: Tokenizer, prepend_bos: bool) -> list[int]:
+    """[<bos>] of the tokenizer (ours: id 1; a model's own: its bos token, none if it has none)."""
+    bos = getattr(tokenizer, "bos_id", BOS_ID)
+    return [bos] if prepend_bos and bos is not None else []
 
 
 def _one_sequence(tokens: torch.Tensor | Sequence[int]) -> list[int]:

@@ -10,6 +10,7 @@
     replay.py             continue the recurrence from states a hook replaced
     gated_delta_rule.py   the same with a decay gate and per-token Householder products (DeltaProduct)
     common.py             what they share: StateEdit, input checks, the renormalisation step
+    precision.py          the precision policy: bf16 matmuls, the recurrence and its state in fp32
     short_conv.py         the short causal convolution: reference and C kernel (csrc/short_conv.c)
     native.py             builds and caches the C kernels (csrc/) on first use
 

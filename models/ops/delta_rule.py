@@ -80,6 +80,7 @@ from deltalens.models.ops.kernel_select import (
     KernelChoice,
     select_kernel_for,
 )
+from deltalens.models.ops.precision import fp32_recurrence, no_autocast
 from deltalens.models.ops.replay import replay_segments, replay_with_state_edits
 
 __all__ = [
@@ -104,6 +105,7 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
+@fp32_recurrence
 def delta_rule_recurrence(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -227,14 +229,18 @@ def chunk_delta_rule(
         return fla_delta_rule(*args, recurrent=recurrent)
 
     out_dtype = q.dtype
-    qp, kp, vp, bp = prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel)
-    if kernel.path == C:
-        o, S = native_delta_rule(qp, kp, vp, bp, None if initial_state is None else initial_state.float())
-    else:
-        o, S, _ = chunk_forward(qp, kp, vp, bp, initial_state, chunk_size, with_states=False, renorm_every=renorm_every)
+    with no_autocast():  # the recurrence in fp32 (models/ops/precision.py)
+        qp, kp, vp, bp = prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel)
+        if kernel.path == C:
+            o, S = native_delta_rule(qp, kp, vp, bp, None if initial_state is None else initial_state.float())
+        else:
+            o, S, _ = chunk_forward(
+                qp, kp, vp, bp, initial_state, chunk_size, with_states=False, renorm_every=renorm_every
+            )
     return o.to(out_dtype), (S if output_final_state else None)
 
 
+@fp32_recurrence
 def chunk_delta_rule_with_states(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -4,16 +4,31 @@ Which of them runs (the chunk kernel or the fused recurrent one) is the kernel s
 (models/ops/kernel_select.py); these functions only call the one they are told to:
 
     fla_delta_rule         fla.ops.delta_rule: chunk_delta_rule / fused_recurrent_delta_rule
-    fla_delta_rule_renorm  the same one segment of R tokens at a time, renormalising S between segments
+    fla_delta_rule_renorm  the same with the state renormalised after every R-th token: one fla call
+                           for all segments at once (below), a short loop over segments in torch
     fla_gated_delta_rule   fla.ops.gated_delta_rule: chunk_gated_delta_rule / fused_recurrent_gated_delta_rule
+
+Every call takes q, k, v and beta in one dtype (fla asserts q, k, v agree and picks its kernel from
+q's): `fla_dtype` (models/ops/precision.py) names it, the same rule the kernel selector reads, and o
+comes back in the caller's q dtype. States go in and come out fp32.
+
+Renormalisation in one call. The delta rule is linear in (S_0, v): a segment of R tokens run from S_0
+gives S_t = P_t S_0 + Z_t and o_t = Z_t^T q'_t + S_0^T (P_t^T q'_t) (q' = scale q), with P_t the
+product of its transitions and Z_t the run from zero. Running every segment from zero, side by side in
+the batch dimension, with v widened by K zero columns and the initial state [0 | I_K], returns Z_t and
+P_t together (the state [Z_t | P_t], the read-out [Z_t^T q' | P_t^T q']). A loop over the T / R
+segments then carries S_0 -> renormalise(P_R S_0 + Z_R) with K x K matmuls and adds S_0's read-out:
+one fla launch instead of T / R sequential ones, at twice the value width.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from einops import rearrange
 
 from deltalens.models.ops.common import renorm_denominator
+from deltalens.models.ops.precision import fla_dtype, no_autocast
 
 __all__ = ["fla_kernels_available", "fla_delta_rule", "fla_delta_rule_renorm", "fla_gated_delta_rule"]
 
@@ -29,23 +44,37 @@ def fla_kernels_available() -> bool:
     return True
 
 
+def _one_dtype(q, k, v, beta):
+    """q, k, v, beta in the dtype the fla call takes (`fla_dtype`)."""
+    dtype = fla_dtype(q, k, v)
+    return tuple(x.to(dtype) for x in (q, k, v, beta))
+
+
+def _fp32_state(S):
+    return None if S is None else S.float()
+
+
 def fla_delta_rule(
     q, k, v, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, chunk_size, recurrent=False
 ):
     """fla's delta rule: the fused recurrent kernel if `recurrent` (its chunk kernel refuses fp32), else the
-    chunk kernel (chunk size 16, 32 or 64; anything else runs as 64)."""
+    chunk kernel (chunk size 16, 32 or 64; anything else runs as 64). o in q's dtype."""
     from fla.ops.delta_rule import chunk_delta_rule as fla_chunk
     from fla.ops.delta_rule import fused_recurrent_delta_rule as fla_recurrent
 
+    out_dtype = q.dtype
+    q, k, v, beta = _one_dtype(q, k, v, beta)
     common = dict(
         scale=scale,
-        initial_state=initial_state,
+        initial_state=_fp32_state(initial_state),
         output_final_state=output_final_state,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
     )
     if recurrent:
-        return fla_recurrent(q, k, v, beta.to(q.dtype), **common)
-    return fla_chunk(q, k, v, beta.to(q.dtype), chunk_size=chunk_size if chunk_size in (16, 32, 64) else 64, **common)
+        o, S = fla_recurrent(q, k, v, beta, **common)
+    else:
+        o, S = fla_chunk(q, k, v, beta, chunk_size=chunk_size if chunk_size in (16, 32, 64) else 64, **common)
+    return o.to(out_dtype), S
 
 
 def fla_delta_rule_renorm(
@@ -61,47 +90,73 @@ def fla_delta_rule_renorm(
     R: int,
     recurrent=False,
 ):
-    """fla's kernels one segment of R tokens at a time, renormalising the state between segments."""
-    B, T, H, _ = q.shape
-    S = initial_state
-    outputs = []
-    for start in range(0, T, R):
-        stop = min(start + R, T)
-        o_seg, S = fla_delta_rule(
-            *(x[:, start:stop].contiguous() for x in (q, k, v, beta)),
-            scale,
-            S,
-            True,
-            use_qk_l2norm_in_kernel,
-            min(chunk_size, R),
-            recurrent=recurrent,
-        )
-        if stop - start == R:  # a complete segment: renormalise; its last token reads the result
-            d = renorm_denominator(S)  # (B, H, 1, 1)
-            S = S.float() / d
-            last = (o_seg[:, -1:].float() / rearrange(d, "b h 1 1 -> b 1 h 1")).to(o_seg.dtype)
-            o_seg = torch.cat([o_seg[:, :-1], last], dim=1)
-        outputs.append(o_seg)
-    o = torch.cat(outputs, dim=1) if outputs else q.new_zeros(*q.shape[:3], v.shape[-1])
-    if output_final_state and S is None:  # T == 0 and no initial state
-        S = q.new_zeros(B, H, q.shape[-1], v.shape[-1], dtype=torch.float32)
-    return o, (S if output_final_state else None)
+    """fla's kernels with the state renormalised after every R-th token: all segments in one call (module
+    docstring), then the segment-to-segment carry in torch. o in q's dtype, the final state fp32."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    S = q.new_zeros(B, H, K, V, dtype=torch.float32) if initial_state is None else initial_state.float()
+    if T == 0:
+        return q.new_zeros(B, 0, H, V), (S if output_final_state else None)
+    n = -(-T // R)
+    pad = n * R - T  # zero q, k, v, beta: identity steps that read nothing (the last, incomplete segment)
+
+    def segments(x):  # (B, T, H, ...) -> (B * n, R, H, ...)
+        x = F.pad(x, (0, 0) * (x.ndim - 2) + (0, pad))
+        return x.reshape(B * n, R, *x.shape[2:])
+
+    v_wide = torch.cat([v, v.new_zeros(*v.shape[:-1], K)], dim=-1)  # [v | 0]
+    eye = torch.eye(K, dtype=torch.float32, device=q.device).expand(B * n, H, K, K)
+    h0 = torch.cat([eye.new_zeros(B * n, H, K, V), eye], dim=-1)  # [0 | I]
+    o_wide, S_wide = fla_delta_rule(
+        segments(q),
+        segments(k),
+        segments(v_wide),
+        segments(beta),
+        scale,
+        h0,
+        True,
+        use_qk_l2norm_in_kernel,
+        min(chunk_size, R),
+        recurrent=recurrent,
+    )
+    with no_autocast():  # the carry is the recurrence: fp32
+        o_wide = o_wide.float().reshape(B, n, R, H, V + K)
+        S_wide = S_wide.float().reshape(B, n, H, K, V + K)
+        Z, P = S_wide[..., :V], S_wide[..., V:]  # (B, n, H, K, V), (B, n, H, K, K)
+        starts, denominators = [], []
+        for i in range(n):
+            starts.append(S)
+            S = P[:, i] @ S + Z[:, i]
+            complete = i < n - 1 or pad == 0
+            d = renorm_denominator(S) if complete else S.new_ones(B, H, 1, 1)  # (B, H, 1, 1)
+            S = S / d if complete else S
+            denominators.append(d)
+        S_start = torch.stack(starts, dim=1)  # (B, n, H, K, V)
+        o = o_wide[..., :V] + torch.einsum("bnrhk,bnhkv->bnrhv", o_wide[..., V:], S_start)
+        # the last token of a complete segment reads the renormalised state
+        d = rearrange(torch.stack(denominators, dim=1), "b n h 1 1 -> b n 1 h 1")
+        o = torch.cat([o[:, :, :-1], o[:, :, -1:] / d], dim=2)
+        o = o.reshape(B, n * R, H, V)[:, :T]
+    return o.to(q.dtype), (S if output_final_state else None)
 
 
 def fla_gated_delta_rule(q, k, v, beta, g, scale, initial_state, output_final_state, recurrent=False):
     """fla's gated delta rule (q, k already normalised): the fused recurrent kernel if `recurrent` (fp32
-    inference only: it has no backward), else the chunk kernel."""
+    inference only: it has no backward), else the chunk kernel. o in q's dtype; g goes in fp32."""
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_recurrent
 
+    out_dtype = q.dtype
+    q, k, v, beta = _one_dtype(q, k, v, beta)
     kernel = fla_recurrent if recurrent else fla_chunk
-    return kernel(
+    o, S = kernel(
         q,
         k,
         v,
         g=g.float(),
-        beta=beta.to(q.dtype),
+        beta=beta,
         scale=scale,
-        initial_state=initial_state,
+        initial_state=_fp32_state(initial_state),
         output_final_state=output_final_state,
     )
+    return o.to(out_dtype), S

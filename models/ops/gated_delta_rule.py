@@ -63,6 +63,7 @@ from deltalens.models.ops.kernel_select import (
     KernelChoice,
     select_kernel_for,
 )
+from deltalens.models.ops.precision import fp32_recurrence, no_autocast
 from deltalens.models.ops.replay import replay_segments
 
 __all__ = [
@@ -83,6 +84,7 @@ def _check(q, k, v, beta, g, initial_state) -> None:
         raise ValueError(f"g (the log-decay) must be [B, T, H] = {list(beta.shape)} or None; got {tuple(g.shape)}.")
 
 
+@fp32_recurrence
 def gated_delta_rule_recurrence(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -223,11 +225,21 @@ def chunk_gated_delta_rule(
         recurrent = kernel.path == FLA_RECURRENT
         o, S = fla_gated_delta_rule(q, k, v, beta, g, scale, initial_state, output_final_state, recurrent=recurrent)
         return o, S, None
+    with no_autocast():  # the recurrence in fp32 (models/ops/precision.py)
+        return _torch_gated(
+            q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size, with_states, state_every, kernel
+        )
+
+
+def _torch_gated(
+    q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size, with_states, state_every, kernel
+):
+    """`chunk_gated_delta_rule`'s C and chunked torch paths (g given), in fp32."""
     B, T, H, K = q.shape
     S = q.new_zeros(B, H, K, v.shape[-1], dtype=torch.float32) if initial_state is None else initial_state.float()
     if T == 0:
-        states = v.new_zeros(B, 0, H, K, v.shape[-1]) if with_states else None
-        return v.new_zeros(B, 0, H, v.shape[-1]), (S if output_final_state else None), states
+        states = v.new_zeros(B, 0, H, K, v.shape[-1], dtype=torch.float32) if with_states else None
+        return q.new_zeros(B, 0, H, v.shape[-1]), (S if output_final_state else None), states
     prepared = (q.float() * scale, k.float(), v.float(), beta.float())
     if kernel.path == C_STATES:
         o, S, states = native_delta_rule_with_states(*prepared, S, alpha=g.float().exp(), stride=state_every)
@@ -271,6 +283,7 @@ def deinterleave(x: torch.Tensor, n: int) -> torch.Tensor:
     return x[:, n - 1 :: n]
 
 
+@fp32_recurrence
 def replay_gated_with_state_edits(
     q,
     k,
@@ -312,6 +325,7 @@ def replay_gated_with_state_edits(
     return o.to(q.dtype), states
 
 
+@fp32_recurrence
 def token_transition(k: torch.Tensor, beta: torch.Tensor, g: Optional[torch.Tensor] = None) -> torch.Tensor:
     """A_t = (I - beta_{n-1} k_{n-1} k_{n-1}^T) ... (I - beta_0 k_0 k_0^T) * exp(g): the matrix one token
     applies to the state (S_t = A_t S_{t-1} + writes).

@@ -25,10 +25,15 @@ chunked_states  states wanted, and any of: a gradient wanted with native=None, n
                 test_rules[chunked_states-*].
 fla_recurrent   no states wanted; use_fla=True, or use_fla=None on CUDA with fla importable; fp32 and,
                 when gated, no gradient wanted (fla's gated recurrent kernel has no backward). With
-                renorm_every > 0 one call per segment. Pinned by test_rules[fla_recurrent-*] (the choice:
-                CUDA only) and test_cuda_forward_runs_fla (pytest -m cuda).
+                renorm_every > 0 all segments in one call (models/ops/fla_kernels.py). The dtype is
+                the one the fla call takes q, k, v in (precision.fla_dtype: autocast's, else the widest).
+                Pinned by test_rules[fla_recurrent-*] (the choice: CUDA only), the emulated-CUDA tests
+                (tests/models/test_emulated_cuda.py) and test_cuda_forward_runs_fla (pytest -m cuda).
 fla_chunk       as fla_recurrent, but bf16 / fp16, or gated fp32 with a gradient wanted.
-                Pinned by test_rules[fla_chunk-*] (the choice) and test_cuda_forward_runs_fla (-m cuda).
+                Pinned by test_rules[fla_chunk-*] (the choice), the emulated-CUDA tests and -m cuda.
+                Where states are wanted (c_states / chunked_states below) and the plain forward would
+                run fla_*, the layer runs that fla path for o and the states path only for S_t, so a
+                capture's logits are the plain forward's (models/layers/hooked_recurrence.py).
 c               no states wanted, fla not used, CPU (the initial state too), renorm_every = 0, T > 0, the
                 C kernel builds here (native=None) or native=True; the plain delta rule also needs q, k,
                 v, beta on one device. Pinned by test_forward_runs_the_c_kernel, test_rules[c-*].
@@ -53,6 +58,7 @@ import torch
 
 from deltalens.models.ops.delta_rule_native import native_kernel_available, native_kernel_error
 from deltalens.models.ops.fla_kernels import fla_kernels_available
+from deltalens.models.ops.precision import fla_dtype
 
 __all__ = [
     "KernelChoice",
@@ -131,8 +137,10 @@ def select_kernel(
 ) -> KernelChoice:
     """The path for these facts (the module docstring's table, in its order).
 
-    device, dtype: q's (device type "cpu", "cuda", ...). needs_grad: grad mode is on and an input
-    requires a gradient. length: T (sub-tokens for a DeltaProduct). gated: a decay g is given.
+    device: q's device type ("cpu", "cuda", ...). dtype: the one dtype an fla call would take q, k, v
+    in (`precision.fla_dtype`: autocast's under autocast, else the widest of the three). needs_grad:
+    grad mode is on and an input requires a gradient. length: T (sub-tokens for a DeltaProduct).
+    gated: a decay g is given.
     wants_states: every S_t is asked for (a hook on hook_state; with_states=True). state_edit: a
     state_edit callback is set. hook_edited: a hook on hook_state changed the states it was shown.
     renorm_every: R of the renormalised delta rule (0 = off). use_fla, native: the callers'
@@ -181,7 +189,7 @@ def select_kernel_for(q, k, v, beta, g=None, initial_state=None, **options) -> K
     inputs = (q, k, v, beta, g, initial_state)
     return select_kernel(
         device=q.device.type,
-        dtype=q.dtype,
+        dtype=fla_dtype(q, k, v),  # the dtype an fla call would take them in (models/ops/precision.py)
         needs_grad=torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs),
         length=q.shape[1],
         gated=g is not None,

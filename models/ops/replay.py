@@ -15,6 +15,7 @@ import torch
 
 from deltalens.models.ops.common import check_renorm_every, check_shapes
 from deltalens.models.ops.delta_rule_chunked import chunk_forward
+from deltalens.models.ops.precision import fp32_recurrence
 
 __all__ = ["replay_segments", "replay_with_state_edits"]
 
@@ -59,6 +60,7 @@ def replay_segments(
     return torch.cat(pieces, dim=1)
 
 
+@fp32_recurrence
 def replay_with_state_edits(
     q: torch.Tensor,
     k: torch.Tensor,

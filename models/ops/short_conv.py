@@ -7,8 +7,8 @@ delta rule, so each token's key already mixes in its W - 1 predecessors:
 
 Tap w = W - 1 multiplies the current token (torch's `conv1d` is a cross-correlation, the same
 convention fla's Triton kernel follows); weight is [D, 1, W] as fla's, bias [D] or None, act = SiLU
-or none. `short_conv` picks the C kernel for fp32 CPU tensors (forward and backward in one pass
-each) and torch's conv1d otherwise; the module is models/layers/short_conv.py.
+or none. `short_conv` picks the C kernel for CPU tensors (forward and backward in one pass each; bf16
+and fp16 computed in fp32 and cast back) and torch's conv1d otherwise; the module is models/layers/short_conv.py.
 """
 
 from __future__ import annotations
@@ -93,9 +93,13 @@ def short_conv(
     """x (B, T, D), weight (D, 1, W) -> (B, T, D): the C kernel for fp32 CPU tensors, else torch's conv1d."""
     T = x.shape[1]
     on_cpu = all(t is None or t.device.type == "cpu" for t in (x, weight, bias))
-    native = on_cpu and x.dtype == torch.float32 == weight.dtype and T > 0
+    native = on_cpu and T > 0 and {x.dtype, weight.dtype} <= {torch.float32, torch.bfloat16, torch.float16}
     if native and x.shape[-1] == weight.shape[0] and _kernels():  # else conv1d explains a bad shape
-        return _NativeShortConv.apply(x, weight, bias, silu)
+        if x.dtype == torch.float32 == weight.dtype:
+            return _NativeShortConv.apply(x, weight, bias, silu)
+        # bf16 / fp16 on a CPU: the C kernel in fp32 and back costs less than torch's low-precision conv1d
+        b = None if bias is None else bias.float()
+        return _NativeShortConv.apply(x.float(), weight.float(), b, silu).to(x.dtype)
     # padding = W - 1 on both sides; keeping the first T outputs makes it causal.
     y = F.conv1d(rearrange(x, "b t d -> b d t"), weight, bias, padding=padding, groups=weight.shape[0])
     y = rearrange(y[..., :T], "b d t -> b t d")

@@ -4,6 +4,7 @@
     statement       one token per statement line, for one group and action set (statement.py)
     code-prob       ``code`` plus the tokens of probabilistic statements (code_prob.py)
     statement-prob  ``statement`` plus one token per probabilistic statement (statement_prob.py)
+    hf:PATH         a model's own tokenizer (tokenizer.json / tokenizer.model, via transformers; hf.py)
 
 Every kind decodes by concatenation, so ``decode(encode(text)) == text`` exactly, and every
 kind writes the same JSON spec (``Tokenizer.to_spec`` / ``Tokenizer.from_spec``). See base.py
@@ -33,6 +34,8 @@ from deltalens.tasks.tokenizers.code_prob import PROB_EXTRA_TOKENS, ProbCodeToke
 from deltalens.tasks.tokenizers.statement import StatementTokenizer
 from deltalens.tasks.tokenizers.statement_prob import ProbStatementTokenizer
 from deltalens.tasks.traces import TraceSpec
+
+HF_PREFIX = "hf:"  # task.tokenizer = "hf:PATH" (tasks/tokenizers/hf.py, imported when used: it loads transformers)
 
 # kind -> class: the table Tokenizer.from_spec reads (each class registers itself by its `kind`)
 TOKENIZERS: dict[str, type[Tokenizer]] = {
@@ -75,8 +78,16 @@ def make_tokenizer(
     ``statement`` needs the action set: from the TraceSpec or the ``action_set`` argument;
     ``statement-prob`` needs a ProbTraceSpec (its vocabulary holds the family's p and choice size).
     """
+    if isinstance(kind, str) and kind.startswith(HF_PREFIX):  # a tokenizer.json, read by transformers
+        from deltalens.tasks.tokenizers.hf import load_hf_tokenizer
+
+        if not kind[len(HF_PREFIX) :].strip():
+            raise DeltalensError("an hf tokenizer needs a path: hf:path/to/tokenizer.json (or a model folder).")
+        return load_hf_tokenizer(kind[len(HF_PREFIX) :].strip())
     if kind not in TOKENIZERS:
-        raise DeltalensError(f"unknown tokenizer {kind!r}; use one of {', '.join(TOKENIZER_KINDS)}.")
+        raise DeltalensError(
+            f"unknown tokenizer {kind!r}; use one of {', '.join(TOKENIZER_KINDS)}, or hf:PATH for a tokenizer.json."
+        )
     if kind == "statement-prob":
         if not isinstance(task, ProbTraceSpec):
             raise DeltalensError(

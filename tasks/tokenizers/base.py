@@ -324,6 +324,11 @@ class Tokenizer:
     def to_json(self) -> str:
         return json.dumps(self.to_spec(), indent=2)
 
+    def files(self) -> dict[str, str]:
+        """Files a checkpoint must hold beside its weights to rebuild this tokenizer (ours: none, the spec
+        is the recipe; an hf tokenizer: its tokenizer.json)."""
+        return {}
+
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json() + "\n")
 

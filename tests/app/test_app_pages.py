@@ -105,6 +105,17 @@ def test_beliefs_tables_fit_and_the_decay_axes_read():
     assert decay["layout"]["yaxis"]["exponentformat"] == "power"  # not "1p"
     assert decay["layout"]["yaxis"]["range"][0] >= -323  # no tick below a double's range, labelled "0"
     assert all(a.get("textangle") != -90 for a in decay["layout"]["annotations"])
+    predictive = app.dataframe[1].value["model q"]
+    assert all(len(q) <= 21 for q in predictive)  # "[0.026, 0.467, 0.507]": three decimals, it fits
+
+
+def test_heads_between_readouts_map_counts_stretches():
+    app = page("views/heads.py")
+    app.selectbox(key="heads-ckpt").select(PRODUCT).run()
+    app.session_state["heads-tab"] = "products of reflections"
+    app.run()
+    heat = chart(app, "the spectrum of the product between read-outs")
+    assert heat["data"][0]["colorbar"]["title"]["text"] == "stretches"  # it counts stretches, not actions
 
 
 def steps_on_disk(folder) -> list[str]:
@@ -120,7 +131,8 @@ def test_heads_measures_the_open_section_only_and_keeps_it_on_disk(tmp_path):
     app.run()
     assert not app.exception and steps_on_disk(tmp_path) == sorted([*before, "eigenvalues", "probes"])
     app.selectbox(key=key("heads-head")).select((1, 0)).run()  # a head change slices: nothing new measured
-    assert steps_on_disk(tmp_path) == sorted([*before, "eigenvalues", "probes"])
+    assert not app.exception and steps_on_disk(tmp_path) == sorted([*before, "eigenvalues", "probes"])
+    assert app.selectbox(key=key("heads-head")).value == (1, 0)  # no head view on this tab: a full rerun
 
 
 def test_disk_cache_computes_once_per_weights_and_question(tmp_path, monkeypatch):
@@ -134,3 +146,19 @@ def test_disk_cache_computes_once_per_weights_and_question(tmp_path, monkeypatch
     for file in (tmp_path / "measures").glob("*.pkl"):
         file.write_bytes(b"not a pickle")  # unreadable: computed again, no error
     assert disk_cache.cached_result("step", folder, "64/0", compute) == {"answer": 3}
+
+
+def test_heads_a_head_change_reruns_only_the_heads_own_views():
+    """The browser then redraws only the figures that change (issue 24: a head change < 3 s)."""
+    app = page("views/heads.py")
+    app.selectbox(key=key("heads-head")).select((1, 0)).run()
+    specs = [c.proto.spec for c in app.get("plotly_chart")]  # AppTest holds what the fragment rerun drew
+    assert not app.exception and not app.error and not app.selectbox  # the controls were not drawn again
+    assert not any("per head and token kind" in spec for spec in specs)  # nor the all-heads heatmaps
+    assert any("layer 1 head 0: beta at each token" in spec for spec in specs)
+    app.run()  # a full rerun: the head box kept the choice, and the page computes with it
+    assert app.selectbox(key=key("heads-head")).value == (1, 0)
+    app.session_state["heads-tab"] = "state subspace"
+    app.run()
+    app.selectbox(key=key("heads-head")).select((0, 3)).run()
+    assert not app.exception and any("layer 0 head 3" in c.proto.spec for c in app.get("plotly_chart"))

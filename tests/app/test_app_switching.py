@@ -80,7 +80,8 @@ def test_interventions_state_patching_says_whether_the_output_follows_the_donor(
 
 def test_heads_head_after_a_switch_is_the_new_models_tracking_head():
     app = page("views/heads.py")
-    labelled(app.selectbox, "head").select((1, 0)).run()
+    labelled(app.selectbox, "head").select((1, 0)).run()  # reruns only the head's views (a fragment) ...
+    app.run()  # ... and AppTest then holds only those elements: a full rerun draws the page again
     labelled(app.selectbox, "checkpoint").select(PRODUCT).run()
     assert not app.exception and not app.error
     assert labelled(app.selectbox, "head").value == (0, 1)

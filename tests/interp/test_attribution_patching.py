@@ -81,3 +81,24 @@ def test_shipped_s3_top_head_and_sweep(shipped_s3, shipped_s3_batch):
     assert result.highlight() == (0, 3)
     with torch.no_grad():
         assert float(reveal_margin(shipped_s3_batch)(shipped_s3(shipped_s3_batch["tokens"]))) > 5
+
+
+def test_transformer_estimates_are_not_zero():
+    """TransformerLens's bridge ignores a hook's input unless the hook returns a tensor: the gradient at hook_z
+    was None and every Transformer head was estimated at exactly 0."""
+    from deltalens import models
+    from deltalens.interp.patching import patch_heads
+
+    model = models.build("transformer", d_vocab=30, d_model=32, n_heads=4, n_layers=2, n_ctx=64, seed=3).eval()
+    clean = torch.randint(0, 30, (2, 12), generator=torch.Generator().manual_seed(1))
+    corrupt = clean.clone()
+    corrupt[:, 3] = (corrupt[:, 3] + 1) % 30
+
+    def metric(logits):
+        return logits[:, -1, 5].mean()
+
+    ap = attribution_patching(model, clean, corrupt, metric, sites=("z",))
+    truth = patch_heads(model, clean, corrupt, metric, per_position=True, progress=False)
+    effect, estimate = (truth.values - truth.corrupt).flatten(), ap.grids["z"].flatten()
+    assert estimate.abs().max() > 0
+    assert torch.corrcoef(torch.stack([estimate, effect]))[0, 1] > 0.7

@@ -142,3 +142,188 @@ def test_gated_family_on_cuda_matches_fla_models(arch, overrides):
     ours_f(toks[:, :100], return_type="loss").backward()
     for name, p in ours_f.named_parameters():
         assert err_ratio(p.grad, fla_grads[name]) <= 0.01, name
+
+
+# ---- issue 30 point 7: the CUDA model against the CPU model, the paths a GPU takes -------------------
+
+FAMILY = {
+    "deltanet": dict(arch="deltanet", hidden_size=64, num_heads=2, allow_neg_eigval=True),
+    "deltanet-renorm": dict(arch="deltanet", hidden_size=64, num_heads=2, allow_neg_eigval=True, state_norm_every=8),
+    "gated_deltanet": dict(arch="gated_deltanet", hidden_size=64, num_heads=2, head_dim=32, allow_neg_eigval=True),
+    "deltaproduct": dict(
+        arch="deltaproduct", hidden_size=64, num_heads=2, head_dim=32, num_householder=2, use_forget_gate=True
+    ),
+}
+
+
+def _pair(name, seed=0):
+    """(cpu model, the same weights on CUDA), eval mode, fp32."""
+    import copy
+
+    from deltalens import models
+
+    config = dict(FAMILY[name])
+    arch = config.pop("arch")
+    torch.manual_seed(seed)
+    cpu = models.build(arch, vocab_size=40, num_hidden_layers=2, **config).eval()
+    return cpu, copy.deepcopy(cpu).cuda().eval()
+
+
+def _toks(T=150, B=2):
+    return torch.randint(0, 40, (B, T), generator=torch.Generator().manual_seed(0))
+
+
+def _paths(model):
+    return {m.last_kernel.path for m in model.modules() if getattr(m, "last_kernel", None) is not None}
+
+
+@pytest.mark.parametrize("name", FAMILY)
+def test_cuda_model_matches_cpu_model(name):
+    cpu, gpu = _pair(name)
+    toks = _toks()
+    with torch.no_grad():
+        ref, got = cpu(toks), gpu(toks.cuda())
+    assert _paths(gpu) <= {"fla_recurrent", "fla_chunk"}
+    assert err_ratio(ref, got.cpu()) <= 1e-4 and (ref - got.cpu()).abs().max() <= 2e-3
+
+
+@pytest.mark.parametrize("name", FAMILY)
+def test_cuda_training_gradients_match_cpu(name):
+    """DeltaNet's fp32 gradients run through fla's fused-recurrent backward (renormalised: one call for all
+    segments); the gated family's through fla's chunk kernel (TF32 dots: a looser bound)."""
+    cpu, gpu = _pair(name)
+    toks = _toks(T=100)
+    cpu.train()(toks, return_type="loss").backward()
+    gpu.train()(toks.cuda(), return_type="loss").backward()
+    limit = 1e-3 if name.startswith("deltanet") else 2e-2
+    for (n, p), (_, q) in zip(cpu.named_parameters(), gpu.named_parameters()):
+        assert err_ratio(p.grad, q.grad.cpu()) <= limit, n
+
+
+@pytest.mark.parametrize("name", FAMILY)
+def test_cuda_capture_states_and_plain_logits(name):
+    """Captured S_t on CUDA equal the CPU model's; the capture's logits are the plain CUDA forward's, bit for bit."""
+    cpu, gpu = _pair(name)
+    toks = _toks()
+    names = lambda n: n.endswith(("hook_state", "hook_beta"))  # noqa: E731
+    with torch.no_grad():
+        _, ref_cache = cpu.run_with_cache(toks, names_filter=names)
+        plain = gpu(toks.cuda())
+        logits, cache = gpu.run_with_cache(toks.cuda(), names_filter=names)
+    assert torch.equal(logits, plain)
+    for key in ("blocks.0.attn.hook_state", "blocks.1.attn.hook_state", "blocks.1.attn.hook_beta"):
+        assert cache[key].dtype == torch.float32
+        assert err_ratio(ref_cache[key], cache[key].cpu()) <= 1e-4, key
+
+
+@pytest.mark.parametrize("name", FAMILY)
+def test_cuda_hook_edits_state_edit_and_ranges_match_cpu(name):
+    cpu, gpu = _pair(name)
+    toks = _toks(T=80)
+
+    def zero_at_20(x, hook):
+        x = x.clone()
+        x[:, 20] = 0
+        return x
+
+    def run(model, t):
+        edit = [("blocks.0.attn.hook_state", zero_at_20)]
+        out = [model.run_with_hooks(t, fwd_hooks=edit)]
+        with model.state_edit(1, lambda step, S: S * 0.5 if step == 10 else S):
+            out.append(model(t))
+        model.set_beta_range(0, 0, 0.0, 1.0)
+        if hasattr(model, "set_gate_range"):
+            model.set_gate_range(1, None, 0.9, 1.0)
+        out.append(model(t))
+        beta = model.run_with_cache(t, names_filter=lambda n: n.endswith("hook_beta"))[1]["blocks.0.attn.hook_beta"]
+        assert float(beta[:, :, 0].min()) >= 0.0 and float(beta[:, :, 0].max()) <= 1.0
+        return [o.float().cpu() for o in out]
+
+    with torch.no_grad():
+        for ref, got in zip(run(cpu, toks), run(gpu, toks.cuda())):
+            assert err_ratio(ref, got) <= 1e-3
+
+
+@pytest.mark.parametrize("name", FAMILY)
+def test_cuda_bf16_autocast_forward_capture_and_edit(name):
+    """bf16 autocast on CUDA: fla's chunk kernels for the forward, the torch kernels (fp32 inside) for
+    capture and edits; all within the precision policy's tolerance of the fp32 CPU model."""
+    cpu, gpu = _pair(name)
+    toks = _toks()
+    names = lambda n: n.endswith("hook_state")  # noqa: E731
+    edit = [("blocks.1.attn.hook_state", lambda x, hook: x * 0.8)]
+    with torch.no_grad():
+        ref, ref_cache = cpu.run_with_cache(toks, names_filter=names)
+        ref_edit = cpu.run_with_hooks(toks, fwd_hooks=edit)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        plain = gpu(toks.cuda())
+        assert "fla_chunk" in _paths(gpu)
+        logits, cache = gpu.run_with_cache(toks.cuda(), names_filter=names)  # with gradients
+        with torch.no_grad():
+            edited = gpu.run_with_hooks(toks.cuda(), fwd_hooks=edit)
+            with gpu.state_edit(0, lambda t, S: S * 0.9):
+                stepped = gpu(toks.cuda())
+    assert torch.equal(logits.detach(), plain.detach()) and torch.isfinite(stepped).all()
+    assert err_ratio(ref, plain.detach().float().cpu()) <= 2e-2
+    assert err_ratio(ref_cache["blocks.1.attn.hook_state"], cache["blocks.1.attn.hook_state"].cpu()) <= 5e-2
+    assert err_ratio(ref_edit, edited.float().cpu()) <= 2e-2
+
+
+def test_cuda_mixed_dtype_hook_reaches_fla_in_one_dtype():
+    cpu, gpu = _pair("deltanet")
+    toks = _toks().cuda()
+    with torch.no_grad():
+        low = gpu.bfloat16()
+        out = low.run_with_hooks(toks, fwd_hooks=[("blocks.0.attn.hook_q", lambda x, hook: x.float())])
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("arch", ["deltanet", "gated_deltanet", "transformer", "lstm"])
+def test_cuda_train_loop(tmp_path, arch, precision):
+    """The train loop on the GPU, fp32 and bf16 (the baselines too): finite losses, a checkpoint that opens."""
+    from tiny_runs import tiny_config
+
+    from deltalens import models
+    from deltalens.training.config import TrainConfig
+    from deltalens.training.loop import train
+
+    base = tiny_config("deltanet" if arch == "gated_deltanet" else arch, steps=3).to_dict()
+    if arch == "gated_deltanet":
+        base["model"] = {"arch": "gated_deltanet", "hidden_size": 32, "num_heads": 2, "head_dim": 16}
+    base["run"]["precision"] = precision
+    result = train(TrainConfig.from_dict(base), tmp_path / "run", progress=False)
+    assert result.step == 3 and 0.0 <= result.history[-1]["reveal_accuracy"] <= 1.0
+    assert models.load(result.checkpoint) is not None
+
+
+@pytest.mark.parametrize("arch", ["transformer", "lstm"])
+def test_cuda_baselines_match_cpu(arch):
+    import copy
+
+    from deltalens import models
+
+    torch.manual_seed(0)
+    kwargs = dict(d_model=32, n_layers=2) | (dict(n_heads=2, n_ctx=256) if arch == "transformer" else {})
+    cpu = models.build(arch, vocab_size=40, **kwargs).eval()
+    gpu = copy.deepcopy(cpu).to("cuda").eval()
+    toks = _toks()
+    with torch.no_grad():
+        assert err_ratio(cpu(toks), gpu(toks.cuda()).cpu()) <= 1e-4
+
+
+def test_cuda_shipped_checkpoints_match_cpu():
+    """Every shipped checkpoint on the GPU: logits against the CPU model, the same held-out predictions."""
+    import deltalens as dl
+
+    for name in dl.list_checkpoints()["name"]:
+        cpu = dl.load(name)
+        gpu = dl.load(name, device="cuda")
+        batch = cpu.checkpoint.batch(16)
+        toks = batch["tokens"]
+        with torch.no_grad():
+            ref, got = cpu(toks), gpu(toks.cuda()).cpu()
+        reveal = batch["reveal_mask"][:, 1:]
+        assert err_ratio(ref, got) <= 1e-3, name
+        same = (ref[:, :-1].argmax(-1) == got[:, :-1].argmax(-1))[reveal].float().mean()
+        assert same >= 0.99, name

@@ -12,8 +12,8 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 
 
-def test_the_four_tutorials_ship():
-    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04"]
+def test_the_five_tutorials_ship():
+    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -23,10 +23,10 @@ def test_notebook_is_saved_without_outputs(path):
     assert code and all(cell.outputs == [] and cell.execution_count is None for cell in code)
 
 
-# 25-55 s each: 03_beliefs (the quickest) runs by default, the others with -m slow
+# 25-55 s each: 03_beliefs and 05_circuit (the quickest, under 30 s) run by default, the others with -m slow
 @pytest.mark.parametrize(
     "path",
-    [p if p.stem.startswith("03") else pytest.param(p, marks=pytest.mark.slow) for p in NOTEBOOKS],
+    [p if p.stem[:2] in ("03", "05") else pytest.param(p, marks=pytest.mark.slow) for p in NOTEBOOKS],
     ids=lambda p: p.stem,
 )
 def test_notebook_runs_headless(path, tmp_path):

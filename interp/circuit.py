@@ -1,0 +1,147 @@
+"""One table of a model's heads for circuit finding: direct logit attribution beside attribution patching.
+
+`head_attribution(model, clean, corrupt)` measures every head two ways on a clean / corrupted pair of
+trace batches (interp/trace_pairs.py: the corrupted twin relabels the values, so every reveal's answer
+changes):
+
+* `dla`: the head's direct contribution to logit[true value] - mean logit[other values] at the
+  positions that predict the clean run's reveals (interp/logit_attribution.py; the delta-rule family
+  only, NaN elsewhere): which heads write the answer;
+* `ap_<site>`: attribution patching's first-order estimate of restoring the clean answer (the
+  clean-minus-corrupt logit difference) by patching that head's hook_<site> from the clean run at every
+  position (interp/attribution_patching.py): which heads carry the information, from one forward and
+  one backward.
+
+`patch_grid(model, clean, corrupt, site)` is the exact counterpart of one `ap_<site>` column: activation
+patching, one forward per head. The CLI (`deltalens probe --attribution`, `deltalens intervene
+--patch-grid`), the dashboard's Circuit page and notebook 05 all read these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from deltalens.core.display import Summary
+from deltalens.core.errors import DeltalensError
+from deltalens.models.architecture import ARTICLE, architecture_of, is_delta_rule, n_heads_of, n_layers_of
+
+__all__ = ["HeadAttribution", "head_attribution", "patch_grid", "attribution_sites"]
+
+
+def attribution_sites(model) -> tuple[str, ...]:
+    """The sites attribution patching can estimate on this model: z, beta and state on the delta rule, z elsewhere."""
+    arch = architecture_of(model)
+    if arch == "lstm":
+        raise DeltalensError(
+            f"{ARTICLE.get(arch, arch)} has no attention heads, so there is nothing to attribute or patch per head."
+        )
+    return ("z", "beta", "state") if is_delta_rule(arch) else ("z",)
+
+
+@dataclass(repr=False)
+class HeadAttribution(Summary):
+    frame: pd.DataFrame  # one row per head: layer, head, dla, ap_<site>..., rank (1 = largest |ap_z|)
+    clean: float  # the metric (clean-minus-corrupt answer logit difference) on the clean run
+    corrupt: float  # and on the corrupted run
+    dla_error: float  # max |sum of DLA components - real logit difference| (NaN without DLA)
+    forward_equivalents: float  # attribution patching's wall time / one plain forward
+    n_traces: int
+    sites: tuple[str, ...]
+
+    def title(self) -> str:
+        top = self.frame.iloc[0]
+        return (
+            f"Heads of {self.n_traces} trace pairs: metric clean {self.clean:.3f}, corrupt {self.corrupt:.3f}; "
+            f"attribution patching ranks L{int(top['layer'])}H{int(top['head'])} first "
+            f"({self.forward_equivalents:.1f} forward-equivalents)"
+        )
+
+    def display_frame(self) -> pd.DataFrame:
+        return self.frame
+
+    def dla_grid(self) -> torch.Tensor:
+        """(n_layers, n_heads) DLA per head."""
+        return self._grid("dla")
+
+    def ap_grid(self, site: str = "z") -> torch.Tensor:
+        """(n_layers, n_heads) attribution-patching estimate per head at one site."""
+        if f"ap_{site}" not in self.frame:
+            raise DeltalensError(f"site {site!r} was not estimated; estimated: {', '.join(self.sites)}.")
+        return self._grid(f"ap_{site}")
+
+    def _grid(self, column: str) -> torch.Tensor:
+        L, H = int(self.frame["layer"].max()) + 1, int(self.frame["head"].max()) + 1
+        grid = torch.full((L, H), float("nan"), dtype=torch.float64)
+        for layer, head, value in self.frame[["layer", "head", column]].itertuples(index=False):
+            grid[int(layer), int(head)] = float(value)
+        return grid
+
+    def to_dict(self) -> dict:
+        def number(x):
+            return None if pd.isna(x) else round(float(x), 5)
+
+        return {
+            "clean_metric": number(self.clean),
+            "corrupt_metric": number(self.corrupt),
+            "dla_error": number(self.dla_error),
+            "attribution_forward_equivalents": number(self.forward_equivalents),
+            "n_traces": self.n_traces,
+            "sites": list(self.sites),
+            "heads": [
+                {k: (int(v) if k in ("layer", "head", "rank") else number(v)) for k, v in row.items()}
+                for row in self.frame.to_dict("records")
+            ],
+        }
+
+
+def head_attribution(model, clean: dict, corrupt: dict) -> HeadAttribution:
+    """DLA per head (delta-rule family) and attribution patching per head and site, ranked by |ap_z|."""
+    from deltalens.interp.attribution_patching import attribution_patching
+    from deltalens.interp.logit_attribution import logit_attribution, reveal_rows
+    from deltalens.interp.trace_pairs import reveal_metric
+
+    sites = attribution_sites(model)
+    L, H = n_layers_of(model), n_heads_of(model)
+    rows = [{"layer": layer, "head": head} for layer in range(L) for head in range(H)]
+    frame = pd.DataFrame(rows)
+    dla_error = float("nan")
+    if is_delta_rule(architecture_of(model)):
+        positions, answer, against = reveal_rows(clean)
+        with torch.no_grad():
+            _, cache = model.run_with_cache(clean["tokens"].to(next(model.parameters()).device))
+        dla = logit_attribution(model, cache, positions, answer, against)
+        dla_error = dla.error
+        frame["dla"] = dla.head_grid().flatten().numpy()
+    else:
+        frame["dla"] = float("nan")
+    metric = reveal_metric(clean, corrupt)
+    ap = attribution_patching(model, clean, corrupt, metric, sites=sites)
+    for site in sites:
+        frame[f"ap_{site}"] = ap.per_head(site).flatten().numpy()
+    frame = frame.sort_values("ap_z", key=abs, ascending=False, ignore_index=True)
+    frame["rank"] = range(1, len(frame) + 1)
+    return HeadAttribution(
+        frame=frame,
+        clean=ap.clean,
+        corrupt=ap.corrupt,
+        dla_error=dla_error,
+        forward_equivalents=ap.forward_equivalents,
+        n_traces=int(clean["tokens"].shape[0]),
+        sites=sites,
+    )
+
+
+def patch_grid(model, clean: dict, corrupt: dict, site: str = "z", progress: bool = True):
+    """Activation patching of every head's hook_{site} from the clean into the corrupted run (a PatchGrid)."""
+    from deltalens.interp.patching import patch_heads
+    from deltalens.interp.trace_pairs import reveal_metric
+
+    if site not in attribution_sites(model):
+        raise DeltalensError(
+            f"{ARTICLE.get(architecture_of(model), architecture_of(model))} has no per-head hook_{site} to patch; "
+            f"use one of: {', '.join(attribution_sites(model))}."
+        )
+    return patch_heads(model, clean, corrupt, reveal_metric(clean, corrupt), site=site, progress=progress)

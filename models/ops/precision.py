@@ -1,0 +1,143 @@
+"""The precision policy: what runs in bf16 and what stays fp32, written once for every device.
+
+deltalens runs a model in one of two precisions, named "fp32" and "bf16" (`resolve_dtype` reads the
+names; `deltalens train --precision`, `dl.load(..., dtype=)`, `--dtype` on eval / probe / intervene):
+
+bf16 (autocast while training, or weights cast to bf16 for inference):
+    the matmuls: every linear projection (q/k/v/beta/gate/output projections, the MLP, the LM head,
+    the Transformer baseline's attention), the short convolution, the embeddings' outputs; on CUDA
+    fla's chunk kernels take bf16 q, k, v and beta (they accumulate in fp32 inside).
+
+fp32, always:
+    the recurrence and its state. Every torch / C kernel of the delta-rule family (the references,
+    the chunked WY kernels, replay after a state edit, the hook_state read-out, token transitions)
+    runs with autocast switched off (`fp32_recurrence`), upcasts q, k, v, beta and g to fp32 and
+    returns o in the caller's dtype; every S_t (hook_state, the final state, the carry between
+    chunks) is fp32. Also fp32: the L2 norms of q and k, RMSNorm (computed in fp32, returned in its
+    input's dtype), the log-decay g, the renormalisation S / ||S||_F, the loss (autocast's own
+    fp32 list), parameters and optimiser state (autocast keeps fp32 master weights).
+
+Where the two meet (`fla_dtype`): an fla kernel needs q, k, v (and beta) in one dtype (fla asserts
+it), chooses chunk (bf16/fp16) or fused recurrent (fp32: its chunk kernel refuses fp32) from it, and
+the kernel selector must see the dtype the call will use. The rule: under autocast, autocast's dtype
+(the caller asked for bf16 compute); otherwise the widest of q, k and v (a hook that returns fp32 q in a
+bf16 model gets an fp32 call, nothing is silently narrowed).
+
+Stated tolerances, tested (tests/models/test_precision.py): bf16 (weights or autocast) against fp32,
+on random tiny models of the family logits within 5e-2 absolute and an RMS error ratio <= 2e-2,
+captured states within 5e-2; on the shipped S3 DeltaNet logits at the reveal positions within 0.25
+(measured 0.09) with the same predicted values, RMS ratio over all positions <= 3e-2 (measured 0.018:
+between reveals, where nothing was supervised, a logit can move by ~4.5). bf16 keeps 8 bits of
+mantissa (a relative step of 4e-3) and the projections feed k, whose errors reflections carry on
+undamped. The torch kernels under autocast give exactly their fp32 results. On CUDA fla's fp32 gated
+chunk kernels multiply in TF32 (parity about 1e-3, not 1e-5).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, Optional, TypeVar
+
+import torch
+
+from deltalens.core.errors import DeltalensError
+
+__all__ = [
+    "PRECISIONS",
+    "resolve_dtype",
+    "precision_name",
+    "autocast_dtype",
+    "no_autocast",
+    "fp32_recurrence",
+    "fla_dtype",
+    "training_autocast",
+    "cast_model",
+]
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16"}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def resolve_dtype(value) -> Optional[torch.dtype]:
+    """A precision name ("fp32", "bf16", "float32", "bfloat16") -> its dtype; a floating torch dtype and None
+    pass through (fp64 for long-horizon studies, fp16 at the caller's risk)."""
+    if value is None or isinstance(value, torch.dtype) and value.is_floating_point:
+        return value
+    if isinstance(value, str):
+        name = value.strip().lower().removeprefix("torch.")
+        name = _ALIASES.get(name, name)
+        if name in PRECISIONS:
+            return PRECISIONS[name]
+    raise DeltalensError(f"unknown precision {value!r}; choose one of {', '.join(PRECISIONS)}.")
+
+
+def precision_name(dtype: torch.dtype) -> str:
+    """torch.bfloat16 -> "bf16" (the inverse of `resolve_dtype`)."""
+    return next((name for name, d in PRECISIONS.items() if d == dtype), str(dtype).replace("torch.", ""))
+
+
+def _autocast_devices() -> tuple[str, ...]:
+    return ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+
+
+def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
+    """The dtype autocast computes matmuls in on this device type now, None when autocast is off."""
+    if device_type not in ("cpu", "cuda") or not torch.is_autocast_enabled(device_type):
+        return None
+    return torch.get_autocast_dtype(device_type)
+
+
+@contextlib.contextmanager
+def no_autocast():
+    """Autocast off on every device type for the block (the recurrence's matmuls stay fp32)."""
+    with contextlib.ExitStack() as stack:
+        for device in _autocast_devices():
+            if torch.is_autocast_enabled(device):
+                stack.enter_context(torch.autocast(device, enabled=False))
+        yield
+
+
+def fp32_recurrence(fn: F) -> F:
+    """Run a recurrence kernel with autocast off: it upcasts its inputs to fp32 itself and returns o in
+    the caller's dtype, so under autocast its matmuls (and torch.linalg.solve_triangular, which has
+    no bf16 kernel) stay fp32."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not any(torch.is_autocast_enabled(d) for d in _autocast_devices()):
+            return fn(*args, **kwargs)
+        with no_autocast():
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def fla_dtype(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.dtype:
+    """The one dtype an fla call takes q, k, v and beta in (module docstring): autocast's, else the widest."""
+    under_autocast = autocast_dtype(q.device.type)
+    if under_autocast is not None:
+        return under_autocast
+    return torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+
+
+def training_autocast(device: torch.device, precision: str):
+    """The context a training step runs in: bf16 autocast on the step's device for "bf16", nothing for "fp32"."""
+    dtype = resolve_dtype(precision)
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def cast_model(model, dtype):
+    """The model with its weights in `dtype` (a name or torch dtype; None = as it is), for inference. Its
+    kernels keep the recurrence in fp32 whatever the weights (module docstring)."""
+    dtype = resolve_dtype(dtype)
+    if dtype is None:
+        return model
+    with contextlib.redirect_stdout(sys.stderr):  # TransformerLens prints "Changing model dtype to ..."
+        return model.to(dtype)
