@@ -136,7 +136,14 @@ def reveal_rows(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Ten
     tokens, answers = batch["tokens"], batch["answers"]
     table: dict[int, int] = {}
     for value, token in zip(answers[reveal].tolist(), tokens[reveal].tolist()):
-        table.setdefault(int(value), int(token))
+        if table.setdefault(int(value), int(token)) != int(token) or list(table.values()).count(int(token)) > 1:
+            # a BPE tokenizer writes a value with different tokens in different contexts
+            raise DeltalensError(
+                f"this tokenizer does not write each revealed value as one token of its own (value {value} "
+                f"appears as token {table[int(value)]} and token {token}, or two values share a token); "
+                "the answer-vs-other-values logit difference needs one token per value: use a checkpoint "
+                "with a one-token-per-value tokenizer (statement or code)."
+            )
     if not table:
         raise DeltalensError("this batch reveals no values, so there is no answer to attribute.")
     values = sorted(table)

@@ -53,3 +53,16 @@ def test_shipped_s3_reveals(shipped_s3, shipped_s3_batch):
     assert dla_figure(result).data[0].z.shape == (2, 4)
     with pytest.raises(DeltalensError):
         logit_attribution(shipped_s3, cache, positions, answer[:3], against)
+
+
+def test_a_tokenizer_that_spells_a_value_two_ways_is_refused_in_one_sentence():
+    # value 3 is revealed as token 31 once and as token 32 later (a BPE tokenizer's context-dependent pieces)
+    tokens = torch.tensor([[5, 31, 6, 21, 6, 32]])
+    answers = torch.tensor([[-1, 3, -1, 2, -1, 3]])
+    batch = {"tokens": tokens, "answers": answers, "reveal_mask": answers > 0}
+    with pytest.raises(DeltalensError, match="one token per value"):
+        reveal_rows(batch)
+    # the same values written consistently are fine
+    batch["tokens"] = torch.tensor([[5, 31, 6, 21, 6, 31]])
+    positions, answer, against = reveal_rows(batch)
+    assert answer.tolist() == [31, 21, 31] and against.tolist() == [[21], [31], [21]]
