@@ -28,7 +28,7 @@ import torch
 from transformer_lens import HookedRootModule
 
 from deltalens.core.errors import DeltalensError
-from deltalens.models.io.footprint import available_memory
+from deltalens.models.io.footprint import available_memory, gigabytes_from_env
 
 __all__ = ["CAPTURE_LIMIT_ENV", "CapturePlan", "capture_limit", "plan_capture", "row_bytes", "query_axis_names"]
 
@@ -63,12 +63,9 @@ def capture_limit(max_bytes: int | None = None) -> tuple[int, str]:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, float)) or max_bytes <= 0:
             raise DeltalensError(f"max_bytes must be a positive number of bytes, got {max_bytes!r}")
         return int(max_bytes), "max_bytes"
-    stated = os.environ.get(CAPTURE_LIMIT_ENV)
-    if stated:
-        try:
-            return int(float(stated) * 2**30), f"${CAPTURE_LIMIT_ENV}={stated}"
-        except ValueError:
-            raise DeltalensError(f"${CAPTURE_LIMIT_ENV} must be a number of GB, got {stated!r}") from None
+    stated = gigabytes_from_env(CAPTURE_LIMIT_ENV)
+    if stated is not None:
+        return stated, f"${CAPTURE_LIMIT_ENV}={os.environ[CAPTURE_LIMIT_ENV]}"
     free = available_memory()
     return (int(free // 2), "half of this machine's available memory") if free else (2**63, "no limit known")
 

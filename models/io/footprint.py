@@ -108,14 +108,22 @@ def available_memory() -> int | None:
     return min(found) if found else None
 
 
+def gigabytes_from_env(variable: str) -> int | None:
+    """Bytes an environment variable states in GB (None when it is unset or empty)."""
+    stated = os.environ.get(variable)
+    if not stated:
+        return None
+    try:
+        return int(float(stated) * 2**30)
+    except ValueError:
+        raise DeltalensError(f"${variable} must be a number of GB, got {stated!r}") from None
+
+
 def memory_budget() -> tuple[int | None, str]:
     """The byte budget for a model's weights and where it comes from."""
-    stated = os.environ.get(MEMORY_LIMIT_ENV)
-    if stated:
-        try:
-            return int(float(stated) * 2**30), f"${MEMORY_LIMIT_ENV}={stated} allows"
-        except ValueError:
-            raise DeltalensError(f"${MEMORY_LIMIT_ENV} must be a number of GB, got {stated!r}") from None
+    stated = gigabytes_from_env(MEMORY_LIMIT_ENV)
+    if stated is not None:
+        return stated, f"${MEMORY_LIMIT_ENV}={os.environ[MEMORY_LIMIT_ENV]} allows"
     return available_memory(), "this machine has available"
 
 

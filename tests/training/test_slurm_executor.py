@@ -213,7 +213,8 @@ def test_a_job_stopped_by_sigterm_resumes_from_its_checkpoint_without_retraining
 
 
 def test_sigusr2_checkpoints_and_hands_the_job_to_submitit_for_requeueing(tmp_path, monkeypatch):
-    pytest.importorskip("submitit")
+    import submitit  # noqa: F401  (scripts/setup.sh installs it: the [slurm] extra)
+
     sweep = _sweep(tmp_path, steps=4)
     cell = next(c for c in sweep.cells if c.arch == "lstm")
     job = CellJob(cell, sweep, tmp_path / "runs", tmp_path / "res")
@@ -248,7 +249,8 @@ def test_option_parsers():
 
 
 def test_the_sbatch_file_carries_every_option(tmp_path, monkeypatch):
-    pytest.importorskip("submitit")
+    import submitit  # noqa: F401  (scripts/setup.sh installs it: the [slurm] extra)
+
     monkeypatch.setattr(slurm_executor.shutil, "which", lambda tool: f"/usr/bin/{tool}")
     options = SlurmOptions(
         folder=tmp_path / "slurm",

@@ -46,7 +46,7 @@ def _cluster_up() -> bool:
 def slurm():
     if not _cluster_up():
         if os.geteuid() != 0:
-            pytest.skip("no Slurm here; start one as root with `bash scripts/slurm_local.sh`")
+            pytest.fail("no Slurm here, and only root can start one: run `bash scripts/slurm_local.sh` as root first")
         done = subprocess.run(["bash", str(ROOT / "scripts" / "slurm_local.sh")], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-2000:]
     assert _cluster_up()
