@@ -14,12 +14,12 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DELTA_RULE_ARCHS, build_tiny
 from fla_on_cpu import emulated_cuda
 
 from deltalens.models.ops.delta_rule import chunk_delta_rule
 from deltalens.models.ops.gated_delta_rule import chunk_gated_delta_rule
 from deltalens.models.ops.kernel_select import FLA_RECURRENT
+from tests.conftest import DELTA_RULE_ARCHS, build_tiny
 
 FAMILY = [*DELTA_RULE_ARCHS, "deltanet-renorm"]
 

@@ -23,7 +23,7 @@ OLD, NEW = "1" * 40, "2" * 40  # two commits of one repository
 
 def _fla_folder(folder, tokenizer_file, seed):
     """An fla-format DeltaNet folder (no deltalens section) with a tokenizer.json, as a hub model has."""
-    from conftest import build_tiny
+    from tests.conftest import build_tiny
 
     tokenizer = HFTokenizer.from_file(tokenizer_file)
     model = build_tiny("deltanet", seed=seed, vocab_size=tokenizer.vocab_size)

@@ -11,7 +11,6 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DELTA_RULE_ARCHS, build_tiny
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.ops import precision
@@ -23,6 +22,7 @@ from deltalens.models.ops.gated_delta_rule import (
     token_transition,
 )
 from deltalens.models.ops.replay import replay_with_state_edits
+from tests.conftest import DELTA_RULE_ARCHS, build_tiny
 
 LOGIT_TOL, RATIO_TOL, STATE_TOL = 5e-2, 2e-2, 5e-2
 FAMILY = [*DELTA_RULE_ARCHS, "deltanet-renorm"]
