@@ -12,7 +12,8 @@ Two kinds of held-out traces:
 * ``random``: the checkpoint's own probabilistic family at the evaluation spacing, from the
   evaluation split (seeds never used in training);
 * ``adversarial``: tasks/adversary.py's mix / leak / reveal cycle with block 2 (random swaps at
-  the family's p), which never resets and drains the unnormalised marginal at a known rate.
+  the family's p), which never resets and drains the unnormalised marginal at a known rate (for
+  families with p = 0.5: its shuffle is a fair swap); a hidden-block family gets its own adversary.
 
     from deltalens.training.belief_kl import belief_kl
     result = belief_kl(model, tokenizer, spec)          # spec: the checkpoint's ProbTraceSpec
@@ -38,6 +39,7 @@ from deltalens.core.errors import DeltalensError
 from deltalens.tasks.adversary import adversarial_sequence, adversarial_trace
 from deltalens.tasks.dataset import collate, trace_seed
 from deltalens.tasks.groups import VARIABLE_NAMES
+from deltalens.tasks.hidden_block import hidden_block_adversary
 from deltalens.tasks.pfsa import joint_filter
 from deltalens.tasks.probabilistic import ProbTrace, ProbTraceSpec, generate_prob_trace, parse_prob_trace
 from deltalens.tasks.tokenizers import BOS_ID, split_lines
@@ -174,7 +176,15 @@ def random_traces(spec: ProbTraceSpec, count: int, seed: int = 0) -> list[ProbTr
 
 
 def adversarial_traces(spec: ProbTraceSpec, count: int, cycles: int, seed: int = 0) -> list[ProbTrace]:
-    """The adversary's cycle (block 2, leak probability = the family's swap p) ``cycles`` times."""
+    """The adversary's cycle (block 2, leak probability = the family's swap p) ``cycles`` times; for a
+    hidden-block family, its own adversary (tasks/hidden_block.py) with ``cycles`` partial reveals."""
+    if spec.hidden_block:
+        return [hidden_block_adversary(spec, cycles, seed=seed * 1_000_003 + i) for i in range(count)]
+    if spec.swap_prob != 0.5:
+        raise DeltalensError(
+            f"the block-2 adversary shuffles with a fair swap (p = 0.5), a statement the p = {spec.swap_prob} "
+            "family's tokenizer does not have; evaluate it without adversarial traces (n_adversarial=0)."
+        )
     sequence = adversarial_sequence(n=spec.n, block=2, p=spec.swap_prob, cycles=cycles)
     return [adversarial_trace(sequence, seed=seed * 1_000_003 + i) for i in range(count)]
 
@@ -208,7 +218,7 @@ def belief_kl(
 ) -> BeliefKL:
     """KL(exact || model) at every reveal of held-out random and adversarial traces."""
     frames = [reveal_kl(model, tokenizer, random_traces(spec, n_random, seed), "random")]
-    if n_adversarial:
+    if n_adversarial and (spec.hidden_block or spec.swap_prob == 0.5):  # what the adversary can write
         frames.append(reveal_kl(model, tokenizer, adversarial_traces(spec, n_adversarial, cycles, seed), "adversarial"))
     return BeliefKL(pd.concat(frames, ignore_index=True))
 

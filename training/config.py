@@ -60,6 +60,10 @@ class TaskConfig:
     swap_prob: float = 0.5  # p of "a, b = (b, a) if random.random() < p else (a, b)"
     choice_size: int = 3  # random.choice over the rotations of this many variables
     full_reveal_prob: float = 0.2
+    # The hidden-block family (tasks/hidden_block.py) when > 0: a block of this many variables that a
+    # reveal prints with probability query_prob (else a probe variable); `actions` counts 2 per cycle.
+    hidden_block: int = 0
+    query_prob: float = 0.2
 
 
 @dataclass

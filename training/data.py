@@ -48,6 +48,8 @@ class TrainingData:
             choice_size=task.choice_size,
             spacing=spacing,
             full_reveal_prob=task.full_reveal_prob,
+            hidden_block=task.hidden_block,
+            query_prob=float(task.query_prob),
         )
 
     def eval_spec(
