@@ -40,6 +40,8 @@ def test_probes_and_norms_on_a_small_deltanet():
 def test_the_lstm_state_is_its_hidden_and_cell():
     tokenizer = make_tokenizer("statement-prob", SPEC)
     lstm = models.build("lstm", vocab_size=tokenizer.vocab_size, d_model=16, n_layers=2).eval()
-    assert sorted(state_names(lstm)) == sorted(f"blocks.{l}.{h}" for l in range(2) for h in ("hook_hidden", "hook_cell"))
+    assert sorted(state_names(lstm)) == sorted(
+        f"blocks.{l}.{h}" for l in range(2) for h in ("hook_hidden", "hook_cell")
+    )
     norms = state_norms(lstm, tokenizer, [hidden_block_adversary(SPEC, 8, 0)], [1, 8])
     assert sorted(norms) == ["L0", "L1"]
