@@ -37,7 +37,9 @@ construction. Rotary positions ("rotary", the default here) have no per-position
 cos/sin tables and the causal mask are buffers rebuilt from `n_ctx` and are not saved, so a
 rotary model trained at one length can be evaluated at any longer one by loading it with a larger
 `n_ctx` (`models.load(path, n_ctx=4096)`). That is a real extrapolation test with the same
-weights. Memory cost: each layer holds an (n_ctx, n_ctx) boolean causal mask.
+weights. "none" (NoPE) drops the rotation too: attention sees only the causal mask, from which a
+Transformer can still infer positions; it loads at any length as a rotary model does.
+Memory cost: each layer holds an (n_ctx, n_ctx) boolean causal mask.
 """
 
 from __future__ import annotations
@@ -52,10 +54,10 @@ from deltalens.core.errors import DeltalensError
 from deltalens.models.io.config_from_dict import config_from_dict
 from deltalens.models.layers.transformer_attention import use_hooked_attention
 
-POSITIONAL_EMBEDDING_TYPES = ("standard", "rotary")
+POSITIONAL_EMBEDDING_TYPES = ("standard", "rotary", "none")
 NORMALIZATION_TYPES = ("LN", "RMS", "LNPRE", "RMSPRE")  # the *PRE variants have no learned scale
 # "learned" is what most people call TransformerLens's "standard" positions.
-_POSITION_ALIASES = {"learned": "standard", "absolute": "standard", "rope": "rotary"}
+_POSITION_ALIASES = {"learned": "standard", "absolute": "standard", "rope": "rotary", "nope": "none"}
 
 
 @dataclass
@@ -69,7 +71,7 @@ class TransformerConfig:
     d_head: Optional[int] = None  # width of one head; None -> d_model // n_heads
     d_mlp: Optional[int] = None  # MLP hidden width; None -> 4 * d_model
     n_ctx: int = 512  # longest trace the model accepts (see module docstring for rotary)
-    positional_embedding_type: str = "rotary"  # "standard" (learned table) or "rotary"
+    positional_embedding_type: str = "rotary"  # "standard" (learned table), "rotary" or "none" (NoPE)
     act_fn: str = "gelu"  # MLP activation
     normalization_type: Optional[str] = "LN"  # "LN", "RMS" (pre-norm in every block and at the end) or None
     seed: Optional[int] = None  # seeds the weight init without touching the global RNG; None = global RNG
@@ -79,7 +81,7 @@ class TransformerConfig:
         if kind not in POSITIONAL_EMBEDDING_TYPES:
             raise DeltalensError(
                 f"positional_embedding_type {self.positional_embedding_type!r} is not supported; "
-                f"use 'standard' (learned) or 'rotary'"
+                f"use 'standard' (learned), 'rotary' or 'none' (no positions)"
             )
         self.positional_embedding_type = kind
         # TransformerLens silently falls back to LayerNorm for names it does not know.
@@ -125,7 +127,10 @@ def build_transformer(config: TransformerConfig):
         d_mlp=config.d_mlp,
         act_fn=config.act_fn,
         normalization_type=config.normalization_type,
-        positional_embedding_type=config.positional_embedding_type,
+        # NoPE: TransformerLens's native model has no such option, so boot it rotary and drop the rotation
+        positional_embedding_type="rotary"
+        if config.positional_embedding_type == "none"
+        else config.positional_embedding_type,
         seed=config.seed,
         device="cpu",  # build on CPU; callers move it with .to(device)
         model_name="deltalens-transformer",
@@ -140,6 +145,10 @@ def build_transformer(config: TransformerConfig):
             raise
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0].rstrip(".")
         raise DeltalensError(f"TransformerLens cannot build this Transformer ({reason}); fix the config") from None
+    if config.positional_embedding_type == "none":
+        for module in bridge.original_model.modules():
+            if getattr(module, "rotary", None) is not None:
+                module.rotary = None  # attention sees the causal mask only (its cos/sin tables are never saved)
     bridge.arch = "transformer"
     bridge.model_config = asdict(config)
     use_hooked_attention(bridge)  # fused in unwatched training steps; real hook_attn_scores otherwise
@@ -167,10 +176,10 @@ def _context_guard(n_ctx: int, positional_embedding_type: str):
             return None
         n_tokens = inputs.shape[1] if inputs.dim() >= 2 else inputs.shape[0]
         if n_tokens > n_ctx:
-            if positional_embedding_type == "rotary":
+            if positional_embedding_type in ("rotary", "none"):
                 fix = (
-                    f"rotary positions have no per-position weights, so load the checkpoint with a "
-                    f"larger context (models.load(path, n_ctx={n_tokens})) or use shorter traces"
+                    f"{positional_embedding_type} positions have no per-position weights, so load the checkpoint "
+                    f"with a larger context (models.load(path, n_ctx={n_tokens})) or use shorter traces"
                 )
             else:
                 fix = "retrain with a larger n_ctx or use shorter traces"
