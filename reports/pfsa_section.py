@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 
 from deltalens import models
 from deltalens.probes.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
+from deltalens.reports.hidden_block_section import hidden_block_figure, hidden_block_lines
 from deltalens.training.belief_kl import BeliefKL, adversarial_traces, kl_figure, random_traces, uniform_reveal_kl
 from deltalens.training.opened import open_checkpoint
 
@@ -60,6 +61,7 @@ def _show(step) -> str:
 
 
 LONG_HORIZON = Path("results") / "pfsa" / "long_horizon.json"  # written by scripts/pfsa_long_horizon.py
+HIDDEN_BLOCK = Path("results") / "pfsa" / "hidden_block"  # written by scripts/pfsa_hidden_block.py
 
 
 def _spread(values: list[float]) -> str:
@@ -285,4 +287,9 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
             f"Not measured yet: run `python3 scripts/pfsa_long_horizon.py` (writes {LONG_HORIZON}).",
             "",
         ]
+    hidden = Path(checkpoints).resolve().parent / HIDDEN_BLOCK
+    lines += hidden_block_lines(hidden)
+    figure = hidden_block_figure(hidden)
+    if figure is not None:
+        figures.append(("pfsa_hidden_block", "(e) the hidden block: KL at the late query", figure))
     return PfsaSection(lines, figures)

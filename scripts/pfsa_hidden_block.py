@@ -13,13 +13,12 @@ probes/belief_probes.py):
   family traces), and the decoded marginal's total-variation distance at the late queries.
 
 ``guesses.json`` holds the uniform and last-reveal guesses and the linear filter's block mass on the
-same traces. ``--table`` prints the markdown table of every JSON in --out.
+same traces. ``--table`` prints the report's section (reports/hidden_block_section.py) from --out.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from deltalens.core.atomic import write_json_atomic
 from deltalens.probes.belief_probes import decoded_marginal_tv, fit_belief_probes, state_norms
+from deltalens.reports.hidden_block_section import hidden_block_lines
 from deltalens.tasks.dataset import trace_seed
 from deltalens.tasks.probabilistic import generate_prob_trace
 from deltalens.training.belief_kl import reveal_kl
@@ -34,7 +34,6 @@ from deltalens.training.hidden_block_eval import HORIZONS, adversary_traces, gue
 from deltalens.training.opened import open_checkpoint
 
 CYCLES = [1, 10, 25, 50, 100, 150, 200, 300]
-ARCHS = ["deltanet-neg", "deltanet-pos", "deltanet-renorm", "lstm", "transformer"]
 
 
 def evaluate(path: Path, n_traces: int) -> dict:
@@ -77,45 +76,6 @@ def evaluate(path: Path, n_traces: int) -> dict:
     return record
 
 
-def table(out: Path) -> str:
-    """Mean over seeds (and the seeds' range) of the query KL per horizon, per architecture."""
-    guesses = json.loads((out / "guesses.json").read_text())
-    records = [json.loads(p.read_text()) for p in sorted(out.glob("*-s[0-9].json"))]
-    head = "| model | seeds | family KL | " + " | ".join(f"KL at H={h}" for h in HORIZONS)
-    head += " | probe R² joint / marginal | decoded TV at H=50 / 300 |"
-    lines = [head, "|" + "---|" * (len(HORIZONS) + 5)]
-    for arch in ARCHS:
-        mine = [r for r in records if r["checkpoint"].rsplit("-s", 1)[0] == arch]
-        if not mine:
-            continue
-
-        def cell(values: list[float]) -> str:
-            return (
-                f"{np.mean(values):.3f} ({min(values):.3f}-{max(values):.3f})"
-                if len(values) > 1
-                else f"{values[0]:.3f}"
-            )
-
-        kls = []
-        for h in HORIZONS:
-            got = [r["query_kl"][str(h)].get("kl") for r in mine]
-            kls.append(cell([g for g in got if g is not None]) if any(g is not None for g in got) else "n/a")
-        probe = " / ".join(cell([r["probes"][k] for r in mine]) for k in ("r2_joint", "r2_marginal"))
-        tv = " / ".join(cell([r["probes"]["query_tv"][h] for r in mine]) for h in ("50", "300"))
-        family = cell([r["family_kl"] for r in mine])
-        lines.append(f"| {arch} | {len(mine)} | {family} | " + " | ".join(kls) + f" | {probe} | {tv} |")
-    by = guesses["by_horizon"]
-    for name in ("uniform", "last_reveal"):
-        label = "uniform guess" if name == "uniform" else f"last-reveal guess (eps {guesses['eps']:.2f})"
-        lines.append(f"| {label} | | | " + " | ".join(f"{by[str(h)][name]:.3f}" for h in HORIZONS) + " | | |")
-    lines.append(
-        "| linear filter's block mass | | | "
-        + " | ".join(f"{by[str(h)]['block_mass']:.1e}" for h in HORIZONS)
-        + " | | |"
-    )
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoints", nargs="*", type=Path)
@@ -125,7 +85,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.table:
-        print(table(args.out))
+        print("\n".join(hidden_block_lines(args.out)))
         return
     if not args.checkpoints:
         parser.error("give checkpoint folders, or --table")
