@@ -23,6 +23,7 @@ from deltalens.reports.claims import (
     evaluate_claims,
     spread,
 )
+from deltalens.reports.controls_section import controls_lines
 from deltalens.reports.figures import ARCH_LABELS, length_figure, search_figure, spacing_figure
 from deltalens.reports.long_runs_section import long_run_lines
 from deltalens.reports.pfsa_section import pfsa_section
@@ -91,7 +92,7 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         shown = png if kept or not error else None
         figures.append(FigureFiles(name, title, html, shown, error, png_stale=bool(error and kept)))
     markdown = out / "reproduce.md"
-    extra = baseline_lines(results) + (section.lines if section else []) + products_lines(out)
+    extra = baseline_lines(results) + controls_lines(out) + (section.lines if section else []) + products_lines(out)
     write_text_atomic(markdown, render_markdown(sweep, statuses, claims, figures, out, extra, searches))
     return Report(markdown, claims, figures, png_error)
 

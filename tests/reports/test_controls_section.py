@@ -1,0 +1,47 @@
+"""The controls' tables and verdicts (reports/controls_section.py), on copies of committed results."""
+
+import json
+import shutil
+from pathlib import Path
+
+from deltalens.reports.controls_section import controls_lines
+
+COMMITTED = Path(__file__).resolve().parents[2] / "results"
+
+
+def copy_cell(src: Path, dst: Path, accuracies: list[float]) -> None:
+    """The three seeds of a committed cell with their 1x accuracy replaced."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for seed, accuracy in enumerate(accuracies):
+        result = json.loads((src / f"s3-deltanet-pos-statement-k4-s{seed}.json").read_text())
+        for row in result["eval"]["lengths"]:
+            if row["x_train"] == 1.0:
+                row["reveal_accuracy"] = accuracy
+        (dst / f"s3-deltanet-pos-statement-k4-s{seed}.json").write_text(json.dumps(result))
+
+
+def verdict_row(lines: list[str], start: str) -> str:
+    return next(line for line in lines if line.startswith(start))
+
+
+def test_matched_budget_verdict_over_the_lr_grid(tmp_path):
+    src = COMMITTED / "matched_budget" / "lr0.001"
+    copy_cell(src, tmp_path / "matched_budget" / "lr0.001", [0.5, 0.6, 0.7])
+    copy_cell(src, tmp_path / "matched_budget" / "lr0.003", [0.5, 0.6, 0.95])
+    lines = controls_lines(tmp_path)
+    assert verdict_row(lines, "| S3 | 4 |") == "| S3 | 4 | 0.001, 0.003 | **holds** |"
+    copy_cell(src, tmp_path / "matched_budget" / "lr0.003", [0.99, 0.99, 0.8])  # mean 0.927, two of three seeds
+    assert "fails (learns at lr 0.003)" in verdict_row(controls_lines(tmp_path), "| S3 | 4 |")
+    copy_cell(src, tmp_path / "matched_budget" / "lr0.003", [1.0, 0.89, 0.89])  # mean >= 0.9 but one seed
+    assert verdict_row(controls_lines(tmp_path), "| S3 | 4 |").endswith("| mixed |")
+    (tmp_path / "matched_budget" / "lr0.003" / "s3-deltanet-pos-statement-k4-s2.json").unlink()
+    assert "not measured" in verdict_row(controls_lines(tmp_path), "| S3 | 4 |")
+
+
+def test_every_row_has_its_baselines_and_the_sparse_only_verdicts(tmp_path):
+    shutil.copytree(COMMITTED / "sparse_only", tmp_path / "sparse_only")
+    lines = controls_lines(tmp_path)
+    rows = [line for line in lines if line.startswith("| sparse only | S3 |")]
+    assert rows and all("(4) |" in row or "(8) |" in row for row in rows)  # the window predictor's W
+    assert any(line.startswith("| S3 | DeltaNet β∈[0,2] | 4 | does not learn |") for line in lines)
+    assert controls_lines(tmp_path / "nothing") == []
