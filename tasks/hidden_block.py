@@ -31,8 +31,9 @@ block's unnormalised mass falls by at least a factor 1 - p/h per cycle (greedy: 
 row): at most 3 x 0.9^k for h = 3, p = 0.3 (6e-14 after 300 cycles; the greedy drain measures about
 1e-15), while the exact belief keeps its full information. A model whose state behaves like that
 filter and reads it out linearly loses its confidence with the horizon; one that renormalises (an
-LSTM's gates, the renormalised DeltaNet) need not. Unlike the block-2 adversary of tasks/adversary.py, the queries hit the drained block, the
-block has 3 variables, and p is not 1/2, so the exact answer depends on the whole trace.
+LSTM's gates, the renormalised DeltaNet) need not. Unlike the block-2 adversary of tasks/adversary.py,
+the queries hit the drained block, the block has 3 variables, and p is not 1/2, so the exact answer
+depends on the whole trace.
 """
 
 from __future__ import annotations
