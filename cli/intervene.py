@@ -1,9 +1,10 @@
 """`deltalens intervene CKPT ...`: reveal accuracy under per-head interventions.
 
     deltalens intervene CKPT --sweep beta-range [--json]     every head's beta [0, 2] -> [0, 1], ranked
-    deltalens intervene CKPT --sweep zero-z                  (or mean-z, zero-state, mean-state)
+    deltalens intervene CKPT --sweep beta-clip               (or beta-reflect, zero-z, mean-z, zero-state, mean-state)
     deltalens intervene CKPT --layer L --head H --beta-scale 0.5 [--json]
     deltalens intervene CKPT --layer L --head H --beta-range 0 1
+    deltalens intervene CKPT --layer L --head H --beta-clip 1                only beta > 1 goes (or --beta-reflect)
     deltalens intervene CKPT --layer L --head H --ablate zero [--site z|state]
     deltalens intervene CKPT --layer L --head H --beta-range 0 1 --factor J   one DeltaProduct factor
     deltalens intervene CKPT --sweep beta-range --factor J   factor J of every head in turn
@@ -56,6 +57,11 @@ def register(subparsers) -> None:
         metavar="HI",
         help="set the head's beta to min(beta, HI): with 1, only its negative eigenvalues go",
     )
+    what.add_argument(
+        "--beta-reflect",
+        action="store_true",
+        help="set the head's beta to 2 - beta: each eigenvalue 1 - beta keeps its size and flips its sign",
+    )
     what.add_argument("--ablate", choices=("zero", "mean"), help="ablate the head (see --site)")
     what.add_argument(
         "--gate-range",
@@ -90,13 +96,14 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from deltalens.training.opened import open_checkpoint
 
-    single = any(
-        x is not None for x in (args.beta_scale, args.beta_range, args.beta_clip, args.ablate, args.gate_range)
+    single = (
+        any(x is not None for x in (args.beta_scale, args.beta_range, args.beta_clip, args.ablate, args.gate_range))
+        or args.beta_reflect
     )
     if args.factor is not None and (args.sweep not in (None, "beta-range") or args.ablate or args.gate_range):
         raise DeltalensError(
-            "--factor picks the factor whose beta --beta-scale, --beta-range, --beta-clip or --sweep beta-range "
-            "changes; use it with one of those."
+            "--factor picks the factor whose beta --beta-scale, --beta-range, --beta-clip, --beta-reflect or "
+            "--sweep beta-range changes; use it with one of those."
         )
     if args.patch_grid:
         if args.sweep or single or args.layer is not None or args.head is not None or args.factor is not None:
@@ -137,7 +144,14 @@ def _sweep(args, model, batch) -> int:
 
 
 def _single(args, model, batch) -> int:
-    from deltalens.interp.interventions import ablate_head, clamp_gate, clip_beta, rescale_beta, reveal_accuracy
+    from deltalens.interp.interventions import (
+        ablate_head,
+        clamp_gate,
+        clip_beta,
+        reflect_beta,
+        rescale_beta,
+        reveal_accuracy,
+    )
 
     if args.ablate:
         iv = ablate_head(
@@ -152,6 +166,8 @@ def _single(args, model, batch) -> int:
         iv = clamp_gate(model, args.layer, args.head, *args.gate_range)
     elif args.beta_clip is not None:
         iv = clip_beta(model, args.layer, args.head, hi=args.beta_clip, factor=args.factor)
+    elif args.beta_reflect:
+        iv = reflect_beta(model, args.layer, args.head, factor=args.factor)
     elif args.beta_scale is not None:
         iv = rescale_beta(model, args.layer, args.head, scale=args.beta_scale, factor=args.factor)
     else:

@@ -37,6 +37,8 @@ _API = {
         (
             "Intervention",
             "rescale_beta",
+            "clip_beta",
+            "reflect_beta",
             "clamp_gate",
             "ablate_head",
             "patch_activation",
@@ -109,9 +111,11 @@ if TYPE_CHECKING:  # the same names, eagerly, for static tools (Pyright, jedi, I
         ablate_head,
         accuracy_under,
         clamp_gate,
+        clip_beta,
         head_means,
         patch_activation,
         patch_state,
+        reflect_beta,
         rescale_beta,
         reveal_accuracy,
     )

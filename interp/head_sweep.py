@@ -28,6 +28,7 @@ from deltalens.interp.interventions import (
     check_factor,
     clip_beta,
     head_means,
+    reflect_beta,
     rescale_beta,
     reveal_accuracy,
 )
@@ -92,6 +93,9 @@ def _builder(model, intervention: Union[str, Builder], batches, factor: int | No
     if intervention == "beta-clip":
         require_delta_rule(model, "beta to clip")
         return intervention, lambda m, layer, head: clip_beta(m, layer, head, hi=1.0)
+    if intervention == "beta-reflect":
+        require_delta_rule(model, "beta to reflect")
+        return intervention, lambda m, layer, head: reflect_beta(m, layer, head)
     method, site = intervention.split("-")
     if site == "state":
         require_delta_rule(model, "matrix state S_t")

@@ -4,10 +4,11 @@ A module of its own so that the CLI can offer them as choices without importing 
 
     beta-range    rescale_beta(model, l, h, to=(0, 1))      DeltaNet only
     beta-clip     clip_beta(model, l, h, hi=1)               beta > 1 set to 1, the rest untouched
+    beta-reflect  reflect_beta(model, l, h)                  beta -> 2 - beta: eigenvalue 1 - beta -> beta - 1
     zero-z        ablate_head(..., "zero", site="z")         DeltaNet and Transformer
     mean-z        ablate_head(..., "mean", site="z")         mean over the batch's real tokens
     zero-state    ablate_head(..., "zero", site="state")     DeltaNet only
     mean-state    ablate_head(..., "mean", site="state")
 """
 
-INTERVENTIONS = ("beta-range", "beta-clip", "zero-z", "mean-z", "zero-state", "mean-state")
+INTERVENTIONS = ("beta-range", "beta-clip", "beta-reflect", "zero-z", "mean-z", "zero-state", "mean-state")

@@ -18,6 +18,9 @@ Paper notation -> code:
   The eigenvalue along k_t moves from 1 - beta_t to 1 - beta'_t: a reflection (beta 2, eigenvalue
   -1) becomes a projection (beta 1, eigenvalue 0). `scale=f` instead multiplies: beta' = f beta.
   A DeltaProduct's beta is (B, T, H, n_h): `factor=j` rescales factor j only.
+* `clip_beta(model, layer, head, hi=1)`: beta' = min(beta, 1), only the negative eigenvalues go;
+  `reflect_beta(model, layer, head)`: beta' = 2 - beta, eigenvalue 1 - beta -> beta - 1 (same size,
+  opposite sign).
 * `clamp_gate(model, layer, head, lo, hi)`: clamp a gated model's decay alpha_t into [lo, hi] on
   `blocks.{l}.attn.hook_gate` ([1, 1]: no forgetting).
 * `ablate_head(model, layer, head, "zero" | "mean", site="z" | "state")`: replace the head's
@@ -54,6 +57,7 @@ __all__ = [
     "Intervention",
     "rescale_beta",
     "clip_beta",
+    "reflect_beta",
     "clamp_gate",
     "ablate_head",
     "patch_activation",
@@ -249,6 +253,29 @@ def clip_beta(model, layer: int, head: int | None, hi: float = 1.0, factor: int 
         f"L{layer}" + ("" if head is None else f"H{head}") + (f"F{factor}" if n_factors and factor is not None else "")
     )
     return Intervention(f"{where} beta clipped at {ceiling:g}", [(f"blocks.{layer}.attn.hook_beta", hook)], layer, head)
+
+
+def reflect_beta(model, layer: int, head: int | None, factor: int | None = None) -> Intervention:
+    """beta' = 2 - beta on a head: the transition's eigenvalue along k_t, 1 - beta, becomes beta - 1,
+    its mirror image. Every contraction keeps its size |1 - beta| and flips its sign, so a head that
+    needs the negative eigenvalue loses it (and a [0, 1] head gains one), while one that only needs
+    how much it forgets keeps that. The write strength moves with it (beta' k v^T): a reflection
+    (beta 2) becomes the identity along k with no write, an erase-and-write (beta 1) stays as it is."""
+    require_delta_rule(model, "beta to reflect")
+    _check_head(model, layer, head)
+    n_factors = check_factor(model, factor, layer)
+    heads = slice(None) if head is None else head
+    where_index = (slice(None), slice(None), heads) + ((factor,) if n_factors and factor is not None else ())
+
+    def hook(beta, hook):  # (B, T, H[, n])
+        out = beta.clone()
+        out[where_index] = 2.0 - beta[where_index]
+        return out
+
+    where = (
+        f"L{layer}" + ("" if head is None else f"H{head}") + (f"F{factor}" if n_factors and factor is not None else "")
+    )
+    return Intervention(f"{where} beta -> 2 - beta", [(f"blocks.{layer}.attn.hook_beta", hook)], layer, head)
 
 
 # ---- the decay gate ---------------------------------------------------------------------------

@@ -27,7 +27,8 @@ types, irreps, the intertwiner fit and decoding) is probes/representations.py.
    differs: a 4-cycle is 3 reflections in the standard representation of S4 but 2 in standard x
    sign; every rotation of the icosahedron (A5's 3-dim irreps) is 2.
 2. context: `context_spread` is the mean distance of P_t from the mean P of the same action (per
-   sqrt(d_k)): 0 when the transition is a function of the action alone. Keys come out of a short
+   sqrt(d_k); elements seen once left out): 0 when the transition is a function of the action alone,
+   never negative. Keys come out of a short
    causal convolution, so they can depend on the preceding tokens too; a head whose reflection axes
    move with the context has no fixed basis, and the intertwiner test fails even when each P_t
    is a reflection.
@@ -241,14 +242,20 @@ class HeadFit:
 
 
 def _context_spread(P: np.ndarray, element_index: np.ndarray, n_elements: int) -> float:
-    """How much P_t varies between occurrences of the same element (0: a function of the action alone)."""
-    means = np.stack(
-        [
-            P[element_index == g].mean(0) if (element_index == g).any() else np.eye(P.shape[-1])
-            for g in range(n_elements)
-        ]
-    )
-    return float(np.mean(np.linalg.norm(P - means[element_index], axis=(1, 2)) / np.sqrt(P.shape[-1])))
+    """How much P_t varies between occurrences of the same element (0: a function of the action alone).
+
+    The mean over products of ||P_t - mean P of its element||_F / sqrt(d_k): a mean of norms, so never
+    negative. Elements seen once are left out (their distance to their own mean is 0 whatever the
+    head does, which would pull the mean down); NaN when no element occurs twice."""
+    counts = np.bincount(element_index, minlength=n_elements)
+    repeated = counts[element_index] >= 2
+    if not repeated.any():
+        return float("nan")
+    sums = np.zeros((n_elements, *P.shape[1:]))
+    np.add.at(sums, element_index, P)
+    means = sums / np.maximum(counts, 1)[:, None, None]
+    distance = np.linalg.norm(P - means[element_index], axis=(1, 2)) / np.sqrt(P.shape[-1])
+    return float(distance[repeated].mean())
 
 
 def fit_head(

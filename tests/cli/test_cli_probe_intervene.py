@@ -87,6 +87,17 @@ def test_intervene_one_head(capsys, hand_path):
     assert "reveal accuracy 1.0000 ->" in capsys.readouterr().out
 
 
+def test_intervene_beta_reflect(capsys, hand_path):
+    one = ["intervene", hand_path, "--layer", "1", "--head", "1", "--beta-reflect", "--json", "--n-traces", "16"]
+    report = _json(capsys, one)
+    assert report["intervention"] == "L1H1 beta -> 2 - beta" and report["accuracy"] < 0.6
+    swept = _json(capsys, ["intervene", hand_path, "--sweep", "beta-reflect", "--json", "--n-traces", "16"])
+    assert swept["intervention"] == "beta-reflect" and (swept["heads"][0]["layer"], swept["heads"][0]["head"]) == (1, 1)
+    with pytest.raises(SystemExit):  # argparse: one intervention at a time
+        main(["intervene", hand_path, "--layer", "1", "--head", "1", "--beta-reflect", "--beta-clip", "1"])
+    assert "not allowed with argument --beta-reflect" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv,message",
     [

@@ -16,6 +16,7 @@ from deltalens.interp.interventions import (
     clip_beta,
     patch_activation,
     patch_state,
+    reflect_beta,
     rescale_beta,
     reveal_accuracy,
 )
@@ -94,6 +95,27 @@ def test_beta_clip_removes_only_the_part_above_the_ceiling(hand, batch):
     assert torch.equal(same, hand.model(batch["tokens"]))
     with pytest.raises(DeltalensError, match="0 <= hi <= 2"):
         clip_beta(hand.model, *TRACK, hi=float("nan"))
+
+
+def test_beta_reflect_mirrors_the_eigenvalue(hand, batch):
+    plain = capture(hand.model, batch, names="beta")["blocks.1.attn.hook_beta"]
+    iv = reflect_beta(hand.model, *TRACK)
+    reflected = capture(hand.model, batch, names="beta", hooks=iv.hooks)["blocks.1.attn.hook_beta"]
+    head = TRACK[1]
+    # eigenvalue 1 - beta becomes beta - 1: same size, opposite sign
+    assert torch.allclose(1 - reflected[..., head], -(1 - plain[..., head]), atol=1e-6)
+    others = [h for h in range(plain.shape[-1]) if h != head]
+    assert torch.equal(reflected[..., others], plain[..., others])
+    assert iv.label == "L1H1 beta -> 2 - beta"
+    # the tracker's reflections (beta 2) become beta 0: tracking goes; a decoy's do not matter
+    assert accuracy_under(hand.model, batch, iv) < 0.6
+    for layer, decoy in DECOYS:
+        assert accuracy_under(hand.model, batch, reflect_beta(hand.model, layer, decoy)) == 1.0
+    result = sweep(hand.model, batch, "beta-reflect", progress=False)
+    assert (result.frame.iloc[0]["layer"], result.frame.iloc[0]["head"]) == TRACK
+    assert result.intervention == "beta-reflect" and (result.frame.iloc[1:]["accuracy"] == 1.0).all()
+    with pytest.raises(DeltalensError, match="head 7 is out of range"):
+        reflect_beta(hand.model, 1, 7)
 
 
 def test_ablations(hand, batch):
