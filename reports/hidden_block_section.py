@@ -124,6 +124,12 @@ def hidden_block_lines(folder: Path) -> list[str]:
         lines.append(f"| {label} | {len(records)} | " + " | ".join(cells) + f" | {family} |")
     by = guesses["by_horizon"]
     lines.append("| uniform guess | | " + " | ".join(f"{by[str(h)]['uniform']:.3f}" for h in horizons) + " | |")
+    if all("block_uniform" in by[str(h)] for h in horizons):
+        lines.append(
+            "| block-uniform guess (values the probe does not hold) | | "
+            + " | ".join(f"{by[str(h)]['block_uniform']:.3f}" for h in horizons)
+            + " | |"
+        )
     lines.append(
         f"| last-reveal guess (ε = {guesses['eps']:.2f}) | | "
         + " | ".join(f"{by[str(h)]['last_reveal']:.3f}" for h in horizons)
@@ -210,14 +216,23 @@ def hidden_block_figure(folder: Path) -> go.Figure | None:
                 error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
             )
         )
-    for name, label in (("uniform", "uniform guess"), ("last_reveal", "last-reveal guess")):
+    for name, label in (
+        ("uniform", "uniform guess"),
+        ("block_uniform", "block-uniform guess"),
+        ("last_reveal", "last-reveal guess"),
+    ):
+        if any(name not in guesses["by_horizon"][str(h)] for h in horizons):
+            continue
         fig.add_trace(
             go.Scatter(
                 x=horizons,
                 y=[guesses["by_horizon"][str(h)][name] for h in horizons],
                 name=label,
                 mode="lines",
-                line={"dash": "dash", "color": "gray" if name == "uniform" else "black"},
+                line={
+                    "dash": "dash" if name != "block_uniform" else "dot",
+                    "color": "black" if name == "last_reveal" else "gray",
+                },
             )
         )
     fig.update_layout(

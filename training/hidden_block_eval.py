@@ -6,6 +6,8 @@ the opening's mixture carried through H swaps and H "no leak" reveals. Beside it
 the same traces (``guess_kl``):
 
 * uniform: 1/n on every value (a model that learned nothing);
+* block uniform: 1/(n - 1) on every value but the one the probe showed last (a model that knows
+  which values the block holds and nothing about their arrangement);
 * last reveal: the value the queried variable showed when it was last printed (here: its initial
   value), smoothed with eps/n on every value, eps the best for these traces (a generous baseline;
   an unsmoothed guess would score infinity whenever the value moved).
@@ -79,16 +81,29 @@ def _last_shown(trace: ProbTrace) -> int:
     return trace.q0[query]
 
 
+def _block_uniform(trace: ProbTrace) -> np.ndarray:
+    """1/(n - 1) on every value but the last one a probe variable showed before the query."""
+    h, n = trace.spec.hidden_block, trace.n
+    probe_value = next(r.values[0] for r in reversed(trace.reveals[:-1]) if r.variables[0] >= h)
+    q = np.full(n, 1 / (n - 1))
+    q[probe_value - 1] = 0.0
+    return q
+
+
 def guess_kl(spec: ProbTraceSpec, horizons: Sequence[int] = HORIZONS, n_traces: int = 32) -> dict:
-    """Mean KL of the uniform and the (best-eps) last-reveal guesses at each horizon's queries."""
+    """Mean KL of the uniform, block-uniform and (best-eps) last-reveal guesses at each horizon's queries."""
     n = spec.n
     per_horizon, pairs = {}, []
     for horizon in horizons:
         traces = adversary_traces(spec, horizon, n_traces)
         exact = [np.asarray(t.posteriors[-1][0].predictive) for t in traces]
         shown = [_last_shown(t) for t in traces]
+        block = [_block_uniform(t) for t in traces]
         per_horizon[horizon] = {
             "uniform": float(np.mean([sum(p * math.log(p * n) for p in e if p > 0) for e in exact])),
+            "block_uniform": float(
+                np.mean([sum(p * math.log(p / q[i]) for i, p in enumerate(e) if p > 0) for e, q in zip(exact, block)])
+            ),
             "block_mass": float(np.mean([linear_block_mass(t)[-2] for t in traces])),
         }
         pairs += [(horizon, e, v) for e, v in zip(exact, shown)]

@@ -81,8 +81,10 @@ def test_adversary_answer_depends_on_the_whole_history():
 def test_guesses_on_the_adversary():
     guesses = guess_kl(SPEC, horizons=(10, 40), n_traces=8)
     uniform = math.log(4) + 0.7 * math.log(0.7) + 0.3 * math.log(0.3)  # KL((0.7, 0.3, 0, 0) || 1/4)
+    block = 0.7 * math.log(0.7 * 3) + 0.3 * math.log(0.3 * 3)  # 1/3 on each value the probe does not hold
     for h in (10, 40):
         assert guesses["by_horizon"][h]["uniform"] == pytest.approx(uniform)
+        assert guesses["by_horizon"][h]["block_uniform"] == pytest.approx(block)
         assert guesses["by_horizon"][h]["last_reveal"] <= uniform + 1e-9  # eps = 0.99 is nearly uniform
     assert guesses["by_horizon"][40]["block_mass"] < guesses["by_horizon"][10]["block_mass"]
 
