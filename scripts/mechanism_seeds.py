@@ -1,0 +1,477 @@
+"""The tracking-head mechanism on every seed and depth: per-head measures, four sweeps, decision rules.
+
+For each model folder given (a checkpoint folder, or a run folder of `deltalens reproduce --runs`,
+whose final weights are RUN/last: the weights the cell's result JSON was evaluated on) this draws
+128 held-out traces at the training length with the model's own task and evaluation spacing
+(eval split, seed 0: what `deltalens intervene --n-traces 128` draws) and measures, per head:
+
+* beta on action tokens: the share with beta > 1 (a negative eigenvalue 1 - beta), the mean, and the
+  reflection fraction (eigenvalue < -0.9, i.e. beta > 1.9);
+* the value probe: a linear probe of every variable's current value from the head's state S_t at
+  the read-out tokens (probes/linear_probes.py), mean over variables, with its shuffled-label control;
+* the 90%-variance PCA dimension of the head's flattened states (probes/subspace.py, every token);
+
+and reveal accuracy with each head in turn under beta-range ([0, 2] -> [0, 1]), beta-clip
+(min(beta, 1)), beta-reflect (2 - beta) and mean-ablation of its read-out z (mean-z). A [0, 1]
+model has no beta > 1, so its beta-range and beta-clip are no-ops and are replaced by beta-half
+(beta x 0.5, the same write-halving the [0, 2] -> [0, 1] rescale applies). For a run folder the
+re-evaluated test accuracy (512 traces, the result JSON's own protocol and seed) is checked against
+the result JSON beside it (RUN/../../results/<cell>.json); a run folder without one is still
+training and is skipped.
+
+Decision rules (fixed in this file before seeds 1 and 2 were measured; the seed-0 numbers were known):
+
+(a) Tracking head of a [0, 2] model: the head whose beta-clip drop (baseline minus accuracy) is the
+    largest, if that drop is at least MARGIN = 0.10 (with 128 traces the binomial standard error of a
+    reveal accuracy is <= 0.03, so 0.10 is > 3 SE); no tracking head otherwise. beta~2 heads: those
+    with a reflection on at least half of their action tokens.
+(b) The negative eigenvalue is isolated in a model with tracking head T when all three hold:
+    b1. clipping any other head drops accuracy by less than NO_EFFECT = 0.05;
+    b2. clipping T removes at least CLIP_SHARE = 2/3 of what mean-ablating T removes (the
+        mean-ablated accuracy floored at chance: going below chance is read-out damage, not tracking);
+    b3. the [0, 1] rescale of every head other than T drops accuracy by less than NO_EFFECT.
+(c) Subspace claim ("the tracking head's states use fewer dimensions than the other heads'"): T's
+    PCA-90 dimension is the lowest of the model's heads (ties count as lowest). Over a set of models
+    with a tracking head the claim is supported when that holds in at least 2/3 of them, else not.
+[0, 1] models: the carrier is the head whose state decodes the values best; mean-ablation
+    isolates one head when exactly one head's mean-ablation drop is >= MARGIN.
+Decisions are counted over learned models only: test reveal accuracy >= 0.9 at 1x (the result
+JSON's, or the checkpoint's recorded evaluation), as the matched-budget and sparse-only tables judge.
+
+    python3 scripts/mechanism_seeds.py MODEL [MODEL ...] --label sweep [--out results/mechanism]
+           [--compare results/sweep] [--n-traces 128] [--force]
+    python3 scripts/mechanism_seeds.py --table-only            # rewrite OUT/README.md from OUT/*.json
+
+Writes OUT/<label>-<name>.json per model and OUT/README.md, one markdown table over every JSON there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from deltalens.core.atomic import write_json_atomic
+from deltalens.core.display import progress
+from deltalens.core.errors import DeltalensError
+
+MARGIN = 0.10
+NO_EFFECT = 0.05
+CLIP_SHARE = 2 / 3
+BETA2_REFLECTIONS = 0.5
+LEARNED = 0.9
+SUBSPACE_SHARE = 2 / 3
+SWEEPS_NEG = ("beta-range", "beta-clip", "beta-reflect", "mean-z")
+SWEEPS_POS = ("beta-half", "beta-reflect", "mean-z")
+HASH = re.compile(r"-[0-9a-f]{8}$")
+
+
+# ---- finding the weights and the result beside them ------------------------------------------
+
+
+def locate(path: Path) -> dict:
+    """weights folder, run folder, cell name and result JSON of a checkpoint or run folder."""
+    path = path.resolve()
+    if (path / "last" / "model.safetensors").is_file() or (path / "train.toml").is_file():  # a run (maybe new)
+        cell = HASH.sub("", path.name)
+        result = path.parent.parent / "results" / f"{cell}.json"
+        return {"weights": path / "last", "run": path, "name": cell, "result": result}
+    if (path / "model.safetensors").is_file():
+        return {"weights": path, "run": None, "name": path.name, "result": None}
+    raise DeltalensError(f"{path} holds no model.safetensors and no last/model.safetensors; give a checkpoint or run.")
+
+
+def recorded_lengths(where: dict, meta: dict) -> list[dict]:
+    """The test evaluation recorded for these weights: the result JSON's, else the checkpoint's metrics."""
+    if where["result"] is not None:
+        return json.loads(where["result"].read_text())["eval"]["lengths"]
+    return ((meta.get("metrics") or {}).get("eval") or {}).get("lengths", [])
+
+
+def at(lengths: list[dict], multiple: float) -> float | None:
+    row = next((r for r in lengths if r.get("x_train") == multiple and "reveal_accuracy" in r), None)
+    return None if row is None else float(row["reveal_accuracy"])
+
+
+# ---- measuring one model ---------------------------------------------------------------------
+
+
+def head_measures(model, batch, seed: int) -> tuple[list[dict], list[dict]]:
+    """beta on actions, value probe and PCA-90 dimension of every head; the residual stream's value
+    probe after each layer (where the values are when no single head's state holds them)."""
+    from deltalens.interp.capture import capture
+    from deltalens.probes.linear_probes import linear_probes
+    from deltalens.probes.subspace import subspace_report
+    from deltalens.tasks.tokenizers import TokenKind
+
+    with torch.no_grad():
+        cap = capture(model, batch, names=("beta", "k", "state", "resid"))
+    actions = cap.labels["kind"] == int(TokenKind.ACTION)
+    sub = subspace_report(cap, seed=seed).heads.set_index(["layer", "head"])
+    report = linear_probes(cap, sites=("state", "resid"), targets=("value",), seed=seed)
+    probes = report.by_head().set_index(["layer", "head"])
+    resid = [
+        {"site": row["site"], "accuracy": float(row["accuracy"]), "control": float(row["control_accuracy"])}
+        for row in report.by_layer().to_dict(orient="records")
+    ]
+    rows = []
+    for layer in range(cap.n_layers):
+        beta = cap.layer("beta", layer)  # (N, H)
+        for head in range(beta.shape[1]):
+            b = beta[actions, head].double()
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "beta_gt1_action": float((b > 1).double().mean()),
+                    "mean_beta_action": float(b.mean()),
+                    "reflection_fraction": float((1 - b < -0.9).double().mean()),
+                    "beta_gt1_all": float((beta[:, head] > 1).double().mean()),
+                    "probe_value": float(probes.loc[(layer, head), "probe_accuracy_value"]),
+                    "probe_control": float(probes.loc[(layer, head), "probe_control_value"]),
+                    "pca_dim_90": int(sub.loc[(layer, head), "pca_dim_90"]),
+                }
+            )
+    return rows, resid
+
+
+def half_beta(model, layer, head):
+    from deltalens.interp.interventions import rescale_beta
+
+    return rescale_beta(model, layer, head, scale=0.5)
+
+
+def measure(path: Path, label: str, n_traces: int, seed: int, compare: Path | None, test_traces: int = 512) -> dict:
+    from deltalens.interp.head_sweep import sweep
+    from deltalens.tasks.baselines import baseline_scores
+    from deltalens.training.evaluate import evaluate
+    from deltalens.training.opened import open_checkpoint
+
+    where = locate(path)
+    checkpoint = open_checkpoint(where["weights"])
+    model, spec, data = checkpoint.model, checkpoint.spec, checkpoint.require_task()
+    config = checkpoint.meta.get("model_config") or {}
+    negative = bool(config.get("allow_neg_eigval"))
+    recorded = recorded_lengths(where, checkpoint.meta)
+    # the result JSON's protocol: 512 test traces, seed 0, batches of 64, at the training length
+    test = evaluate(model, data.tokenizer, spec, n_traces=test_traces, seed=0).reveal_accuracy
+    floors = baseline_scores(spec, test_traces, 0)
+    batch = checkpoint.batch(n_traces, seed=seed)
+    heads, resid = head_measures(model, batch, seed)
+    by_head = {(h["layer"], h["head"]): h for h in heads}
+    baseline = None
+    for kind in SWEEPS_NEG if negative else SWEEPS_POS:
+        result = sweep(model, batch, half_beta if kind == "beta-half" else kind, progress=False)
+        baseline = result.baseline
+        for row in result.frame.to_dict(orient="records"):
+            by_head[(int(row["layer"]), int(row["head"]))][kind] = float(row["accuracy"])
+    record = {
+        "name": where["name"],
+        "label": label,
+        "source": str(path),
+        "weights": str(where["weights"]),
+        "step": (checkpoint.meta.get("training") or {}).get("step"),
+        "group": spec.group,
+        "spacing": spec.spacing,
+        "actions": spec.actions,
+        "beta_range": [0, 2] if negative else [0, 1],
+        "n_layers": int(config.get("num_hidden_layers", 0)),
+        "n_heads": int(config.get("num_heads", 0)),
+        "n_traces": n_traces,
+        "seed": seed,
+        "baseline": baseline,
+        "test_512": test,  # re-evaluated on the result JSON's test traces (test_traces of them)
+        "test_traces": test_traces,
+        "recorded_1x": at(recorded, 1.0),
+        "recorded": [{k: r.get(k) for k in ("x_train", "reveal_accuracy")} for r in recorded],
+        "result_json": None if where["result"] is None else str(where["result"]),
+        "floors": {"chance": floors.chance, "last_reveal": floors.last_reveal, "window": floors.window},
+        "heads": heads,
+        "resid_probes": resid,
+    }
+    if compare is not None and (compare / f"{where['name']}.json").is_file():
+        committed = json.loads((compare / f"{where['name']}.json").read_text())
+        record["committed"] = [
+            {k: r.get(k) for k in ("x_train", "reveal_accuracy")} for r in committed["eval"]["lengths"]
+        ]
+        record["committed_steps"] = committed.get("steps")
+    record["decision"] = decide(record)
+    return record
+
+
+# ---- the decision rules (module docstring) ----------------------------------------------------
+
+
+def _drop(record: dict, head: dict, kind: str) -> float:
+    return record["baseline"] - head[kind]
+
+
+def decide(record: dict) -> dict:
+    heads, base = record["heads"], record["baseline"]
+    chance = record["floors"]["chance"]
+    name = lambda h: f"L{h['layer']}H{h['head']}"  # noqa: E731
+    best_probe = max(heads, key=lambda h: h["probe_value"])
+    mean_drops = {name(h): _drop(record, h, "mean-z") for h in heads}
+    out = {
+        "learned": record["recorded_1x"] is not None and record["recorded_1x"] >= LEARNED,
+        "best_probe_head": name(best_probe),
+        "best_probe": best_probe["probe_value"],
+        "highest_beta_head": name(max(heads, key=lambda h: h["mean_beta_action"])),
+        "mean_ablation_heads": sorted(k for k, d in mean_drops.items() if d >= MARGIN),
+        "reflect_heads": sorted(name(h) for h in heads if _drop(record, h, "beta-reflect") >= MARGIN),
+    }
+    if record["beta_range"] == [0, 1]:
+        carrier = best_probe
+        others = [h for h in heads if h is not carrier]
+        out.update(
+            carrier=name(carrier),
+            carrier_mean_drop=mean_drops[name(carrier)],
+            mean_ablation_isolates_one=len(out["mean_ablation_heads"]) == 1,
+            half_heads=sorted(name(h) for h in heads if _drop(record, h, "beta-half") >= MARGIN),
+            carrier_pca_lowest=all(carrier["pca_dim_90"] <= h["pca_dim_90"] for h in others),
+        )
+        return out
+    out["beta2_heads"] = sorted(name(h) for h in heads if h["reflection_fraction"] >= BETA2_REFLECTIONS)
+    out["clip_heads"] = sorted(name(h) for h in heads if _drop(record, h, "beta-clip") >= MARGIN)
+    top = max(heads, key=lambda h: (_drop(record, h, "beta-clip"), -h["layer"], -h["head"]))
+    if _drop(record, top, "beta-clip") < MARGIN:
+        out.update(tracking_head=None, isolated=False, pca_lowest=None)
+        return out
+    others = [h for h in heads if h is not top]
+    clip_drop = _drop(record, top, "beta-clip")
+    mean_drop = base - max(top["mean-z"], chance)
+    b1 = max(_drop(record, h, "beta-clip") for h in others) < NO_EFFECT
+    b2 = mean_drop <= 0 or clip_drop >= CLIP_SHARE * mean_drop
+    b3 = max(_drop(record, h, "beta-range") for h in others) < NO_EFFECT
+    dims = sorted(h["pca_dim_90"] for h in heads)
+    out.update(
+        tracking_head=name(top),
+        tracking_layer=top["layer"],
+        clip_drop=clip_drop,
+        mean_drop_floored=mean_drop,
+        clip_over_mean=clip_drop / mean_drop if mean_drop > 0 else None,
+        max_other_clip_drop=max(_drop(record, h, "beta-clip") for h in others),
+        max_other_range_drop=max(_drop(record, h, "beta-range") for h in others),
+        max_other_reflect_drop=max(_drop(record, h, "beta-reflect") for h in others),
+        clip_at_or_below_window=top["beta-clip"] <= record["floors"]["window"],
+        b1_other_clips_harmless=b1,
+        b2_clip_as_mean_ablation=b2,
+        b3_other_rescales_harmless=b3,
+        isolated=b1 and b2 and b3,
+        agrees_with_beta=name(top) == out["highest_beta_head"],
+        agrees_with_probe=name(top) == out["best_probe_head"],
+        pca_dim_tracking=top["pca_dim_90"],
+        pca_rank=1 + sum(d < top["pca_dim_90"] for d in dims),
+        pca_others=[h["pca_dim_90"] for h in others],
+        pca_lowest=all(top["pca_dim_90"] <= h["pca_dim_90"] for h in others),
+        pca_below_median=top["pca_dim_90"] < statistics.median(h["pca_dim_90"] for h in others),
+    )
+    return out
+
+
+# ---- the table over every model ---------------------------------------------------------------
+
+
+def _f(x, digits: int = 3) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _setting(r: dict) -> str:
+    beta = "[0,2]" if r["beta_range"] == [0, 2] else "[0,1]"
+    return f"{r['label']} {r['group']} {beta} k={r['spacing']} {r['n_layers']}L"
+
+
+def table(records: list[dict]) -> str:
+    records = sorted(
+        records, key=lambda r: (r["beta_range"] != [0, 2], r["label"], r["group"], r["spacing"], r["name"])
+    )
+    neg = [r for r in records if r["beta_range"] == [0, 2]]
+    pos = [r for r in records if r["beta_range"] == [0, 1]]
+    lines = [
+        "# Mechanism across seeds and depth",
+        "",
+        "Written by `python3 scripts/mechanism_seeds.py` (its docstring has the decision rules). 128 held-out",
+        "traces at the training length per model; accuracies are reveal accuracies; a drop is the baseline minus",
+        "the accuracy with that one head intervened on. T = the tracking head by rule (a).",
+        "",
+        "## DeltaNet [0, 2]",
+        "",
+        "| model | test 1x (JSON / re-eval) | baseline | beta~2 heads | T | T: beta>1 on actions, mean beta |"
+        " T: probe, PCA-90 (others) | T: range / clip / reflect / mean-z | other heads: max drop range / clip /"
+        " reflect | clip/mean | isolated (b1 b2 b3) | PCA lowest |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in neg:
+        d = r["decision"]
+        mark = "" if d["learned"] else " (not learned)"
+        head = next((h for h in r["heads"] if f"L{h['layer']}H{h['head']}" == d.get("tracking_head")), None)
+        if head is None:
+            lines.append(
+                f"| {r['label']} {r['name']}{mark} | {_f(r['recorded_1x'])} / {_f(r['test_512'])} | "
+                f"{_f(r['baseline'])} | {', '.join(d['beta2_heads']) or '-'} | none | | | | | | | |"
+            )
+            continue
+        others = sorted(d["pca_others"])
+        flags = "".join(
+            "y" if d[k] else "n"
+            for k in ("b1_other_clips_harmless", "b2_clip_as_mean_ablation", "b3_other_rescales_harmless")
+        )
+        lines.append(
+            f"| {r['label']} {r['name']}{mark} | {_f(r['recorded_1x'])} / {_f(r['test_512'])} | {_f(r['baseline'])} | "
+            f"{', '.join(d['beta2_heads']) or '-'} | {d['tracking_head']} | {_f(head['beta_gt1_action'], 2)}, "
+            f"{_f(head['mean_beta_action'], 2)} | {_f(head['probe_value'], 2)}, {head['pca_dim_90']} "
+            f"({others[0]}-{others[-1]}) | {_f(head['beta-range'])} / {_f(head['beta-clip'])} / "
+            f"{_f(head['beta-reflect'])} / {_f(head['mean-z'])} | {_f(d['max_other_range_drop'])} / "
+            f"{_f(d['max_other_clip_drop'])} / {_f(d['max_other_reflect_drop'])} | {_f(d['clip_over_mean'], 2)} | "
+            f"{'yes' if d['isolated'] else 'no'} ({flags}) | "
+            f"{'yes' if d['pca_lowest'] else 'no'} (rank {d['pca_rank']}) |"
+        )
+    lines += ["", *summary_lines(neg), ""]
+    if pos:
+        lines += [
+            "## DeltaNet [0, 1] (no beta > 1: beta-half = beta x 0.5 in place of the [0, 2] -> [0, 1] rescale)",
+            "",
+            "| model | test 1x (JSON / re-eval) | baseline | carrier (best state probe) | its probe, PCA-90 (others) |"
+            " carrier: half / reflect / mean-z | heads with mean-z drop >= 0.10 | half >= 0.10 | reflect >= 0.10 |"
+            " residual-stream probe after each layer |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in pos:
+            d = r["decision"]
+            mark = "" if d["learned"] else " (not learned)"
+            c = next(h for h in r["heads"] if f"L{h['layer']}H{h['head']}" == d["carrier"])
+            others = sorted(h["pca_dim_90"] for h in r["heads"] if h is not c)
+            resid = " / ".join(f"{x['site']} {x['accuracy']:.2f}" for x in r.get("resid_probes", []))
+            lines.append(
+                f"| {r['label']} {r['name']}{mark} | {_f(r['recorded_1x'])} / {_f(r['test_512'])} | "
+                f"{_f(r['baseline'])} | {d['carrier']} | {_f(c['probe_value'], 2)}, {c['pca_dim_90']} "
+                f"({others[0]}-{others[-1]}) | {_f(c['beta-half'])} / {_f(c['beta-reflect'])} / {_f(c['mean-z'])} | "
+                f"{', '.join(d['mean_ablation_heads']) or '-'} | {', '.join(d['half_heads']) or '-'} | "
+                f"{', '.join(d['reflect_heads']) or '-'} | "
+                f"{resid} |"
+            )
+        lines += ["", positive_line(pos)]
+    lines += reproduction_lines(records)
+    return "\n".join(lines) + "\n"
+
+
+def positive_line(pos: list[dict]) -> str:
+    learned = [r for r in pos if r["decision"]["learned"]]
+    probes = [r["decision"]["best_probe"] for r in learned]
+    isolates = sum(r["decision"]["mean_ablation_isolates_one"] for r in learned)
+    many = [len(r["decision"]["mean_ablation_heads"]) for r in learned]
+    return (
+        f"* Over the {len(learned)} learned [0, 1] models: the best single head's state decodes the values at "
+        f"{_f(min(probes), 2)}-{_f(max(probes), 2)}; mean-ablation isolates one head in {isolates} (heads whose "
+        f"mean-ablation drops accuracy by >= {MARGIN:.2f}: {', '.join(map(str, many))})."
+        if learned
+        else "* No learned [0, 1] model."
+    )
+
+
+def reproduction_lines(records: list[dict]) -> list[str]:
+    """Retrained cells against the committed result of the same cell (--compare): test reveal accuracy."""
+    rows = [r for r in records if r.get("committed")]
+    if not rows:
+        return []
+
+    def accs(lengths):
+        return " / ".join(_f(r.get("reveal_accuracy")) for r in sorted(lengths, key=lambda r: r["x_train"]))
+
+    lines = [
+        "",
+        "## Retrained cells against the committed results (test reveal accuracy at 1x / 2x / 4x, 512 traces)",
+        "",
+        "| cell | retrained | committed | largest difference | steps retrained / committed |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ours = {x["x_train"]: x.get("reveal_accuracy") for x in r["recorded"]}
+        theirs = {x["x_train"]: x.get("reveal_accuracy") for x in r["committed"]}
+        diffs = [abs(ours[k] - theirs[k]) for k in ours if k in theirs and None not in (ours[k], theirs[k])]
+        largest = _f(max(diffs)) if diffs else ""
+        steps = f"{r.get('step')} / {r.get('committed_steps')}"
+        lines.append(f"| {r['name']} | {accs(r['recorded'])} | {accs(r['committed'])} | {largest} | {steps} |")
+    return lines
+
+
+def summary_lines(neg: list[dict]) -> list[str]:
+    """The counts the decision rules produce: over each label's learned [0, 2] models, then over all."""
+    labels = sorted({r["label"] for r in neg})
+    groups = [(f"{label} models", [r for r in neg if r["label"] == label]) for label in labels]
+    return [count_line(what, rows) for what, rows in [*groups, ("models in all", neg)]]
+
+
+def count_line(what: str, neg: list[dict]) -> str:
+    learned = [r for r in neg if r["decision"]["learned"]]
+    found = [r for r in learned if r["decision"]["tracking_head"]]
+    n = len(learned)
+    layers = {}
+    for r in found:
+        layers[r["decision"]["tracking_layer"]] = layers.get(r["decision"]["tracking_layer"], 0) + 1
+    lowest = sum(bool(r["decision"]["pca_lowest"]) for r in found)
+    below = sum(bool(r["decision"].get("pca_below_median")) for r in found)
+    verdict = "supported" if found and lowest >= SUBSPACE_SHARE * len(found) else "not supported"
+    beta2 = [len(r["decision"]["beta2_heads"]) for r in learned]
+    return (
+        f"* Over the {n} learned [0, 2] {what}: a tracking head (rule a) in {len(found)}; in layer "
+        + ", ".join(f"{layer}: {count}" for layer, count in sorted(layers.items()))
+        + f"; beta~2 heads per model: {', '.join(map(str, beta2))}; "
+        f"T is also the highest-mean-beta head in {sum(r['decision']['agrees_with_beta'] for r in found)}"
+        f" and the best state-probe head in {sum(r['decision']['agrees_with_probe'] for r in found)};"
+        f" negative eigenvalue isolated (rule b) in {sum(r['decision']['isolated'] for r in found)};"
+        f" T's PCA-90 dimension the lowest (rule c) in {lowest} of {len(found)}: subspace claim {verdict}"
+        f" (below the other heads' median in {below} of {len(found)})."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", type=Path, help="checkpoint folders or run folders (RUN/last)")
+    parser.add_argument("--label", default="model", help="prefix of the JSON names, e.g. sweep, sparse, shipped")
+    parser.add_argument("--out", type=Path, default=Path("results/mechanism"))
+    parser.add_argument("--compare", type=Path, help="folder of committed result JSONs to compare test accuracy with")
+    parser.add_argument("--n-traces", type=int, default=128)
+    parser.add_argument("--test-traces", type=int, default=512, help="traces of the test re-evaluation (default 512)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="measure again a model whose JSON exists")
+    parser.add_argument("--table-only", action="store_true", help="only rewrite OUT/README.md")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for path in progress([] if args.table_only else args.models, desc="models", unit="model"):
+        where = locate(path)
+        target = args.out / f"{args.label}-{where['name']}.json"
+        if where["run"] is not None and not where["result"].is_file():
+            print(f"skip {path}: no {where['result']} yet (still training)", file=sys.stderr)
+            continue
+        if target.is_file() and not args.force:
+            continue
+        record = measure(path, args.label, args.n_traces, args.seed, args.compare, args.test_traces)
+        write_json_atomic(target, record)
+        d = record["decision"]
+        print(
+            f"{target.name}: baseline {record['baseline']:.3f}, test {record['test_512']:.4f} "
+            f"(recorded {record['recorded_1x']}), T {d.get('tracking_head', d.get('carrier'))}, "
+            f"isolated {d.get('isolated')}",
+            file=sys.stderr,
+        )
+    records = []
+    for path in sorted(args.out.glob("*.json")):  # decisions re-taken with this file's rules
+        record = json.loads(path.read_text())
+        if record.get("decision") != (decision := decide(record)):
+            record["decision"] = decision
+            write_json_atomic(path, record)
+        records.append(record)
+    (args.out / "README.md").write_text(table(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
