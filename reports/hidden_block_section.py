@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 MARGIN = 0.05  # nats
 ARCHS = {
     "deltanet-neg": "DeltaNet β∈[0,2]",
+    "deltanet-neg-6k": "DeltaNet β∈[0,2], 6,000 steps",
     "deltanet-pos": "DeltaNet β∈[0,1]",
     "deltanet-renorm": "DeltaNet β∈[0,2], renormalised",
     "lstm": "LSTM",
