@@ -6,14 +6,14 @@ CKPT: checkpoint folders trained from sweep/pfsa_hidden_block/<arch>.toml (`delt
 --export CKPT`), named <arch>-s<seed>. Per checkpoint (training/hidden_block_eval.py,
 probes/belief_probes.py):
 
-* ``query_kl``: KL(exact || model) at the query after H partial reveals, H in 50..300, 32 traces;
+* ``query_kl``: KL(exact || model) at the query after H partial reveals, H in 10..300, 32 traces;
 * ``family_kl``: mean KL at every reveal of 64 held-out traces of the training family (did it learn?);
 * ``state_norms``: the recurrent state's norm at cycles 1..300 of 8 horizon-300 traces;
 * ``probes``: R^2 of ridge probes of the joint and the marginal belief from the states (200 held-out
   family traces), and the decoded marginal's total-variation distance at the late queries.
 
-``guesses.json`` holds the uniform and last-reveal guesses and the linear filter's block mass on the
-same traces. ``--table`` prints the report's section (reports/hidden_block_section.py) from --out.
+``guesses.json`` holds the uniform, block-uniform and last-reveal guesses and the linear filter's block
+mass on the same traces. ``--table`` prints the report's section (reports/hidden_block_section.py) from --out.
 """
 
 from __future__ import annotations
