@@ -59,13 +59,18 @@ def state_names(model) -> list[str]:
     return lstm or [n for n in names if n.endswith("hook_resid_post")]
 
 
+def print_starts(kinds: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool: the first token of every print line (its state predicts the printed value)."""
+    return (kinds == TokenKind.PRINT) & (torch.roll(kinds, 1, dims=1) != TokenKind.PRINT)
+
+
 @torch.no_grad()
 def print_features(model, tokenizer, traces: Sequence[ProbTrace]) -> tuple[np.ndarray, np.ndarray]:
     """(N, F) state features at every reveal's print token, and (N,) the trace index of each row,
     in trace order then reveal order."""
     batch = collate([tokenizer.encode_trace(t) for t in traces])
     kinds = batch["kinds"]
-    first = (kinds == TokenKind.PRINT) & (torch.roll(kinds, 1, dims=1) != TokenKind.PRINT)
+    first = print_starts(kinds)
     names = state_names(model)
     cap = capture(model, batch, names=names, positions=first, batch_size=16)
     order = torch.argsort(cap.labels["trace"] * (kinds.shape[1] + 1) + cap.labels["position"])
@@ -118,8 +123,8 @@ def state_norms(model, tokenizer, traces: Sequence[ProbTrace], cycles: Sequence[
         return {}
     batch = collate([tokenizer.encode_trace(t) for t in traces])
     kinds = batch["kinds"]
-    # the k-th print line of each trace: its first token's state predicts the printed value
-    prints = (kinds == TokenKind.PRINT) & (torch.roll(kinds, 1, dims=1) != TokenKind.PRINT)
+    # the k-th print line of each trace
+    prints = print_starts(kinds)
     order = prints.cumsum(1) * prints
     wanted = torch.zeros_like(prints)
     for c in cycles:
