@@ -1,6 +1,7 @@
-"""Runs outside the protocol that ask whether a model that did not learn at k = 1 was only
-under-trained: OUT/search/long_*.json, each {"what", "command", "runs": [{"run", "group", "arch",
-"lr", "steps_done", "train_wall_s", "validation": [{"step", "reveal_accuracy"}]}]}. No file, no section."""
+"""Runs outside the protocol that ask whether a model that did not learn was only under-trained.
+Two sources, no file no section: OUT/search/long_*.json, each {"what", "command", "runs": [{"run",
+"group", "arch", "lr", "steps_done", "train_wall_s", "validation": [{"step", "reveal_accuracy"}]}]};
+and OUT/long/*.json, sweep results of grid cells trained again with a longer budget."""
 
 from __future__ import annotations
 
@@ -40,3 +41,82 @@ def long_run_lines(out: Path) -> list[str]:
             )
         lines.append("")
     return lines
+
+
+RISING = 0.02  # a validation gain over the last quarter above this: still rising (one eval's noise is ~0.015)
+
+
+def still_rising(result: dict) -> bool:
+    """The validation curve gained more than RISING over its last quarter (and did not stop early)."""
+    curve = [(h["step"], h["reveal_accuracy"]) for h in result.get("history", [])]
+    if result.get("stopped_early") or len(curve) < 2:
+        return False
+    quarter = [a for s, a in curve if s >= 0.75 * curve[-1][0]]
+    return quarter[-1] - quarter[0] > RISING
+
+
+def long_sweep_lines(out: Path) -> list[str]:
+    """OUT/long/*.json: grid cells trained again with a longer budget (sweep results, as in
+    OUT/sweep/), each beside the grid's own run of the cell and the memoryless baselines. Per
+    cell: does it learn (the controls' rule) and is any seed still rising at its last step."""
+    from deltalens.reports.baselines_section import cell_baselines
+    from deltalens.reports.claims import accuracy_at
+    from deltalens.reports.controls_section import LEARNED, learned
+
+    runs = [json.loads(p.read_text()) for p in sorted((Path(out) / "long").glob("*.json"))]
+    if not runs:
+        return []
+    cells: dict[tuple, list[dict]] = {}
+    for run in sorted(runs, key=lambda r: (r["group"], r["arch"], r["spacing"], r["seed"])):
+        cells.setdefault((run["group"], run["arch"], run["spacing"]), []).append(run)
+    lines = [
+        "### The same cells with a longer budget",
+        "",
+        "Cells of this grid trained again from scratch with more steps (`long/`, same recipe but the budget, "
+        "early stop at the sweep's accuracy), beside the grid's run of the same cell and seed (`sweep/`). "
+        f"'Still rising': validation gained more than {RISING} over the run's last quarter.",
+        "",
+        "| group | architecture | k | seed | steps | best validation (step) | last quarter | test 1x / 2x / 4x "
+        "| grid run: steps, 1x | chance | last reveal | window (W) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    verdicts = []
+    for (group, arch, k), seeds in cells.items():
+        for run in seeds:
+            curve = [(h["step"], h["reveal_accuracy"]) for h in run.get("history", [])]
+            best_step, best = max(curve, key=lambda sv: sv[1]) if curve else (0, float("nan"))
+            quarter = [a for s, a in curve if s >= 0.75 * curve[-1][0]]
+            trend = f"{quarter[0]:.3f} → {quarter[-1]:.3f}" if quarter else "–"
+            tests = " / ".join(
+                f"{row['reveal_accuracy']:.3f}" for row in run["eval"]["lengths"] if "reveal_accuracy" in row
+            )
+            grid_file = Path(out) / "sweep" / f"{run['cell']}.json"
+            grid = json.loads(grid_file.read_text()) if grid_file.is_file() else None
+            grid_1x = accuracy_at(grid, 1.0) if grid else None
+            grid_text = f"{grid['steps']}, {grid_1x:.3f}" if grid and grid_1x is not None else "–"
+            base = cell_baselines(run, 1.0)
+            base_text = (
+                f"{base.chance:.3f} | {base.last_reveal:.3f} | {base.window:.3f} ({base.window_size})"
+                if base
+                else "– | – | –"
+            )
+            stopped = " (early stop)" if run.get("stopped_early") else ""
+            lines.append(
+                f"| {group} | {ARCH_LABELS.get(arch, arch)} | {k} | {run['seed']} | {run['steps']}{stopped} "
+                f"| {best:.3f} ({best_step}) | {trend} | {tests} | {grid_text} | {base_text} |"
+            )
+        rising = sum(still_rising(r) for r in seeds)
+        verdict = {True: "**learns**", False: "does not learn", None: "not evaluated"}[learned(seeds)]
+        verdicts.append(
+            f"| {group} | {ARCH_LABELS.get(arch, arch)} | {k} | {len(seeds)} | {verdict} | {rising} of {len(seeds)} |"
+        )
+    return [
+        *lines,
+        "",
+        f"Learns: the seed mean and two thirds of the seeds reach {LEARNED} at 1x (over the seeds trained so far).",
+        "",
+        "| group | architecture | k | seeds | verdict | seeds still rising |",
+        "|---|---|---|---|---|---|",
+        *verdicts,
+        "",
+    ]

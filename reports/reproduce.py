@@ -25,7 +25,7 @@ from deltalens.reports.claims import (
 )
 from deltalens.reports.controls_section import controls_lines
 from deltalens.reports.figures import ARCH_LABELS, length_figure, search_figure, spacing_figure
-from deltalens.reports.long_runs_section import long_run_lines
+from deltalens.reports.long_runs_section import long_run_lines, long_sweep_lines
 from deltalens.reports.pfsa_section import pfsa_section
 from deltalens.reports.products_section import products_lines
 from deltalens.training.grid import best_validation, cell_config, curriculum
@@ -282,7 +282,7 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
     lines = [*_header_lines(sweep, statuses), *_protocol_lines(sweep, config), *_architecture_lines(sweep)]
     if sweep.judge_claims:
         lines += _claim_lines(sweep, claims, sweep.eval_multiples)
-    lines += _search_lines(sweep, searches) + long_run_lines(out)
+    lines += _search_lines(sweep, searches) + long_run_lines(out) + long_sweep_lines(out)
     lines += _results_lines(sweep, statuses, config["task"])
     lines += _not_run_lines(statuses)
     lines += _wall_time_lines(sweep, statuses, searches)

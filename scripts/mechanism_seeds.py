@@ -149,6 +149,7 @@ def half_beta(model, layer, head):
 
 def measure(path: Path, label: str, n_traces: int, seed: int, compare: Path | None, test_traces: int = 512) -> dict:
     from deltalens.interp.head_sweep import sweep
+    from deltalens.reports.baselines_section import MIN_WINDOW
     from deltalens.tasks.baselines import baseline_scores
     from deltalens.training.evaluate import evaluate
     from deltalens.training.opened import open_checkpoint
@@ -161,7 +162,8 @@ def measure(path: Path, label: str, n_traces: int, seed: int, compare: Path | No
     recorded = recorded_lengths(where, checkpoint.meta)
     # the result JSON's protocol: 512 test traces, seed 0, batches of 64, at the training length
     test = evaluate(model, data.tokenizer, spec, n_traces=test_traces, seed=0).reveal_accuracy
-    floors = baseline_scores(spec, test_traces, 0)
+    window = max(spec.spacing or 1, MIN_WINDOW)  # the report's window-W (a 1-action window at k = 1 is too weak)
+    floors = baseline_scores(spec, test_traces, 0, window=window)
     batch = checkpoint.batch(n_traces, seed=seed)
     heads, resid = head_measures(model, batch, seed)
     by_head = {(h["layer"], h["head"]): h for h in heads}
@@ -191,7 +193,12 @@ def measure(path: Path, label: str, n_traces: int, seed: int, compare: Path | No
         "recorded_1x": at(recorded, 1.0),
         "recorded": [{k: r.get(k) for k in ("x_train", "reveal_accuracy")} for r in recorded],
         "result_json": None if where["result"] is None else str(where["result"]),
-        "floors": {"chance": floors.chance, "last_reveal": floors.last_reveal, "window": floors.window},
+        "floors": {
+            "chance": floors.chance,
+            "last_reveal": floors.last_reveal,
+            "window": floors.window,
+            "window_size": window,
+        },
         "heads": heads,
         "resid_probes": resid,
     }
