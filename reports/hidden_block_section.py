@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from deltalens.reports.numbers import mean_range
+
 MARGIN = 0.05  # nats
 ARCHS = {
     "deltanet-neg": "DeltaNet β∈[0,2]",
@@ -60,14 +62,6 @@ def query_kls(records: list[dict[str, Any]], horizon: int) -> dict[int, float]:
 
 def _most(actions: Any) -> int:
     return int(actions if isinstance(actions, int) else actions[-1])
-
-
-def _spread(values: list[float], digits: int = 3) -> str:
-    if not values:
-        return "n/a"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{np.mean(values):.{digits}f} [{min(values):.{digits}f}–{max(values):.{digits}f}]"
 
 
 def behind(linear: dict[int, float], lstm: dict[int, float]) -> bool | None:
@@ -122,8 +116,8 @@ def hidden_block_lines(folder: Path) -> list[str]:
         records = by_arch.get(arch)
         if not records:
             continue
-        cells = [_spread(list(query_kls(records, h).values())) for h in horizons]
-        family = _spread([r["family_kl"] for r in records])
+        cells = [mean_range(list(query_kls(records, h).values())) for h in horizons]
+        family = mean_range([r["family_kl"] for r in records])
         lines.append(f"| {label} | {len(records)} | " + " | ".join(cells) + f" | {family} |")
     by = guesses["by_horizon"]
     lines.append("| uniform guess | | " + " | ".join(f"{by[str(h)]['uniform']:.3f}" for h in horizons) + " | |")
@@ -205,9 +199,10 @@ def _state_lines(by_arch: dict[str, list[dict[str, Any]]]) -> list[str]:
                 last += [v[-1] for v in norms.values()]
         probes = [r["probes"] for r in records]
         lines.append(
-            f"| {label} | {_range(first)} | {_range(last)} | {_spread([p['r2_joint'] for p in probes], 2)} "
-            f"| {_spread([p['r2_marginal'] for p in probes], 2)} | {_spread([p['query_tv']['50'] for p in probes], 2)} "
-            f"| {_spread([p['query_tv']['300'] for p in probes], 2)} |"
+            f"| {label} | {_range(first)} | {_range(last)} | {mean_range([p['r2_joint'] for p in probes], 2)} "
+            f"| {mean_range([p['r2_marginal'] for p in probes], 2)} "
+            f"| {mean_range([p['query_tv']['50'] for p in probes], 2)} "
+            f"| {mean_range([p['query_tv']['300'] for p in probes], 2)} |"
         )
     return lines
 

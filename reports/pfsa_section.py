@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 from deltalens import models
 from deltalens.probes.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
 from deltalens.reports.hidden_block_section import hidden_block_figure, hidden_block_lines
+from deltalens.reports.numbers import mean_range
 from deltalens.training.belief_kl import BeliefKL, adversarial_traces, kl_figure, random_traces, uniform_reveal_kl
 from deltalens.training.opened import open_checkpoint
 
@@ -64,14 +65,6 @@ LONG_HORIZON = Path("results") / "pfsa" / "long_horizon.json"  # written by scri
 HIDDEN_BLOCK = Path("results") / "pfsa" / "hidden_block"  # written by scripts/pfsa_hidden_block.py
 
 
-def _spread(values: list[float]) -> str:
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{sum(values) / len(values):.3f} [{min(values):.3f}–{max(values):.3f}]"
-
-
 def long_horizon_lines(record: dict[str, Any], underflow: dict[str, int | None]) -> list[str]:
     """(d): KL at 50 / 150 / 300 partial reveals by dtype, seed mean [min–max], per checkpoint and kind."""
     horizons, results = record["horizons"], record["results"]
@@ -105,14 +98,14 @@ def long_horizon_lines(record: dict[str, Any], underflow: dict[str, int | None])
                     picked = [x for x in rows if x["kind"] == kind and x["dtype"] == dtype and x["horizon"] == h]
                     errors = [x["error"] for x in picked if x.get("error")]
                     values = [x["kl"] for x in picked if x.get("kl") is not None]
-                    cells.append(_spread(values) if values else (f"error: {errors[0][:60]}" if errors else "–"))
+                    cells.append(mean_range(values) if values else (f"error: {errors[0][:60]}" if errors else "–"))
                 lines.append(f"| {name} | {kind} | {dtype} | " + " | ".join(cells) + " |")
             if kind not in reference_done:  # the uniform guess is the same for every checkpoint of a family
                 uniform = [x for x in rows if x["kind"] == kind and x["dtype"] == "uniform"]
                 if uniform:
                     reference_done.add(kind)
                     cells = [
-                        _spread([x["kl"] for x in uniform if x["horizon"] == h and x.get("kl") is not None])
+                        mean_range([x["kl"] for x in uniform if x["horizon"] == h and x.get("kl") is not None])
                         for h in horizons
                     ]
                     lines.append(f"| uniform guess (reference) | {kind} | – | " + " | ".join(cells) + " |")

@@ -8,10 +8,7 @@ from pathlib import Path
 from statistics import mean
 
 from deltalens.reports.figures import ARCH_LABELS
-
-
-def _spread(values: list[float]) -> str:
-    return f"{mean(values):.3f} [{min(values):.3f}–{max(values):.3f}]" if values else "–"
+from deltalens.reports.numbers import mean_range
 
 
 def _mean_of(rows: list[dict], key: str) -> str:
@@ -56,10 +53,10 @@ def products_lines(out: Path) -> list[str]:
         accuracy = [r["reveal_accuracy_1x"] for r in rows if r["reveal_accuracy_1x"] is not None]
         lines.append(
             f"| {group} | {ARCH_LABELS.get(arch, arch)} | {sum(r['implements'] for r in rows)} of {len(rows)} "
-            f"| {_spread(decoded)} | {mean(r['spectral_agreement'] for r in rows):.3f} "
+            f"| {mean_range(decoded)} | {mean(r['spectral_agreement'] for r in rows):.3f} "
             f"| {mean(r['heldout_residual'] for r in rows):.3f} | {_mean_of(rows, 'context_spread')} "
-            f"| {_spread([r['readout_decoded_accuracy'] for r in rows if 'readout_decoded_accuracy' in r])} "
-            f"| {_spread([r['state_value_accuracy'] for r in rows if 'state_value_accuracy' in r])} "
+            f"| {mean_range([r['readout_decoded_accuracy'] for r in rows if 'readout_decoded_accuracy' in r])} "
+            f"| {mean_range([r['state_value_accuracy'] for r in rows if 'state_value_accuracy' in r])} "
             f"| {f'{mean(accuracy):.3f}' if accuracy else '–'} |"
         )
     if data.get("missing_checkpoints"):
