@@ -70,8 +70,7 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
     searched = [s.result for s in searches if s.result is not None]
     figures_dir = out / "figures"
     figures_dir.mkdir(parents=True, exist_ok=True)
-    figures, png_error = [], None
-    for name, title, fig in [
+    named = [
         *(
             [("lr_search", "learning-rate search (validation curves)", search_figure(searched, sweep.chosen_lr))]
             if searched
@@ -80,17 +79,19 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         ("accuracy_vs_spacing", "accuracy vs reveal spacing", spacing_figure(results, sweep.thresholds)),
         ("accuracy_vs_length", "accuracy vs trace length (extrapolation)", length_figure(results, sweep.thresholds)),
         *(section.figures if section else []),
-    ]:
-        html, png = figures_dir / f"{name}.html", figures_dir / f"{name}.png"
+    ]
+    for name, _, fig in named:
         # plotly.js is written once beside the figures (figures/plotly.min.js), so they work offline
-        fig.write_html(html, include_plotlyjs="directory")
-        error = png_error or _write_png(fig, png)  # after one failure (no browser) the others fail alike
-        if error:
-            png_error = png_error or error
+        fig.write_html(figures_dir / f"{name}.html", include_plotlyjs="directory")
+    pngs = [figures_dir / f"{name}.png" for name, _, _ in named]
+    png_error = _write_pngs([fig for _, _, fig in named], pngs)
+    figures = []
+    for (name, title, _), png in zip(named, pngs):
         # a PNG that cannot be regenerated is kept (the report says it is an earlier run's), never deleted
         kept = png.is_file()
-        shown = png if kept or not error else None
-        figures.append(FigureFiles(name, title, html, shown, error, png_stale=bool(error and kept)))
+        shown = png if kept or not png_error else None
+        stale = bool(png_error and kept)
+        figures.append(FigureFiles(name, title, figures_dir / f"{name}.html", shown, png_error, png_stale=stale))
     markdown = out / "reproduce.md"
     extra = baseline_lines(results) + controls_lines(out) + (section.lines if section else []) + products_lines(out)
     write_text_atomic(markdown, render_markdown(sweep, statuses, claims, figures, out, extra, searches))
@@ -105,11 +106,16 @@ def expected_cells(sweep) -> dict[str, set[tuple[str, int]]]:
     return expected
 
 
-def _write_png(fig, path: Path) -> str | None:
-    """None on success, else one line saying what failed and how to fix it."""
+def _write_pngs(figs: list, paths: list[Path]) -> str | None:
+    """All PNGs in one kaleido call (its browser starts once: ~5 s, then well under 1 s a figure),
+    through temporary files renamed on success, so an earlier PNG is replaced whole or kept. None on
+    success, else one line saying what failed and how to fix it."""
+    temporary = [path.with_name(f".{path.name}.tmp.png") for path in paths]
     try:
-        pio.write_image(fig, path, format="png", scale=2)
+        pio.write_images(figs, temporary, format="png", scale=2)
     except Exception as err:  # kaleido raises plain RuntimeErrors (and others) for a missing browser
+        for path in temporary:
+            path.unlink(missing_ok=True)
         text = str(err)
         if "chrome" in text.lower() or "chromium" in text.lower():
             return (
@@ -118,6 +124,8 @@ def _write_png(fig, path: Path) -> str | None:
             )
         first = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
         return f"PNG export failed ({first}); HTML figures were written"
+    for tmp, path in zip(temporary, paths):
+        tmp.replace(path)
     return None
 
 

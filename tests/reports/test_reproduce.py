@@ -146,6 +146,7 @@ def test_tiny_sweep_end_to_end_then_nothing_is_retrained(tmp_path, monkeypatch, 
         assert "plotly" in html and "LSTM" in html
         # a PNG is either written or listed as missing, never silently absent
         assert (figures / f"{name}.png").is_file() or f"figures/{name}.png" in md.split("Missing PNGs:")[-1]
+    assert not list(figures.glob(".*.tmp.png"))
 
     def no_training(*args, **kwargs):
         raise AssertionError("a finished cell was retrained")
@@ -301,12 +302,13 @@ def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, 
     def no_browser(*args, **kwargs):
         raise RuntimeError("\n\nKaleido requires Google Chrome to be installed.\n\n    $ plotly_get_chrome\n")
 
-    monkeypatch.setattr(plotly.io, "write_image", no_browser)
+    monkeypatch.setattr(plotly.io, "write_images", no_browser)
     report = write_report(sweep, statuses, tmp_path / "reports")
     assert "\n" not in report.png_error and "plotly_get_chrome" in report.png_error
     assert all(f.html.is_file() for f in report.figures)
     assert (report.figures[0].png is None) and (report.figures[1].png == stale and report.figures[1].png_stale)
     assert stale.read_bytes() == b"an old figure"  # a PNG this run cannot regenerate is never deleted
+    assert not list(stale.parent.glob(".*.tmp.png"))  # nor are temporary PNGs left
     assert (tmp_path / "reports" / "figures" / "plotly.min.js").is_file()  # the HTML figures work offline
     html = report.figures[0].html.read_text()
     assert 'src="plotly.min.js"' in html and "cdn.plot.ly" not in html
@@ -495,15 +497,6 @@ def test_choose_lrs_takes_the_highest_validation_peak_then_the_faster_run():
     assert choose_lrs(sweep, searches) == {("S3", "lstm"): 3e-3, ("S3", "transformer"): 3e-3}
 
 
-def test_lanes_train_cells_in_parallel_processes(tmp_path):
-    tiny_sweep(tmp_path)
-    assert cli(tmp_path, "--lanes", "2") == 0
-    results = tmp_path / "results"
-    assert sorted(p.name for p in results.iterdir()) == sorted(f"{c}.json" for c in CELLS)
-    records = [json.loads((results / f"{c}.json").read_text()) for c in CELLS]
-    assert all(r["steps"] == 3 and len(r["eval"]["lengths"]) == 3 for r in records)
-
-
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/status").read_text()
@@ -574,7 +567,8 @@ def test_lanes_stop_with_the_sweep_and_keep_their_checkpoints(tmp_path, how):
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_a_crashing_lane_is_that_cells_failure_and_the_others_finish(tmp_path, capsys):
+def test_lanes_train_in_parallel_and_a_crashing_lane_is_that_cells_failure_only(tmp_path, capsys):
+    """One sweep in 2 lanes (a lane is a process: ~10 s of imports each, so one test covers both)."""
     from deltalens.training.grid import config_hash
 
     sweep = load_sweep(tiny_sweep(tmp_path))
@@ -587,9 +581,11 @@ def test_a_crashing_lane_is_that_cells_failure_and_the_others_finish(tmp_path, c
     out = capsys.readouterr()
     assert "trained 3 run(s), 1 failed" in out.out
     assert "s3-lstm-statement-k1-s0: training failed: JSONDecodeError" in out.err
-    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == sorted(
-        f"{c}.json" for c in CELLS if c != "s3-lstm-statement-k1-s0"
-    )
+    finished = [c for c in CELLS if c != "s3-lstm-statement-k1-s0"]
+    results = tmp_path / "results"
+    assert sorted(p.name for p in results.iterdir()) == sorted(f"{c}.json" for c in finished)
+    records = [json.loads((results / f"{c}.json").read_text()) for c in finished]
+    assert all(r["steps"] == 3 and len(r["eval"]["lengths"]) == 3 for r in records)
 
 
 def test_a_diverging_search_run_is_recorded_and_the_other_lr_is_chosen(tmp_path, monkeypatch):

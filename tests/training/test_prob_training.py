@@ -190,7 +190,7 @@ def test_train_export_and_report_a_probabilistic_checkpoint(tmp_path, arch):
 def test_report_gains_the_pfsa_section(tmp_path, monkeypatch):
     from tiny_runs import tiny_sweep
 
-    monkeypatch.setattr(plotly.io, "write_image", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no chrome")))
+    monkeypatch.setattr(plotly.io, "write_images", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no chrome")))
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
     sweep = load_sweep(tiny_sweep(tmp_path))
