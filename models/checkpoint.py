@@ -156,6 +156,8 @@ def load_checkpoint(path, **model_config_overrides: Any):
     built, e.g. `n_ctx=4096` to evaluate a rotary Transformer on longer traces. Overrides that
     change a weight's shape fail with the shape-mismatch error.
     """
+    from deltalens.models.init_skipped import random_init_skipped  # imports torch: not for metadata reads
+
     directory = checked_dir(path)
     config_file = directory / CONFIG_NAME
     arch, model_config, _, raw_config = read_config(config_file)
@@ -164,7 +166,8 @@ def load_checkpoint(path, **model_config_overrides: Any):
     model_config = {**model_config, **model_config_overrides}
     with explained_build_errors(config_file, arch):
         check_fits_in_memory(arch, model_config)  # before anything is allocated
-        model = build(arch, **model_config)
+        with random_init_skipped():  # load_weights below sets every tensor
+            model = build(arch, **model_config)
 
     described_by = CONFIG_NAME
     if model_config_overrides:

@@ -48,6 +48,7 @@ from transformer_lens.utilities import remove_batch_dim as drop_batch_dim
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import CLASS_NAME
+from deltalens.models.init_skipped import random_init_skipped
 from deltalens.models.io.configs import FlaSettings, fla_class, fla_model_config, to_fla_config
 from deltalens.models.io.deltalens_section import explained_build_errors, fla_build_config, read_config
 from deltalens.models.io.hf_folder import CONFIG_NAME, WEIGHTS_NAME, checked_dir, load_weights, write_model_folder
@@ -503,7 +504,7 @@ class HookedDeltaLM(LensModel, HookedRootModule):
         config_file = folder / CONFIG_NAME
         arch, _, _, raw_config = read_config(config_file)
         model_class = cls._class_for(arch, directory)
-        with explained_build_errors(config_file, arch):
+        with explained_build_errors(config_file, arch), random_init_skipped():  # load_weights sets every tensor
             model = model_class(model_class.settings(**fla_build_config(raw_config, arch)))
         load_weights(model, arch, folder / WEIGHTS_NAME)
         model.eval()
