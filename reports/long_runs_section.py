@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from deltalens.reports.baselines_section import cell_baselines
+from deltalens.reports.claims import accuracy_at
+from deltalens.reports.controls_section import LEARNED, learned
 from deltalens.reports.figures import ARCH_LABELS
 
 
@@ -59,10 +62,6 @@ def long_sweep_lines(out: Path) -> list[str]:
     """OUT/long/*.json: grid cells trained again with a longer budget (sweep results, as in
     OUT/sweep/), each beside the grid's own run of the cell and the memoryless baselines. Per
     cell: does it learn (the controls' rule) and is any seed still rising at its last step."""
-    from deltalens.reports.baselines_section import cell_baselines
-    from deltalens.reports.claims import accuracy_at
-    from deltalens.reports.controls_section import LEARNED, learned
-
     runs = [json.loads(p.read_text()) for p in sorted((Path(out) / "long").glob("*.json"))]
     if not runs:
         return []
