@@ -24,6 +24,7 @@ from typing import Any
 from deltalens.reports.baselines_section import CANNOT_TELL, beyond_window, cell_baselines
 from deltalens.reports.claims import accuracy_at, seeds_needed, spread
 from deltalens.reports.figures import ARCH_LABELS
+from deltalens.reports.numbers import mean_range
 
 LEARNED = 0.9  # the paper grid's threshold (sweep/paper.toml [thresholds] learned)
 SEEDS = 3  # seeds of every control cell; a cell with fewer results is still training
@@ -52,13 +53,12 @@ def _row(label: str, cell: dict[str, Any]) -> str:
     longest = max((row for row in cell["eval"]["lengths"] if "reveal_accuracy" in row), key=lambda r: r["x_train"])
     base = cell_baselines(runs[0], 1.0)
     beyond = {True: "yes", False: "no", None: "–", CANNOT_TELL: CANNOT_TELL}[beyond_window(runs, 1.0)]
-    at_1x = next(r for r in cell["eval"]["lengths"] if r.get("x_train") == 1.0)
     baselines = (
         f"{base.chance:.3f} | {base.last_reveal:.3f} | {base.window:.3f} ({base.window_size})" if base else "– | – | –"
     )
     return (
         f"| {label} | {cell['group']} | {ARCH_LABELS.get(cell['arch'], cell['arch'])} | {cell['spacing']} "
-        f"| {at_1x['reveal_accuracy']:.3f} [{at_1x['min']:.3f}–{at_1x['max']:.3f}] "
+        f"| {mean_range(values)} "
         f"| {', '.join(f'{v:.3f}' for v in values)} | {longest['reveal_accuracy']:.3f} ({longest['x_train']:g}x) "
         f"| {baselines} | {beyond} | {sum(v >= LEARNED for v in values)} of {len(values)} |"
     )
