@@ -254,3 +254,47 @@ def checkpoint_length_figure(evals: dict[str, dict[str, Any]], threshold: float 
         legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
     )
     return fig
+
+
+SEED_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
+
+
+def long_budget_figure(runs: list[dict[str, Any]], grids: dict[str, dict[str, Any]], learned: float = 0.9):
+    """Grid cells trained again with a longer budget: each run's validation curve (solid) over the
+    grid's run of the same cell and seed (dotted, same colour), one panel per group and architecture
+    (`runs` is not empty)."""
+    panels = list(dict.fromkeys((r["group"], r["arch"]) for r in runs))
+    titles = [f"{group}, {ARCH_LABELS.get(arch, arch)}" for group, arch in panels]
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles, shared_yaxes=True)
+    for col, (group, arch) in enumerate(panels, 1):
+        for r in (r for r in runs if (r["group"], r["arch"]) == (group, arch)):
+            color = SEED_COLORS[r["seed"] % len(SEED_COLORS)]
+            for source, dash, label in (
+                (r, "solid", f"{r['steps']:,} steps"),
+                (grids.get(r["cell"]), "dot", "grid run"),
+            ):
+                if source is None:
+                    continue
+                fig.add_scatter(
+                    x=[h["step"] for h in source["history"]],
+                    y=[h["reveal_accuracy"] for h in source["history"]],
+                    mode="lines",
+                    row=1,
+                    col=col,
+                    legendgroup=f"seed {r['seed']}",
+                    name=f"seed {r['seed']}",
+                    line={"color": color, "dash": dash},
+                    hovertemplate=f"seed {r['seed']}, {label}: %{{y:.3f}} at step %{{x}}<extra></extra>",
+                )
+    _reference_lines(fig, [g for g, _ in panels], learned, "learned ≥")
+    fig.update_xaxes(title_text="training step")
+    fig.update_yaxes(range=[0, 1.02])
+    fig.update_yaxes(title_text="validation reveal accuracy", col=1)
+    fig.update_layout(
+        title="Longer budget: solid the long run, dotted the grid run (same seed)",
+        template="plotly_white",
+        width=max(560, 520 * len(panels)),
+        height=420,
+    )
+    _dedupe_legend(fig)
+    return fig

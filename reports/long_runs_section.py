@@ -58,11 +58,18 @@ def still_rising(result: dict) -> bool:
     return quarter[-1] - quarter[0] > RISING
 
 
+def long_sweep_runs(out: Path) -> tuple[list[dict], dict[str, dict]]:
+    """OUT/long/*.json's results and, by cell name, the grid's run of each (OUT/sweep/<cell>.json)."""
+    runs = [json.loads(p.read_text()) for p in sorted((Path(out) / "long").glob("*.json"))]
+    grid_files = {r["cell"]: Path(out) / "sweep" / f"{r['cell']}.json" for r in runs}
+    return runs, {cell: json.loads(f.read_text()) for cell, f in grid_files.items() if f.is_file()}
+
+
 def long_sweep_lines(out: Path) -> list[str]:
     """OUT/long/*.json: grid cells trained again with a longer budget (sweep results, as in
     OUT/sweep/), each beside the grid's own run of the cell and the memoryless baselines. Per
     cell: does it learn (the controls' rule) and is any seed still rising at its last step."""
-    runs = [json.loads(p.read_text()) for p in sorted((Path(out) / "long").glob("*.json"))]
+    runs, grids = long_sweep_runs(out)
     if not runs:
         return []
     cells: dict[tuple, list[dict]] = {}
@@ -73,7 +80,8 @@ def long_sweep_lines(out: Path) -> list[str]:
         "",
         "Cells of this grid trained again from scratch with more steps (`long/`, same recipe but the budget, "
         "early stop at the sweep's accuracy), beside the grid's run of the same cell and seed (`sweep/`). "
-        f"'Still rising': validation gained more than {RISING} over the run's last quarter.",
+        f"'Still rising': validation gained more than {RISING} over the run's last quarter; the curves are "
+        "the figure 'longer budget'.",
         "",
         "| group | architecture | k | seed | steps | best validation (step) | last quarter | test 1x / 2x / 4x "
         "| grid run: steps, 1x | chance | last reveal | window (W) |",
@@ -89,8 +97,7 @@ def long_sweep_lines(out: Path) -> list[str]:
             tests = " / ".join(
                 f"{row['reveal_accuracy']:.3f}" for row in run["eval"]["lengths"] if "reveal_accuracy" in row
             )
-            grid_file = Path(out) / "sweep" / f"{run['cell']}.json"
-            grid = json.loads(grid_file.read_text()) if grid_file.is_file() else None
+            grid = grids.get(run["cell"])
             grid_1x = accuracy_at(grid, 1.0) if grid else None
             grid_text = f"{grid['steps']}, {grid_1x:.3f}" if grid and grid_1x is not None else "–"
             base = cell_baselines(run, 1.0)

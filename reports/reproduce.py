@@ -24,8 +24,8 @@ from deltalens.reports.claims import (
     spread,
 )
 from deltalens.reports.controls_section import controls_lines
-from deltalens.reports.figures import ARCH_LABELS, length_figure, search_figure, spacing_figure
-from deltalens.reports.long_runs_section import long_run_lines, long_sweep_lines
+from deltalens.reports.figures import ARCH_LABELS, length_figure, long_budget_figure, search_figure, spacing_figure
+from deltalens.reports.long_runs_section import long_run_lines, long_sweep_lines, long_sweep_runs
 from deltalens.reports.pfsa_section import pfsa_section
 from deltalens.reports.products_section import products_lines
 from deltalens.training.grid import best_validation, cell_config, curriculum
@@ -80,6 +80,9 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         ("accuracy_vs_length", "accuracy vs trace length (extrapolation)", length_figure(results, sweep.thresholds)),
         *(section.figures if section else []),
     ]
+    long_runs, long_grids = long_sweep_runs(out)
+    if long_runs:
+        named.append(("long_budget", "longer budget (validation curves)", long_budget_figure(long_runs, long_grids)))
     for name, _, fig in named:
         # plotly.js is written once beside the figures (figures/plotly.min.js), so they work offline
         fig.write_html(figures_dir / f"{name}.html", include_plotlyjs="directory")

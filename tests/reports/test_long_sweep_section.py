@@ -53,3 +53,16 @@ def test_long_runs_beside_the_grid_run_with_a_verdict(tmp_path):
     runs[2] = long_copy(2, 0.92, [0.4, 0.5, 0.91, 0.92])  # mean 0.96, every seed >= 0.9
     (tmp_path / "long" / f"{runs[2]['cell']}.json").write_text(json.dumps(runs[2]))
     assert long_sweep_lines(tmp_path)[-2].endswith("| 3 | **learns** | 1 of 3 |")
+
+
+def test_the_figure_draws_each_long_run_over_its_grid_run():
+    from deltalens.reports.figures import long_budget_figure
+
+    runs = [long_copy(0, 0.8, [0.3, 0.5, 0.7, 0.8]), long_copy(1, 0.6, [0.3, 0.4, 0.5, 0.6])]
+    grid = json.loads((GRID / f"{CELL.format(0)}.json").read_text())
+    fig = long_budget_figure(runs, {CELL.format(0): grid})  # seed 1 without its grid run
+    lines = [(t.name, t.line.dash, list(t.y)) for t in fig.data]
+    assert lines[0] == ("seed 0", "solid", [0.3, 0.5, 0.7, 0.8])
+    assert lines[1] == ("seed 0", "dot", [h["reveal_accuracy"] for h in grid["history"]])
+    assert lines[2] == ("seed 1", "solid", [0.3, 0.4, 0.5, 0.6]) and len(lines) == 3
+    assert fig.data[0].line.color == fig.data[1].line.color != fig.data[2].line.color
