@@ -1,5 +1,5 @@
 """Build a model whose every weight is about to be read from a file without drawing random
-initial weights first: for a 1.3B DeltaNet on a 2-core CPU the random init was 48 s of a 76 s load.
+initial weights first (the 1.3B DeltaNet loads 1.9x faster: benchmarks/load.py).
 
     with random_init_skipped():
         model = build(arch, **config)
@@ -7,7 +7,10 @@ initial weights first: for a 1.3B DeltaNet on a 2-core CPU the random init was 4
 
 Inside the block torch.nn.init's random initialisers leave their tensor as allocated, in this
 thread only (a model another thread builds meanwhile is initialised as usual). Deterministic ones
-(zeros_, ones_, constant_) still run: they are cheap and may fill buffers no file holds.
+(zeros_, ones_, constant_) still run: they are cheap and may fill buffers no file holds. The
+first use wraps the random initialisers in torch.nn.init once, for good: outside a block (and in
+other threads) a wrapper calls torch's own function, so nothing has to be put back, and another
+library patching torch.nn.init meanwhile cannot be undone by us.
 """
 
 from __future__ import annotations
@@ -29,41 +32,37 @@ RANDOM_INITS = (
     "orthogonal_",
 )
 
-_lock = threading.Lock()
+_install = threading.Lock()
 _skipping = threading.local()
-_originals: dict[str, object] = {}
-_users = 0
 
 
-def _skippable(name: str, original):
+def _skippable(original):
     def init(tensor, *args, **kwargs):
         if getattr(_skipping, "on", False):
             return tensor
         return original(tensor, *args, **kwargs)
 
     init.__wrapped__ = original
-    init.__name__ = name
+    init.__name__ = init.__qualname__ = original.__name__
+    init.__doc__ = original.__doc__
+    init.skippable = True
     return init
+
+
+def _wrap_torch_inits() -> None:
+    with _install:
+        for name in RANDOM_INITS:
+            current = getattr(torch.nn.init, name)
+            if not getattr(current, "skippable", False):
+                setattr(torch.nn.init, name, _skippable(current))
 
 
 @contextmanager
 def random_init_skipped() -> Iterator[None]:
-    global _users
-    with _lock:
-        if _users == 0:  # the first user installs the wrappers, the last one restores torch's own
-            for name in RANDOM_INITS:
-                _originals[name] = getattr(torch.nn.init, name)
-                setattr(torch.nn.init, name, _skippable(name, _originals[name]))
-        _users += 1
+    _wrap_torch_inits()
     was_on = getattr(_skipping, "on", False)
     _skipping.on = True
     try:
         yield
     finally:
         _skipping.on = was_on
-        with _lock:
-            _users -= 1
-            if _users == 0:
-                for name, original in _originals.items():
-                    setattr(torch.nn.init, name, original)
-                _originals.clear()

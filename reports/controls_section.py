@@ -34,12 +34,12 @@ def _results(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if not p.name.startswith("search-")]
 
 
-def learned(runs: list[dict[str, Any]]) -> bool | None:
-    """Seed mean and two thirds of the seeds at or above LEARNED at 1x (None: a seed not evaluated)."""
+def learned(runs: list[dict[str, Any]], threshold: float = LEARNED) -> bool | None:
+    """Seed mean and two thirds of the seeds at or above `threshold` at 1x (None: a seed not evaluated)."""
     values = [accuracy_at(r, 1.0) for r in runs]
     if not values or any(v is None for v in values):
         return None
-    return sum(values) / len(values) >= LEARNED and sum(v >= LEARNED for v in values) >= seeds_needed(len(values))
+    return sum(values) / len(values) >= threshold and sum(v >= threshold for v in values) >= seeds_needed(len(values))
 
 
 def not_learned(runs: list[dict[str, Any]]) -> bool:
@@ -125,7 +125,7 @@ def sparse_only_lines(root: Path) -> list[str]:
         return []
     rows = [_row("sparse only", c) for c in sorted(summaries, key=lambda c: (c["arch"], c["group"], c["spacing"]))]
     verdicts = [
-        f"| {c['group']} | {ARCH_LABELS.get(c['arch'], c['arch'])} | {c['spacing']} | {_learns(c['runs'])} |"
+        f"| {c['group']} | {ARCH_LABELS.get(c['arch'], c['arch'])} | {c['spacing']} | {learns_verdict(c['runs'])} |"
         for c in sorted(summaries, key=lambda c: (c["arch"], c["group"], c["spacing"]))
     ]
     return [
@@ -147,10 +147,12 @@ def sparse_only_lines(root: Path) -> list[str]:
     ]
 
 
-def _learns(runs: list[dict[str, Any]]) -> str:
+def learns_verdict(runs: list[dict[str, Any]], threshold: float = LEARNED) -> str:
+    """'**learns**', 'does not learn', or 'not measured' while seeds are missing or not evaluated."""
     if len(runs) < SEEDS:
         return f"not measured ({len(runs)} of {SEEDS} seeds)"
-    return "**learns**" if learned(runs) else "does not learn"
+    verdict = learned(runs, threshold)
+    return "not measured (a seed not evaluated)" if verdict is None else "**learns**" if verdict else "does not learn"
 
 
 def controls_lines(root: Path) -> list[str]:

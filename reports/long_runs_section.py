@@ -10,7 +10,7 @@ from pathlib import Path
 
 from deltalens.reports.baselines_section import cell_baselines
 from deltalens.reports.claims import accuracy_at
-from deltalens.reports.controls_section import LEARNED, learned
+from deltalens.reports.controls_section import LEARNED, SEEDS, learns_verdict
 from deltalens.reports.figures import ARCH_LABELS
 
 
@@ -49,26 +49,43 @@ def long_run_lines(out: Path) -> list[str]:
 RISING = 0.02  # a validation gain over the last quarter above this: still rising (one eval's noise is ~0.015)
 
 
+def last_quarter(result: dict) -> tuple[float, float] | None:
+    """Validation at the last evaluation at or before 75% of the run's last step, and at that step
+    (None with fewer than two evaluations)."""
+    curve = [(h["step"], h["reveal_accuracy"]) for h in result.get("history", [])]
+    if len(curve) < 2:
+        return None
+    before = [a for s, a in curve if s <= 0.75 * curve[-1][0]]
+    return (before[-1] if before else curve[0][1]), curve[-1][1]
+
+
 def still_rising(result: dict) -> bool:
     """The validation curve gained more than RISING over its last quarter (and did not stop early)."""
-    curve = [(h["step"], h["reveal_accuracy"]) for h in result.get("history", [])]
-    if result.get("stopped_early") or len(curve) < 2:
-        return False
-    quarter = [a for s, a in curve if s >= 0.75 * curve[-1][0]]
-    return quarter[-1] - quarter[0] > RISING
+    quarter = last_quarter(result)
+    return not result.get("stopped_early") and quarter is not None and quarter[1] - quarter[0] > RISING
 
 
 def long_sweep_runs(out: Path) -> tuple[list[dict], dict[str, dict]]:
-    """OUT/long/*.json's results and, by cell name, the grid's run of each (OUT/sweep/<cell>.json)."""
+    """OUT/long/*.json's evaluated results and, by cell name, the grid's run of each (OUT/sweep/<cell>.json)."""
     runs = [json.loads(p.read_text()) for p in sorted((Path(out) / "long").glob("*.json"))]
+    runs = [r for r in runs if r.get("eval", {}).get("lengths")]  # a run still training has no eval yet
     grid_files = {r["cell"]: Path(out) / "sweep" / f"{r['cell']}.json" for r in runs}
     return runs, {cell: json.loads(f.read_text()) for cell, f in grid_files.items() if f.is_file()}
 
 
-def long_sweep_lines(out: Path) -> list[str]:
+def _tests(result: dict) -> str:
+    """Each evaluated length as '1x 0.816' ('–' where a length has no accuracy)."""
+    return " / ".join(
+        f"{row.get('x_train', 0):g}x "
+        + (f"{row['reveal_accuracy']:.3f}" if row.get("reveal_accuracy") is not None else "–")
+        for row in result["eval"]["lengths"]
+    )
+
+
+def long_sweep_lines(out: Path, threshold: float = LEARNED) -> list[str]:
     """OUT/long/*.json: grid cells trained again with a longer budget (sweep results, as in
     OUT/sweep/), each beside the grid's own run of the cell and the memoryless baselines. Per
-    cell: does it learn (the controls' rule) and is any seed still rising at its last step."""
+    cell: does it learn (the controls' rule at `threshold`) and is any seed still rising at its end."""
     runs, grids = long_sweep_runs(out)
     if not runs:
         return []
@@ -83,7 +100,7 @@ def long_sweep_lines(out: Path) -> list[str]:
         f"'Still rising': validation gained more than {RISING} over the run's last quarter; the curves are "
         "the figure 'longer budget'.",
         "",
-        "| group | architecture | k | seed | steps | best validation (step) | last quarter | test 1x / 2x / 4x "
+        "| group | architecture | k | seed | steps | best validation (step) | last quarter | test accuracy "
         "| grid run: steps, 1x | chance | last reveal | window (W) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -91,15 +108,13 @@ def long_sweep_lines(out: Path) -> list[str]:
     for (group, arch, k), seeds in cells.items():
         for run in seeds:
             curve = [(h["step"], h["reveal_accuracy"]) for h in run.get("history", [])]
-            best_step, best = max(curve, key=lambda sv: sv[1]) if curve else (0, float("nan"))
-            quarter = [a for s, a in curve if s >= 0.75 * curve[-1][0]]
-            trend = f"{quarter[0]:.3f} → {quarter[-1]:.3f}" if quarter else "–"
-            tests = " / ".join(
-                f"{row['reveal_accuracy']:.3f}" for row in run["eval"]["lengths"] if "reveal_accuracy" in row
-            )
+            best_step, best_value = max(curve, key=lambda sv: sv[1]) if curve else (None, None)
+            best = f"{best_value:.3f} ({best_step})" if curve else "–"
+            quarter = last_quarter(run)
+            trend = f"{quarter[0]:.3f} → {quarter[1]:.3f}" if quarter else "–"
             grid = grids.get(run["cell"])
             grid_1x = accuracy_at(grid, 1.0) if grid else None
-            grid_text = f"{grid['steps']}, {grid_1x:.3f}" if grid and grid_1x is not None else "–"
+            grid_text = f"{grid['steps']}, {grid_1x:.3f}" if grid_1x is not None else "–"
             base = cell_baselines(run, 1.0)
             base_text = (
                 f"{base.chance:.3f} | {base.last_reveal:.3f} | {base.window:.3f} ({base.window_size})"
@@ -108,18 +123,18 @@ def long_sweep_lines(out: Path) -> list[str]:
             )
             stopped = " (early stop)" if run.get("stopped_early") else ""
             lines.append(
-                f"| {group} | {ARCH_LABELS.get(arch, arch)} | {k} | {run['seed']} | {run['steps']}{stopped} "
-                f"| {best:.3f} ({best_step}) | {trend} | {tests} | {grid_text} | {base_text} |"
+                f"| {group} | {ARCH_LABELS.get(arch, arch)} | {k} | {run['seed']} | {run.get('steps', '–')}{stopped} "
+                f"| {best} | {trend} | {_tests(run)} | {grid_text} | {base_text} |"
             )
         rising = sum(still_rising(r) for r in seeds)
-        verdict = {True: "**learns**", False: "does not learn", None: "not evaluated"}[learned(seeds)]
         verdicts.append(
-            f"| {group} | {ARCH_LABELS.get(arch, arch)} | {k} | {len(seeds)} | {verdict} | {rising} of {len(seeds)} |"
+            f"| {group} | {ARCH_LABELS.get(arch, arch)} | {k} | {len(seeds)} | {learns_verdict(seeds, threshold)} "
+            f"| {rising} of {len(seeds)} |"
         )
     return [
         *lines,
         "",
-        f"Learns: the seed mean and two thirds of the seeds reach {LEARNED} at 1x (over the seeds trained so far).",
+        f"Learns: the seed mean and two thirds of the seeds reach {threshold:g} at 1x, over {SEEDS} seeds.",
         "",
         "| group | architecture | k | seeds | verdict | seeds still rising |",
         "|---|---|---|---|---|---|",

@@ -6,6 +6,7 @@ the PFSA-SR section, and figures (HTML always, PNG when kaleido finds a browser)
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +83,8 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
     ]
     long_runs, long_grids = long_sweep_runs(out)
     if long_runs:
-        named.append(("long_budget", "longer budget (validation curves)", long_budget_figure(long_runs, long_grids)))
+        figure = long_budget_figure(long_runs, long_grids, sweep.thresholds.learned)
+        named.append(("long_budget", "longer budget (validation curves)", figure))
     for name, _, fig in named:
         # plotly.js is written once beside the figures (figures/plotly.min.js), so they work offline
         fig.write_html(figures_dir / f"{name}.html", include_plotlyjs="directory")
@@ -111,14 +113,14 @@ def expected_cells(sweep) -> dict[str, set[tuple[str, int]]]:
 
 def _write_pngs(figs: list, paths: list[Path]) -> str | None:
     """All PNGs in one kaleido call (its browser starts once: ~5 s, then well under 1 s a figure),
-    through temporary files renamed on success, so an earlier PNG is replaced whole or kept. None on
-    success, else one line saying what failed and how to fix it."""
-    temporary = [path.with_name(f".{path.name}.tmp.png") for path in paths]
+    through temporary files of this process renamed on success, so an earlier PNG is replaced whole
+    or kept. None on success, else one line saying what failed and how to fix it."""
+    temporary = [path.with_name(f".{path.stem}.{os.getpid()}.tmp.png") for path in paths]
     try:
         pio.write_images(figs, temporary, format="png", scale=2)
+        for tmp, path in zip(temporary, paths):
+            tmp.replace(path)
     except Exception as err:  # kaleido raises plain RuntimeErrors (and others) for a missing browser
-        for path in temporary:
-            path.unlink(missing_ok=True)
         text = str(err)
         if "chrome" in text.lower() or "chromium" in text.lower():
             return (
@@ -127,8 +129,9 @@ def _write_pngs(figs: list, paths: list[Path]) -> str | None:
             )
         first = next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)
         return f"PNG export failed ({first}); HTML figures were written"
-    for tmp, path in zip(temporary, paths):
-        tmp.replace(path)
+    finally:
+        for tmp in temporary:
+            tmp.unlink(missing_ok=True)  # left only where export or a rename failed
     return None
 
 
@@ -293,7 +296,7 @@ def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str
     lines = [*_header_lines(sweep, statuses), *_protocol_lines(sweep, config), *_architecture_lines(sweep)]
     if sweep.judge_claims:
         lines += _claim_lines(sweep, claims, sweep.eval_multiples)
-    lines += _search_lines(sweep, searches) + long_run_lines(out) + long_sweep_lines(out)
+    lines += _search_lines(sweep, searches) + long_run_lines(out) + long_sweep_lines(out, sweep.thresholds.learned)
     lines += _results_lines(sweep, statuses, config["task"])
     lines += _not_run_lines(statuses)
     lines += _wall_time_lines(sweep, statuses, searches)

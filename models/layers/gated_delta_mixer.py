@@ -101,8 +101,10 @@ class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
         if self.use_decay:
             self.a_proj = nn.Linear(d_model, HV, bias=False)
             # fla's initialisation: A ~ U(0, 16), dt ~ logU(1e-3, 1e-1) stored as softplus^-1(dt)
-            self.A_log = nn.Parameter(torch.empty(HV).uniform_(0, 16).log())
-            dt = torch.exp(torch.rand(HV) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
+            # (drawn through nn.init, the same numbers as Tensor.uniform_ / torch.rand, so that loading skips them)
+            self.A_log = nn.Parameter(nn.init.uniform_(torch.empty(HV), 0, 16).log())
+            u = nn.init.uniform_(torch.empty(HV))
+            dt = torch.exp(u * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
             self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
             self.A_log._no_weight_decay = self.dt_bias._no_weight_decay = True
         if self.use_short_conv:

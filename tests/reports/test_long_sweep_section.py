@@ -66,3 +66,18 @@ def test_the_figure_draws_each_long_run_over_its_grid_run():
     assert lines[1] == ("seed 0", "dot", [h["reveal_accuracy"] for h in grid["history"]])
     assert lines[2] == ("seed 1", "solid", [0.3, 0.4, 0.5, 0.6]) and len(lines) == 3
     assert fig.data[0].line.color == fig.data[1].line.color != fig.data[2].line.color
+
+
+def test_missing_lengths_seeds_and_sparse_curves_read_as_such(tmp_path):
+    (tmp_path / "long").mkdir()
+    run = long_copy(0, 0.7, [0.3, 0.6])  # two evaluations: the last quarter is 6,000 -> 12,000
+    run["eval"]["lengths"][1]["reveal_accuracy"] = None
+    (tmp_path / "long" / "a.json").write_text(json.dumps(run))
+    training = {**long_copy(1, 0.5, [0.3]), "eval": {}}  # still training: no evaluation yet
+    (tmp_path / "long" / "b.json").write_text(json.dumps(training))
+    assert still_rising(run)
+    lines = long_sweep_lines(tmp_path)
+    row = next(line for line in lines if line.startswith("| S4 |") and "| 0 | 12000 |" in line)
+    assert "| 1x 0.700 / 2x – / 4x " in row and "| 0.300 → 0.600 |" in row and "| – |" in row  # no grid run here
+    assert not any("| 1 | 12000" in line for line in lines)
+    assert lines[-2].endswith("| 1 | not measured (1 of 3 seeds) | 1 of 1 |")

@@ -299,7 +299,8 @@ def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, 
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"an old figure")
 
-    def no_browser(*args, **kwargs):
+    def no_browser(figs, files, **kwargs):
+        files[0].write_bytes(b"half a PNG")  # fails part-way: the temporary file must not stay
         raise RuntimeError("\n\nKaleido requires Google Chrome to be installed.\n\n    $ plotly_get_chrome\n")
 
     monkeypatch.setattr(plotly.io, "write_images", no_browser)
