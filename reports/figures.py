@@ -213,16 +213,17 @@ def search_figure(searches: list[dict[str, Any]], chosen: dict[tuple[str, str], 
                 + (" (chosen)" if picked else "")
                 + ": %{y:.3f} at step %{x}<extra>%{fullData.name}</extra>",
             )
-    _reference_lines(fig, groups, 0.9, "learned ≥")
+    title = "Learning-rate search at k = 1: validation curves (solid: chosen lr, dotted: other lr)"
+    return _validation_layout(fig, groups, 0.9, title, width=max(500, 480 * len(groups)))
+
+
+def _validation_layout(fig, settings: list[str], threshold: float, title: str, width: int):
+    """Axes, threshold and chance lines, title and legend of a figure of validation curves."""
+    _reference_lines(fig, settings, threshold, "learned ≥")
     fig.update_xaxes(title_text="training step")
     fig.update_yaxes(range=[0, 1.02])
     fig.update_yaxes(title_text="validation reveal accuracy", col=1)
-    fig.update_layout(
-        title="Learning-rate search at k = 1: validation curves (solid: chosen lr, dotted: other lr)",
-        template="plotly_white",
-        width=max(500, 480 * len(groups)),
-        height=420,
-    )
+    fig.update_layout(title=title, template="plotly_white", width=width, height=420)
     _dedupe_legend(fig)
     return fig
 
@@ -286,15 +287,5 @@ def long_budget_figure(runs: list[dict[str, Any]], grids: dict[str, dict[str, An
                     line={"color": color, "dash": dash},
                     hovertemplate=f"seed {r['seed']}, {label}: %{{y:.3f}} at step %{{x}}<extra></extra>",
                 )
-    _reference_lines(fig, [g for g, _ in panels], learned, "learned ≥")
-    fig.update_xaxes(title_text="training step")
-    fig.update_yaxes(range=[0, 1.02])
-    fig.update_yaxes(title_text="validation reveal accuracy", col=1)
-    fig.update_layout(
-        title="Longer budget: solid the long run, dotted the grid run (same seed)",
-        template="plotly_white",
-        width=max(560, 520 * len(panels)),
-        height=420,
-    )
-    _dedupe_legend(fig)
-    return fig
+    title = "Longer budget: solid the long run, dotted the grid run (same seed)"
+    return _validation_layout(fig, [g for g, _ in panels], learned, title, width=max(560, 520 * len(panels)))
