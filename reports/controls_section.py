@@ -47,7 +47,7 @@ def not_learned(runs: list[dict[str, Any]]) -> bool:
     return sum(values) / len(values) < LEARNED and sum(v < LEARNED for v in values) >= seeds_needed(len(values))
 
 
-def _row(label: str, cell: dict[str, Any]) -> str:
+def control_row(label: str, cell: dict[str, Any]) -> str:
     runs = cell["runs"]
     values = [accuracy_at(r, 1.0) for r in runs]
     longest = max((row for row in cell["eval"]["lengths"] if "reveal_accuracy" in row), key=lambda r: r["x_train"])
@@ -80,7 +80,7 @@ def matched_budget_lines(root: Path) -> list[str]:
     rows, settings = [], {}
     for lr, summaries in cells.items():
         for cell in sorted(summaries, key=lambda c: (c["group"], c["spacing"])):
-            rows.append(_row(f"lr {lr}", cell))
+            rows.append(control_row(f"lr {lr}", cell))
             settings.setdefault((cell["group"], cell["spacing"]), []).append((lr, cell))
     verdicts = []
     for (group, k), tried in sorted(settings.items()):
@@ -123,10 +123,11 @@ def sparse_only_lines(root: Path) -> list[str]:
     summaries = [cell for p in folders if p.is_dir() for cell in spread(_results(p))]
     if not summaries:
         return []
-    rows = [_row("sparse only", c) for c in sorted(summaries, key=lambda c: (c["arch"], c["group"], c["spacing"]))]
+    summaries = sorted(summaries, key=lambda c: (c["arch"], c["group"], c["spacing"]))
+    rows = [control_row("sparse only", c) for c in summaries]
     verdicts = [
         f"| {c['group']} | {ARCH_LABELS.get(c['arch'], c['arch'])} | {c['spacing']} | {learns_verdict(c['runs'])} |"
-        for c in sorted(summaries, key=lambda c: (c["arch"], c["group"], c["spacing"]))
+        for c in summaries
     ]
     return [
         "## Controls: sparse reveals only",

@@ -29,6 +29,7 @@ from deltalens.reports.figures import ARCH_LABELS, length_figure, long_budget_fi
 from deltalens.reports.long_runs_section import long_run_lines, long_sweep_lines, long_sweep_runs
 from deltalens.reports.pfsa_section import pfsa_section
 from deltalens.reports.products_section import products_lines
+from deltalens.reports.transformer_variants_section import transformer_variants_lines
 from deltalens.training.grid import best_validation, cell_config, curriculum
 
 
@@ -98,7 +99,13 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         stale = bool(png_error and kept)
         figures.append(FigureFiles(name, title, figures_dir / f"{name}.html", shown, png_error, png_stale=stale))
     markdown = out / "reproduce.md"
-    extra = baseline_lines(results) + controls_lines(out) + (section.lines if section else []) + products_lines(out)
+    extra = [
+        *baseline_lines(results),
+        *controls_lines(out),
+        *transformer_variants_lines(out),
+        *(section.lines if section else []),
+        *products_lines(out),
+    ]
     write_text_atomic(markdown, render_markdown(sweep, statuses, claims, figures, out, extra, searches))
     return Report(markdown, claims, figures, png_error)
 

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import ARCHITECTURES

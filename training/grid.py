@@ -47,7 +47,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -271,7 +271,7 @@ def run_cell(
         started = time.perf_counter()
         lengths = evaluate_lengths(run_dir / LAST, config, sweep)
         record["eval_wall_time_s"] = round(time.perf_counter() - started, 1)
-    record["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    record["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
     # held-out accuracy during training: validation traces (validation_seed) at spacing k, training length
     record["history"] = history
     if isinstance(cell, Cell):

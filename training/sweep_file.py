@@ -9,10 +9,9 @@ optional [search].
 from __future__ import annotations
 
 import math
+import tomllib
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import ARCHITECTURES

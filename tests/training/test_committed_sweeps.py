@@ -1,0 +1,31 @@
+"""Every committed file under sweep/ loads: a sweep file through load_sweep (which builds each
+cell's TrainConfig, so a bad key or a model table the grid does not name fails here, not hours into
+a run), a training config through load_config; and the command in its header names the file itself."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from deltalens.training.config import load_config
+from deltalens.training.sweep_file import load_sweep
+
+REPO = Path(__file__).resolve().parents[2]
+FILES = sorted((REPO / "sweep").rglob("*.toml"))
+
+
+def test_the_sweep_folder_has_files():
+    assert len(FILES) >= 10
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(REPO / "sweep")))
+def test_a_committed_file_loads_and_its_header_names_it(path):
+    text = path.read_text()
+    if "sweep" in tomllib.loads(text):
+        names = [c.name for c in load_sweep(path).cells]
+        assert names and len(set(names)) == len(names)
+    else:
+        load_config(path)
+    named = set(re.findall(r"(?:--sweep|deltalens train) (\S+)", text))
+    assert named <= {str(path.relative_to(REPO)), f"{path.parent.relative_to(REPO)}/<file>"}, named
