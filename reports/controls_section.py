@@ -30,7 +30,8 @@ LEARNED = 0.9  # the paper grid's threshold (sweep/paper.toml [thresholds] learn
 SEEDS = 3  # seeds of every control cell; a cell with fewer results is still training
 
 
-def _results(folder: Path) -> list[dict[str, Any]]:
+def read_results(folder: Path) -> list[dict[str, Any]]:
+    """The sweep results in `folder` (its lr-search runs left out; nothing for a missing folder)."""
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if not p.name.startswith("search-")]
 
 
@@ -73,7 +74,7 @@ HEADER = [
 
 def matched_budget_lines(root: Path) -> list[str]:
     folders = sorted((root / "matched_budget").glob("lr*"), key=lambda p: float(p.name[2:]))
-    cells = {p.name[2:]: spread(_results(p)) for p in folders}
+    cells = {p.name[2:]: spread(read_results(p)) for p in folders}
     cells = {lr: c for lr, c in cells.items() if c}
     if not cells:
         return []
@@ -120,7 +121,7 @@ def matched_budget_lines(root: Path) -> list[str]:
 
 def sparse_only_lines(root: Path) -> list[str]:
     folders = sorted((root / "sparse_only").glob("*"))
-    summaries = [cell for p in folders if p.is_dir() for cell in spread(_results(p))]
+    summaries = [cell for p in folders if p.is_dir() for cell in spread(read_results(p))]
     if not summaries:
         return []
     summaries = sorted(summaries, key=lambda c: (c["arch"], c["group"], c["spacing"]))

@@ -87,8 +87,9 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         figure = long_budget_figure(long_runs, long_grids, sweep.thresholds.learned)
         named.append(("long_budget", "longer budget (validation curves)", figure))
     for name, _, fig in named:
-        # plotly.js is written once beside the figures (figures/plotly.min.js), so they work offline
-        fig.write_html(figures_dir / f"{name}.html", include_plotlyjs="directory")
+        # plotly.js is written once beside the figures (figures/plotly.min.js), so they work offline; a
+        # fixed div id (plotly's default is a random uuid) keeps a regenerated report's unchanged figures unchanged
+        fig.write_html(figures_dir / f"{name}.html", include_plotlyjs="directory", div_id=f"figure-{name}")
     pngs = [figures_dir / f"{name}.png" for name, _, _ in named]
     png_error = _write_pngs([fig for _, _, fig in named], pngs)
     figures = []

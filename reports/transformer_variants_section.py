@@ -18,20 +18,15 @@ reports/baselines_section.py, as the controls' rows do.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from deltalens.reports.claims import longest_accuracy, seeds_needed, spread
-from deltalens.reports.controls_section import HEADER, SEEDS, control_row, learns_verdict
+from deltalens.reports.controls_section import HEADER, SEEDS, control_row, learns_verdict, read_results
 from deltalens.reports.figures import ARCH_LABELS
 
 EXTRAPOLATES = 0.9  # the paper grid's threshold (sweep/paper.toml [thresholds] extrapolates)
 VARIANTS = ("transformer-nope", "transformer-4l", "transformer-6l")
-
-
-def _results(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
 
 
 def _action_set(result: dict[str, Any]) -> str:
@@ -131,7 +126,7 @@ def full_actions_lines(results: list[dict[str, Any]]) -> list[str]:
 def transformer_variants_lines(root: Path) -> list[str]:
     """Both sections for a report written to `root` (nothing where no result exists)."""
     root = Path(root)
-    variants = _results(root / "transformer_variants")
+    variants = read_results(root / "transformer_variants")
     swaps = [r for r in variants if _action_set(r) == "swaps"]
-    paper = [r for r in _results(root / "sweep") if _action_set(r) == "swaps"]
+    paper = [r for r in read_results(root / "sweep") if _action_set(r) == "swaps"]
     return positions_depth_lines(swaps, paper) + full_actions_lines(variants)

@@ -313,6 +313,8 @@ def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, 
     assert (tmp_path / "reports" / "figures" / "plotly.min.js").is_file()  # the HTML figures work offline
     html = report.figures[0].html.read_text()
     assert 'src="plotly.min.js"' in html and "cdn.plot.ly" not in html
+    again = write_report(sweep, statuses, tmp_path / "reports")  # same results: byte-identical figures
+    assert again.figures[0].html.read_text() == html and f'id="figure-{report.figures[0].html.stem}"' in html
     md = report.markdown.read_text()
     assert "Missing PNGs: figures/accuracy_vs_spacing.png. PNG export needs" in md
     assert (
