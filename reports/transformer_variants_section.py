@@ -41,6 +41,14 @@ def _label(cell: dict[str, Any]) -> str:
     return ARCH_LABELS.get(cell["arch"], cell["arch"])
 
 
+def _budgets(cells: list[dict[str, Any]]) -> str:
+    """Each architecture's step budget as its runs' configs record it, e.g. 'Transformer 8,000 steps'."""
+    steps = {}
+    for cell in cells:
+        steps.setdefault(_label(cell), set()).update(r["config"]["run"]["steps"] for r in cell["runs"])
+    return ", ".join(f"{label} {' / '.join(f'{n:,}' for n in sorted(ns))} steps" for label, ns in steps.items())
+
+
 def generalises_verdict(runs: list[dict[str, Any]], threshold: float = EXTRAPOLATES) -> str:
     """'fails to generalise' is the claim: **holds** when the seeds stay below `threshold` at the
     longest length (mean and two thirds of them), 'fails' when they reach it, 'mixed' otherwise."""
@@ -74,9 +82,9 @@ def positions_depth_lines(variants: list[dict[str, Any]], paper: list[dict[str, 
     return [
         "## Transformer variants: positions and depth",
         "",
-        "The paper grid's Transformer used rotary positions and 2 layers. The same S3 swap traces, its searched "
-        "lr and 8,000-step budget, with no position encoding (NoPE) or more layers (`sweep/transformer_variants/"
-        "positions_depth.toml`), 3 seeds, early stop at 0.999; each variant's row follows the paper grid's row of "
+        "The paper grid's Transformer used rotary positions and 2 layers. The same swap traces and its searched "
+        "lr with no position encoding (NoPE) or more layers (`sweep/transformer_variants/positions_depth.toml`; "
+        f"{_budgets(order)}), 3 seeds, early stop at 0.999; each variant's row follows the paper grid's row of "
         "the same cell. Baselines at 1x on the same traces.",
         "",
         *HEADER,
@@ -106,8 +114,8 @@ def full_actions_lines(results: list[dict[str, Any]]) -> list[str]:
         "## Transformer variants: the full action set with dense reveals",
         "",
         "Every action one uniformly random group element written as one statement, a reveal after every action "
-        "(k = 1) from the first step (`sweep/transformer_variants/full_actions*.toml`), the paper grid's budgets "
-        "(Transformer 8,000 steps, DeltaNet 4,000), 3 seeds; DeltaNet β∈[0,2] on the same traces for reference.",
+        "(k = 1) from the first step (`sweep/transformer_variants/full_actions*.toml`; the paper grid's budgets, "
+        f"{_budgets(order)}), 3 seeds; DeltaNet β∈[0,2] on the same traces for reference.",
         "",
         *HEADER,
         *rows,

@@ -69,6 +69,7 @@ def test_the_full_action_claim_is_judged_at_the_longest_length(tmp_path, longest
     lines = table(
         transformer_variants_lines(tmp_path), "## Transformer variants: the full action set with dense reveals"
     )
+    assert "Transformer 8,000 steps, DeltaNet β∈[0,2] 8,000 steps)" in lines[2]  # the budgets the runs record
     rows = [line for line in lines if line.startswith("| full actions |")]
     assert [r.split(" | ")[2] for r in rows] == ["Transformer", "DeltaNet β∈[0,2]"]  # the Transformer first
     assert any(line.startswith("| S3 | 1 |") and line.endswith(f"| {verdict} |") for line in lines)
