@@ -49,19 +49,23 @@ def not_learned(runs: list[dict[str, Any]]) -> bool:
 
 
 def control_row(label: str, cell: dict[str, Any]) -> str:
+    """One cell's row under HEADER; a seed without a 1x result shows as '–' and is left out of the mean."""
     runs = cell["runs"]
     values = [accuracy_at(r, 1.0) for r in runs]
-    longest = max((row for row in cell["eval"]["lengths"] if "reveal_accuracy" in row), key=lambda r: r["x_train"])
+    evaluated = [v for v in values if v is not None]
+    rows = [row for row in cell["eval"]["lengths"] if "reveal_accuracy" in row]
+    longest = max(rows, key=lambda r: r["x_train"], default=None)
     base = cell_baselines(runs[0], 1.0)
     beyond = {True: "yes", False: "no", None: "–", CANNOT_TELL: CANNOT_TELL}[beyond_window(runs, 1.0)]
     baselines = (
         f"{base.chance:.3f} | {base.last_reveal:.3f} | {base.window:.3f} ({base.window_size})" if base else "– | – | –"
     )
+    per_seed = ", ".join("–" if v is None else f"{v:.3f}" for v in values)
+    at_longest = "–" if longest is None else f"{longest['reveal_accuracy']:.3f} ({longest['x_train']:g}x)"
     return (
         f"| {label} | {cell['group']} | {ARCH_LABELS.get(cell['arch'], cell['arch'])} | {cell['spacing']} "
-        f"| {mean_range(values)} "
-        f"| {', '.join(f'{v:.3f}' for v in values)} | {longest['reveal_accuracy']:.3f} ({longest['x_train']:g}x) "
-        f"| {baselines} | {beyond} | {sum(v >= LEARNED for v in values)} of {len(values)} |"
+        f"| {mean_range(evaluated)} | {per_seed} | {at_longest} "
+        f"| {baselines} | {beyond} | {sum(v >= LEARNED for v in evaluated)} of {len(values)} |"
     )
 
 

@@ -103,7 +103,7 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
     extra = [
         *baseline_lines(results),
         *controls_lines(out),
-        *transformer_variants_lines(out),
+        *transformer_variants_lines(out, results, sweep.thresholds),
         *(section.lines if section else []),
         *products_lines(out),
     ]

@@ -28,4 +28,7 @@ def test_a_committed_file_loads_and_its_header_names_it(path):
     else:
         load_config(path)
     named = set(re.findall(r"(?:--sweep|deltalens train) (\S+)", text))
-    assert named <= {str(path.relative_to(REPO)), f"{path.parent.relative_to(REPO)}/<file>"}, named
+    if path.name == "paper.toml":
+        return  # the default sweep: `deltalens reproduce` with no --sweep (README)
+    folder_form = f"{path.parent.relative_to(REPO)}/<file>"  # one command for a folder of per-group files
+    assert named and named <= {str(path.relative_to(REPO)), folder_form}, named
