@@ -48,8 +48,9 @@ def _budgets(cells: list[dict[str, Any]]) -> str:
     steps: dict[str, set[int]] = {}
     for cell in cells:
         steps.setdefault(_label(cell), set()).update(r["config"]["run"]["steps"] for r in cell["runs"])
-    if len(set().union(*steps.values())) == 1:
-        return f"{next(iter(set().union(*steps.values()))):,} steps"
+    every = set().union(*steps.values())
+    if len(every) == 1:
+        return f"{every.pop():,} steps"
     return "; ".join(f"{label}: {' / '.join(f'{n:,}' for n in sorted(ns))} steps" for label, ns in steps.items())
 
 
