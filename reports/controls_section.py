@@ -35,17 +35,26 @@ def read_results(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if not p.name.startswith("search-")]
 
 
+def reaches(values: list[float], threshold: float) -> bool:
+    """The seed mean and two thirds of the seeds at or above `threshold`."""
+    return sum(values) / len(values) >= threshold and sum(v >= threshold for v in values) >= seeds_needed(len(values))
+
+
+def stays_below(values: list[float], threshold: float) -> bool:
+    """The seed mean and two thirds of the seeds below `threshold`."""
+    return sum(values) / len(values) < threshold and sum(v < threshold for v in values) >= seeds_needed(len(values))
+
+
 def learned(runs: list[dict[str, Any]], threshold: float = LEARNED) -> bool | None:
     """Seed mean and two thirds of the seeds at or above `threshold` at 1x (None: a seed not evaluated)."""
     values = [accuracy_at(r, 1.0) for r in runs]
     if not values or any(v is None for v in values):
         return None
-    return sum(values) / len(values) >= threshold and sum(v >= threshold for v in values) >= seeds_needed(len(values))
+    return reaches(values, threshold)
 
 
 def not_learned(runs: list[dict[str, Any]]) -> bool:
-    values = [accuracy_at(r, 1.0) for r in runs]
-    return sum(values) / len(values) < LEARNED and sum(v < LEARNED for v in values) >= seeds_needed(len(values))
+    return stays_below([accuracy_at(r, 1.0) for r in runs], LEARNED)
 
 
 def control_row(label: str, cell: dict[str, Any]) -> str:

@@ -86,7 +86,11 @@ def long_sweep_lines(out: Path, threshold: float = LEARNED) -> list[str]:
     """OUT/long/*.json: grid cells trained again with a longer budget (sweep results, as in
     OUT/sweep/), each beside the grid's own run of the cell and the memoryless baselines. Per
     cell: does it learn (the controls' rule at `threshold`) and is any seed still rising at its end."""
-    runs, grids = long_sweep_runs(out)
+    return long_sweep_table(*long_sweep_runs(out), threshold)
+
+
+def long_sweep_table(runs: list[dict], grids: dict[str, dict], threshold: float = LEARNED) -> list[str]:
+    """long_sweep_lines on results already read (long_sweep_runs)."""
     if not runs:
         return []
     cells: dict[tuple, list[dict]] = {}

@@ -26,7 +26,7 @@ from deltalens.reports.claims import (
 )
 from deltalens.reports.controls_section import controls_lines
 from deltalens.reports.figures import ARCH_LABELS, length_figure, long_budget_figure, search_figure, spacing_figure
-from deltalens.reports.long_runs_section import long_run_lines, long_sweep_lines, long_sweep_runs
+from deltalens.reports.long_runs_section import long_run_lines, long_sweep_runs, long_sweep_table
 from deltalens.reports.pfsa_section import pfsa_section
 from deltalens.reports.products_section import products_lines
 from deltalens.reports.transformer_variants_section import transformer_variants_lines
@@ -107,7 +107,8 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         *(section.lines if section else []),
         *products_lines(out),
     ]
-    write_text_atomic(markdown, render_markdown(sweep, statuses, claims, figures, out, extra, searches))
+    long_lines = long_sweep_table(long_runs, long_grids, sweep.thresholds.learned)
+    write_text_atomic(markdown, render_markdown(sweep, statuses, claims, figures, out, extra, searches, long_lines))
     return Report(markdown, claims, figures, png_error)
 
 
@@ -294,17 +295,19 @@ def _wall_time_lines(sweep, statuses, searches) -> list[str]:
     return lines
 
 
-def render_markdown(sweep, statuses, claims, figures, out: Path, extra: list[str] = (), searches=()) -> str:
+def render_markdown(
+    sweep, statuses, claims, figures, out: Path, extra: list[str] = (), searches=(), long_lines: list[str] = ()
+) -> str:
     """The report, section by section: header and protocol, architectures, the paper's claims, the
-    learning-rate search, longer runs, a results table per setting, cells not run, training time, the
-    ``extra`` sections (PFSA-SR, per-token products), figures."""
+    learning-rate search, longer runs (``long_lines``: long_sweep_table's), a results table per
+    setting, cells not run, training time, the ``extra`` sections (PFSA-SR, per-token products), figures."""
     # budget, optimiser (but its lr) and task are shared by every cell
     config = cell_config(statuses[0].cell, sweep, lr=sweep.optim.get("lr", 3e-3)).to_dict()
     searches = list(searches)
     lines = [*_header_lines(sweep, statuses), *_protocol_lines(sweep, config), *_architecture_lines(sweep)]
     if sweep.judge_claims:
         lines += _claim_lines(sweep, claims, sweep.eval_multiples)
-    lines += _search_lines(sweep, searches) + long_run_lines(out) + long_sweep_lines(out, sweep.thresholds.learned)
+    lines += [*_search_lines(sweep, searches), *long_run_lines(out), *long_lines]
     lines += _results_lines(sweep, statuses, config["task"])
     lines += _not_run_lines(statuses)
     lines += _wall_time_lines(sweep, statuses, searches)

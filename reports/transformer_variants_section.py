@@ -22,8 +22,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from deltalens.reports.claims import accuracy_at, seeds_needed, spread
-from deltalens.reports.controls_section import HEADER, SEEDS, control_row, learned, learns_verdict, read_results
+from deltalens.reports.claims import accuracy_at, spread
+from deltalens.reports.controls_section import (
+    HEADER,
+    SEEDS,
+    control_row,
+    learned,
+    learns_verdict,
+    reaches,
+    read_results,
+    stays_below,
+)
 from deltalens.reports.figures import ARCH_LABELS
 from deltalens.training.sweep_cells import Thresholds
 
@@ -65,12 +74,10 @@ def generalises_verdict(runs: list[dict[str, Any]], thresholds: Thresholds = PAP
     values = [accuracy_at(r, longest) for r in runs]
     if longest <= 1.0 or any(v is None for v in values):
         return "not measured (a seed not evaluated at the longest length)"
-    below = [v < thresholds.extrapolates for v in values]
-    mean = sum(values) / len(values)
-    if mean < thresholds.extrapolates and sum(below) >= seeds_needed(len(values)):
+    if stays_below(values, thresholds.extrapolates):
         at_1x = learned(runs, thresholds.learned)
         return "**holds**" + {True: " (learns at 1x)", False: " (does not learn at 1x)", None: ""}[at_1x]
-    if mean >= thresholds.extrapolates and len(below) - sum(below) >= seeds_needed(len(values)):
+    if reaches(values, thresholds.extrapolates):
         return "fails"
     return "mixed"
 
