@@ -17,6 +17,7 @@ Writes OUT/corrections.json and OUT/corrections.md (the tables).
 
     python3 scripts/family_corrections.py [--out results/family] [--checkpoints DIR ...]
                                           [--traces 512] [--probe-traces 64] [--single 2048]
+    python3 scripts/family_corrections.py --out DIR --checkpoints RUNS/<cell>-<hash>/last   # a training run
     python3 scripts/family_corrections.py --markdown-only     # corrections.md again from corrections.json
 """
 
@@ -38,6 +39,7 @@ from deltalens.models.architecture import n_heads_of, n_layers_of
 from deltalens.probes.cycle_accuracy import position_table, reveal_frame, single_action_table, stretch_table
 from deltalens.probes.product_reps import representation_report
 from deltalens.probes.products import product_report
+from deltalens.training.loop import LAST
 from deltalens.training.opened import open_checkpoint
 
 SHIPPED = (
@@ -46,6 +48,14 @@ SHIPPED = (
     "checkpoints/a5-deltaproduct-n4-full",
     "checkpoints/a5-deltaproduct-n2-noconv-full",
 )
+
+
+BY_TYPE_COLUMNS = ["cycle_type", "reflections", "decoded_accuracy", "median_residual", "n"]
+
+
+def checkpoint_name(path: Path) -> str:
+    """A shipped checkpoint's folder name; for a training run's `last` checkpoint, the run folder's."""
+    return path.parent.name if path.name == LAST else path.name
 
 
 def factor_ablation(model, n_layers: int, n_heads: int, factor: int, head: tuple[int, int] | None = None):
@@ -86,9 +96,11 @@ def representations_part(checkpoint, traces: int) -> dict:
                 & (report.products["layer"] == tracking[0])
                 & (report.products["head"] == tracking[1])
             ]
+            # beside each decoded accuracy its median residual: a product can be nearest the right
+            # element (decoded) and still far from it (not implementing it)
             by_need = (
-                mine_products.groupby("most_reflections_of_an_action")["right"]
-                .agg(decoded_accuracy="mean", n="size")
+                mine_products.groupby("most_reflections_of_an_action")
+                .agg(decoded_accuracy=("right", "mean"), median_residual=("residual", "median"), n=("right", "size"))
                 .reset_index()
             )
             best[rep] = {
@@ -99,7 +111,7 @@ def representations_part(checkpoint, traces: int) -> dict:
                 "best_applies": bool(row["applies"]),
                 "tracking_decoded": float(mine["decoded_accuracy"]),
                 "tracking_residual": float(mine["heldout_residual"]),
-                "tracking_by_type": types[["cycle_type", "reflections", "decoded_accuracy", "n"]].to_dict("records"),
+                "tracking_by_type": types[BY_TYPE_COLUMNS].to_dict("records"),
                 "tracking_by_most_reflections": by_need.to_dict("records"),
             }
         out[span] = {
@@ -137,7 +149,7 @@ def probe_checkpoint(path: str, traces: int, probe_traces: int, single: int) -> 
     if not factors:
         raise DeltalensError(f"{path} is not a DeltaProduct (no Householder factor axis); the ablation needs one.")
     result = {
-        "checkpoint": Path(path).name,
+        "checkpoint": checkpoint_name(Path(path)),
         "group": checkpoint.spec.group,
         "n_householder": factors,
         "representations": representations_part(checkpoint, probe_traces),
@@ -167,8 +179,12 @@ def _md(frame: pd.DataFrame) -> str:
 
 
 def markdown(results: list[dict]) -> str:
-    parts = ["# The family corrected: representations, cycle types, factor ablations (shipped checkpoints)\n"]
-    parts.append("Written by `python3 scripts/family_corrections.py`; numbers in corrections.json.\n")
+    parts = ["# The family corrected: representations, cycle types, factor ablations\n"]
+    parts.append(
+        "Written by `python3 scripts/family_corrections.py`; numbers in corrections.json. Residuals are "
+        "||P F - F rho(g)|| with ||F|| = 1 under the true element g: a product decodes to the nearest "
+        "element, so it can decode right with a large residual (it is nearest g without acting as g).\n"
+    )
     rows = []
     for r in results:
         for span in ("action", "readout"):

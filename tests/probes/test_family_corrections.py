@@ -28,10 +28,18 @@ def test_the_corrections_of_a_hand_set_deltaproduct(result):
     assert result["ablation"][0]["reveal_accuracy"] < 0.6  # factor 0 also writes the initial values
     per_head = {(r["layer"], r["head"], r["factor"]): r["reveal_accuracy"] for r in result["ablation_per_head"]}
     assert per_head[(0, 0, 0)] == per_head[(0, 0, 1)] == 1.0 and per_head[(0, 1, 1)] < 1.0
+    exact = result["representations"]["action"]["reps"]["standard"]["tracking_by_type"]
+    assert {row["cycle_type"] for row in exact} >= {"2+1", "3"}  # the hand-set head applies every action exactly
+    assert all(row["decoded_accuracy"] == 1.0 and row["median_residual"] < 1e-3 for row in exact)
     readout = result["representations"]["readout"]
     assert list(readout["reps"]) == ["standard"] and readout["reps"]["standard"]["best_head"] == [0, 1]
     text = family_corrections.markdown([result])
     assert "## Product probe per representation" in text and "factor 1 off" in text
+
+
+def test_a_training_run_is_named_by_its_run_folder():
+    assert family_corrections.checkpoint_name(Path("runs/a5-x-k4-s0-9f2b75dd/last")) == "a5-x-k4-s0-9f2b75dd"
+    assert family_corrections.checkpoint_name(Path("checkpoints/a5-deltaproduct-n4-full")) == "a5-deltaproduct-n4-full"
 
 
 def test_three_reflections_near_a_five_cycle_decode_alone_but_not_composed():
