@@ -31,6 +31,9 @@ def test_the_corrections_of_a_hand_set_deltaproduct(result):
     exact = result["representations"]["action"]["reps"]["standard"]["tracking_by_type"]
     assert {row["cycle_type"] for row in exact} >= {"2+1", "3"}  # the hand-set head applies every action exactly
     assert all(row["decoded_accuracy"] == 1.0 and row["median_residual"] < 1e-3 for row in exact)
+    by_need = result["representations"]["action"]["reps"]["standard"]["tracking_by_most_reflections"]
+    assert [row["most_reflections_of_an_action"] for row in by_need] == [0, 1, 2]
+    assert all(row["median_residual"] < 1e-3 for row in by_need)
     readout = result["representations"]["readout"]
     assert list(readout["reps"]) == ["standard"] and readout["reps"]["standard"]["best_head"] == [0, 1]
     text = family_corrections.markdown([result])
