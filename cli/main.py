@@ -35,7 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # `deltalens train CONFIG --out DIR run.seed=1`: overrides after the options are overrides too
+        if not isinstance(getattr(args, "overrides", None), list) or any(e.startswith("-") for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides += extra
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

@@ -105,6 +105,21 @@ def test_config_fields_are_checked_before_anything_is_written(override, words, t
     assert not (tmp_path / "run").exists()
 
 
+def test_overrides_after_the_options_are_overrides_too(tmp_path, capsys):
+    # the sweep files' headers write `deltalens train CONFIG --out DIR run.seed=1`
+    config = tmp_path / "train.toml"
+    config.write_text(dump_toml(tiny_config(steps=2)))
+    out = tmp_path / "run"
+    assert main(["train", str(config), "run.steps=1", "--out", str(out), "--no-progress", "run.seed=3"]) == 0
+    ran = (out / "train.toml").read_text()
+    assert "seed = 3" in ran and "steps = 1\n" in ran
+    one_sentence(
+        *run(["train", str(config), "--out", str(tmp_path / "r2"), "run.seed=3", "--bogus"], capsys), "--bogus"
+    )
+    one_sentence(*run(["eval", CKPT, "stray"], capsys), "unrecognized arguments: stray")
+    assert not (tmp_path / "r2").exists()
+
+
 def trace_file(tmp_path: Path, content: str | bytes, name: str = "traces.txt") -> str:
     path = tmp_path / name
     path.write_bytes(content if isinstance(content, bytes) else content.encode())

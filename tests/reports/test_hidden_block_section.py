@@ -51,6 +51,32 @@ def test_verdicts_holds_mixed_fails_and_not_measured(tmp_path):
     assert verdict(by_arch, 300)[0] == "not measured"
 
 
+def test_each_lstm_is_compared_with_the_linear_models_of_its_own_budget(tmp_path):
+    flat, rising = {10: 0.1, 300: 0.1}, {10: 0.1, 300: 0.6}
+    write(
+        tmp_path,
+        {
+            "deltanet-neg": [rising] * 3,
+            "deltanet-pos": [rising] * 3,
+            "lstm": [flat] * 3,
+            "deltanet-neg-6k": [flat] * 3,
+            "lstm-6k": [flat] * 3,
+        },
+    )
+    from deltalens.reports.hidden_block_section import read_records
+
+    by_arch, _ = read_records(tmp_path)
+    assert verdict(by_arch, 300, "lstm")[0] == "**holds**"
+    # the 1,500-step linear models never stand in for the 6,000-step ones
+    result, measured = verdict(by_arch, 300, "lstm-6k")
+    assert result == "not measured" and measured == "needs 3 seeds of DeltaNet β∈[0,1], 6,000 steps"
+    by_arch["deltanet-pos-6k"] = by_arch["deltanet-pos"]
+    result, measured = verdict(by_arch, 300, "lstm-6k")
+    assert result == "mixed" and "DeltaNet β∈[0,2], 6,000 steps 0.100 (not behind)" in measured
+    text = "\n".join(hidden_block_lines(tmp_path))
+    assert "| 300 | LSTM, 6,000 steps | not measured |" in text
+
+
 def test_the_section_shows_every_architecture_guesses_and_states(tmp_path):
     kl = {10: 0.2, 300: 0.5}
     write(tmp_path, {"deltanet-neg": [kl] * 3, "lstm": [kl] * 3, "transformer": [kl]})
