@@ -148,7 +148,7 @@ def hidden_block_lines(folder: Path) -> list[str]:
         "| horizon | against | verdict | measured | beyond the block-uniform guess |",
         "|---|---|---|---|---|",
     ]
-    references = [r for r in ("lstm", "lstm-6k") if r in by_arch] or ["lstm"]
+    references = [r for r in LINEAR if r in by_arch] or ["lstm"]
     for h in horizons:
         beyond = _beyond_guess(by_arch, by[str(h)].get("block_uniform"), h)
         for reference in references:

@@ -2,7 +2,13 @@
 
 import json
 
-from deltalens.reports.hidden_block_section import behind, hidden_block_figure, hidden_block_lines, verdict
+from deltalens.reports.hidden_block_section import (
+    behind,
+    hidden_block_figure,
+    hidden_block_lines,
+    read_records,
+    verdict,
+)
 
 HORIZONS = (10, 300)
 
@@ -40,8 +46,6 @@ def test_behind_needs_the_margin_and_two_of_three_seeds():
 def test_verdicts_holds_mixed_fails_and_not_measured(tmp_path):
     flat, rising = {10: 0.1, 300: 0.1}, {10: 0.1, 300: 0.6}
     write(tmp_path, {"deltanet-neg": [rising] * 3, "deltanet-pos": [flat] * 3, "lstm": [flat] * 3})
-    from deltalens.reports.hidden_block_section import read_records
-
     by_arch, _ = read_records(tmp_path)
     assert verdict(by_arch, 10)[0] == "fails"
     assert verdict(by_arch, 300)[0] == "mixed"
@@ -63,8 +67,6 @@ def test_each_lstm_is_compared_with_the_linear_models_of_its_own_budget(tmp_path
             "lstm-6k": [flat] * 3,
         },
     )
-    from deltalens.reports.hidden_block_section import read_records
-
     by_arch, _ = read_records(tmp_path)
     assert verdict(by_arch, 300, "lstm")[0] == "**holds**"
     # the 1,500-step linear models never stand in for the 6,000-step ones
