@@ -82,8 +82,12 @@ def verdict(by_arch: dict[str, list[dict[str, Any]]], horizon: int, reference: s
     lstm = query_kls(by_arch.get(reference, []), horizon)
     results = {arch: behind(query_kls(by_arch.get(arch, []), horizon), lstm) for arch in LINEAR[reference]}
     if any(r is None for r in results.values()):
-        missing = [ARCHS[a] for a in (reference, *LINEAR[reference]) if len(by_arch.get(a, [])) < 3]
-        return "not measured", f"needs 3 seeds of {', '.join(missing) or 'each model at this horizon'}"
+        # a seed counts only where it has a number at this horizon
+        models = (reference, *LINEAR[reference])
+        missing = [ARCHS[a] for a in models if len(query_kls(by_arch.get(a, []), horizon)) < 3]
+        if missing:
+            return "not measured", f"needs 3 seeds of {', '.join(missing)} at this horizon"
+        return "not measured", f"needs 3 seeds in common between {', '.join(ARCHS[a] for a in models)}"
     measured = "; ".join(
         f"{ARCHS[a]} {np.mean(list(query_kls(by_arch[a], horizon).values())):.3f} "
         f"({'behind' if results[a] else 'not behind'})"

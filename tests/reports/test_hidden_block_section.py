@@ -71,12 +71,25 @@ def test_each_lstm_is_compared_with_the_linear_models_of_its_own_budget(tmp_path
     assert verdict(by_arch, 300, "lstm")[0] == "**holds**"
     # the 1,500-step linear models never stand in for the 6,000-step ones
     result, measured = verdict(by_arch, 300, "lstm-6k")
-    assert result == "not measured" and measured == "needs 3 seeds of DeltaNet β∈[0,1], 6,000 steps"
+    assert result == "not measured" and measured == "needs 3 seeds of DeltaNet β∈[0,1], 6,000 steps at this horizon"
     by_arch["deltanet-pos-6k"] = by_arch["deltanet-pos"]
     result, measured = verdict(by_arch, 300, "lstm-6k")
     assert result == "mixed" and "DeltaNet β∈[0,2], 6,000 steps 0.100 (not behind)" in measured
     text = "\n".join(hidden_block_lines(tmp_path))
     assert "| 300 | LSTM, 6,000 steps | not measured |" in text
+
+
+def test_not_measured_counts_the_seeds_with_a_number_at_that_horizon(tmp_path):
+    flat, short = {10: 0.1, 300: 0.1}, {10: 0.1}
+    write(tmp_path, {"deltanet-neg": [flat] * 3, "deltanet-pos": [flat, flat, short], "lstm": [flat] * 3})
+    by_arch, _ = read_records(tmp_path)
+    assert verdict(by_arch, 10)[0] == "fails"
+    # 3 records of DeltaNet [0, 1], but only 2 reach H = 300
+    assert verdict(by_arch, 300) == ("not measured", "needs 3 seeds of DeltaNet β∈[0,1] at this horizon")
+    # 3 seeds each, but not the same ones
+    by_arch["lstm"] = [{**r, "seed": r["seed"] + 1} for r in by_arch["lstm"]]
+    result, measured = verdict(by_arch, 10)
+    assert result == "not measured" and measured.startswith("needs 3 seeds in common between")
 
 
 def test_the_section_shows_every_architecture_guesses_and_states(tmp_path):
