@@ -6,7 +6,9 @@ reflections applies the action's permutation, whether the product of every token
 between consecutive read-outs applies the permutation composed there (span="readout"), and which
 head's state holds the variables' values (a linear probe: a model can track the state with
 per-token products that are no fixed representation). Writes OUT/products.json, which the
-"Per-token products" section of `deltalens reproduce --out OUT` reads.
+"Per-token products" section of `deltalens reproduce --out OUT` reads. A run whose checkpoint is gone
+keeps its row from the products.json already there if that row probed the same model (same 1x
+accuracy as the result now): run folders are often deleted after a sweep.
 
     python3 scripts/family_products.py [--sweep sweep/family.toml] [--results results/family/sweep]
                                        [--runs runs/family] [--out results/family] [--traces 64]
@@ -16,6 +18,7 @@ per-token products that are no fixed representation). Writes OUT/products.json, 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import torch
@@ -76,6 +79,33 @@ def state_decoding(checkpoint, traces: int) -> dict:
     }
 
 
+def previous_rows(path: Path, sweep: str) -> dict[str, dict]:
+    """{cell: row} of an earlier products.json of the same sweep; empty when there is none."""
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    return {row["cell"]: row for row in data.get("runs", [])} if data.get("sweep") == sweep else {}
+
+
+def merge_rows(
+    accuracies: dict[str, float | None], probed: dict[str, dict], previous: dict[str, dict]
+) -> tuple[list[dict], list[str], list[str]]:
+    """(rows in the sweep's order, cells kept from the earlier file, cells with neither) for the cells
+    of `accuracies` ({cell: its result's 1x accuracy}): a fresh probe wins; a run without a checkpoint
+    keeps its earlier row rather than vanishing from the table, unless that row probed another model
+    (a retrained cell: its 1x accuracy differs)."""
+    rows, kept, missing = [], [], []
+    for name, accuracy in accuracies.items():
+        if name in probed:
+            rows.append(probed[name])
+        elif name in previous and previous[name].get("reveal_accuracy_1x") == accuracy:
+            rows.append(previous[name])
+            kept.append(name)
+        else:
+            missing.append(name)
+    return rows, kept, missing
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", default="sweep/family.toml")
@@ -87,31 +117,30 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     sweep, statuses, _ = read_sweep(load_sweep(args.sweep), args.results)
-    rows, missing = [], []
+    out = Path(args.out) / "products.json"
+    previous = previous_rows(out, args.sweep)
+    probed, accuracies = {}, {}
     for status in progress([s for s in statuses if s.result is not None], desc="products", unit="run"):
         cell = status.cell
+        accuracy = {row["x_train"]: row.get("reveal_accuracy") for row in status.result["eval"]["lengths"]}
+        accuracies[cell.name] = accuracy.get(1.0)
         path = Path(args.runs) / f"{cell.name}-{config_hash(job_config(cell, sweep))}" / LAST
         if not path.is_dir():
-            missing.append(cell.name)
             continue
-        accuracy = {row["x_train"]: row.get("reveal_accuracy") for row in status.result["eval"]["lengths"]}
-        rows.append(
-            {
-                "cell": cell.name,
-                "group": cell.group,
-                "arch": cell.arch,
-                "seed": cell.seed,
-                "reveal_accuracy_1x": accuracy.get(1.0),
-                **probe_run(path, args.traces, args.state_traces),
-            }
-        )
-    write_json_atomic(
-        Path(args.out) / "products.json",
-        {"sweep": args.sweep, "traces": args.traces, "runs": rows, "missing_checkpoints": missing},
-    )
+        probed[cell.name] = {
+            "cell": cell.name,
+            "group": cell.group,
+            "arch": cell.arch,
+            "seed": cell.seed,
+            "reveal_accuracy_1x": accuracy.get(1.0),
+            **probe_run(path, args.traces, args.state_traces),
+        }
+    rows, kept, missing = merge_rows(accuracies, probed, previous)
+    write_json_atomic(out, {"sweep": args.sweep, "traces": args.traces, "runs": rows, "missing_checkpoints": missing})
     print(
-        f"{len(rows)} runs probed -> {Path(args.out) / 'products.json'}"
-        + (f"; no checkpoint for {missing}" if missing else "")
+        f"{len(probed)} runs probed -> {out}"
+        + (f"; {len(kept)} kept from the earlier file (no checkpoint now)" if kept else "")
+        + (f"; no checkpoint and no earlier row for {missing}" if missing else "")
     )
 
 
