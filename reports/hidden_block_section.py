@@ -79,21 +79,20 @@ def behind(linear: dict[int, float], lstm: dict[int, float]) -> bool | None:
 def verdict(by_arch: dict[str, list[dict[str, Any]]], horizon: int, reference: str = "lstm") -> tuple[str, str]:
     """(verdict, what was measured) at one horizon: the linear models against the non-linear
     `reference` model trained with the same budget."""
-    lstm = query_kls(by_arch.get(reference, []), horizon)
-    results = {arch: behind(query_kls(by_arch.get(arch, []), horizon), lstm) for arch in LINEAR[reference]}
+    models = (reference, *LINEAR[reference])
+    # a seed counts only where it has a number at this horizon
+    kls = {a: query_kls(by_arch.get(a, []), horizon) for a in models}
+    results = {arch: behind(kls[arch], kls[reference]) for arch in LINEAR[reference]}
     if any(r is None for r in results.values()):
-        # a seed counts only where it has a number at this horizon
-        models = (reference, *LINEAR[reference])
-        missing = [ARCHS[a] for a in models if len(query_kls(by_arch.get(a, []), horizon)) < 3]
+        missing = [ARCHS[a] for a in models if len(kls[a]) < 3]
         if missing:
             return "not measured", f"needs 3 seeds of {', '.join(missing)} at this horizon"
         return "not measured", f"needs 3 seeds in common between {', '.join(ARCHS[a] for a in models)}"
     measured = "; ".join(
-        f"{ARCHS[a]} {np.mean(list(query_kls(by_arch[a], horizon).values())):.3f} "
-        f"({'behind' if results[a] else 'not behind'})"
+        f"{ARCHS[a]} {np.mean(list(kls[a].values())):.3f} ({'behind' if results[a] else 'not behind'})"
         for a in LINEAR[reference]
     )
-    measured += f"; {ARCHS[reference]} {np.mean(list(lstm.values())):.3f}"
+    measured += f"; {ARCHS[reference]} {np.mean(list(kls[reference].values())):.3f}"
     n_behind = sum(results.values())
     return ("**holds**" if n_behind == 2 else "fails" if n_behind == 0 else "mixed"), measured
 
