@@ -10,8 +10,9 @@ rest, e.g. d). Every cycle of a trace has three lines::
 
 **Training traces** (``generate_hidden_block_trace``, what ``generate_prob_trace`` returns for a
 spec with ``hidden_block = h``): the block action is a deterministic swap or a random swap with
-probability p (``mix`` weights them), the leak partner is a random block variable, and each reveal
-prints a block variable with probability ``query_prob``, else a probe variable. Every hidden outcome
+probability p (``mix`` weights them), the leak partner is a random block variable (or, with
+probability ``probe_leak``, another probe variable), and each reveal prints a block variable with
+probability ``query_prob``, else a probe variable. Every hidden outcome
 is drawn from the header's ``random.seed`` stream, so the transcript replays in Python.
 
 **The adversary** (``hidden_block_adversary``): the first ``opening`` block actions are random
@@ -23,6 +24,11 @@ history. Its choices depend on the history: each leak pairs the probe with the b
 row carries the most mass in the unnormalised linear marginal filter (the greedy drain), and each
 probe reveal shows the outcome "no leak" (probability 1 - p every cycle). After ``horizon`` such
 partial reveals it queries the block variable whose exact posterior is the most uncertain.
+
+**The control** (``drain=False``, n - h >= 2): each leak swaps the first two probe variables
+instead, with the same kinds of lines and the same block moves and query; the exact posterior at the
+query is the same, but the linear filter's block mass stays whole. Comparing a model on both separates
+the lost normalisation from other causes of a late error (experiments/pfsa_drain.py).
 
 Why it bites. "No leak" is independent of the block's arrangement, so conditioning on it leaves the
 exact posterior where it was; but in the linear marginal filter (``tasks.pfsa.run_linear_marginal``)
@@ -137,15 +143,29 @@ def generate_hidden_block_trace(spec: ProbTraceSpec, seed: int, posteriors: bool
         else:
             writer.swap(i, j, random_swap=True, taken=hidden.random() < spec.swap_prob)
         partner, probe = rng.randrange(h), rng.randrange(h, n)
-        writer.swap(partner, probe, random_swap=True, taken=hidden.random() < spec.swap_prob)
+        if spec.probe_leak and rng.random() < spec.probe_leak:  # drawn only when set: old traces unchanged
+            partner = rng.choice([v for v in range(h, n) if v != probe])
+        writer.swap(*sorted((partner, probe)), random_swap=True, taken=hidden.random() < spec.swap_prob)
         writer.reveal(rng.randrange(h) if rng.random() < spec.query_prob else rng.randrange(h, n))
     return writer.trace(seed, python_seed, posteriors)
 
 
-def hidden_block_adversary(spec: ProbTraceSpec, horizon: int, seed: int, opening: int = 1) -> ProbTrace:
+def hidden_block_adversary(
+    spec: ProbTraceSpec, horizon: int, seed: int, opening: int = 1, drain: bool = True
+) -> ProbTrace:
     """``horizon`` adversarial cycles, then one query of the most uncertain block variable (module
-    docstring). The header has no seed: the adversary picks the leaks' outcomes, so it does not replay."""
+    docstring). The header has no seed: the adversary picks the leaks' outcomes, so it does not replay.
+
+    ``drain=False`` is the control: each leak swaps the two first probe variables instead of a block
+    variable and a probe (needs n - h >= 2). The lines are of the same kinds, the block actions and the
+    query the same for a seed, and "no leak" tells nothing about the block in either, so the exact
+    posteriors are equal; only the linear filter's block mass differs (about (1 - p/h)^H vs 1)."""
     check_hidden_block(spec)
+    if not drain and spec.n - spec.hidden_block < 2:
+        raise DeltalensError(
+            f"the no-drain adversary leaks between two probe variables; {spec.group} with hidden_block = "
+            f"{spec.hidden_block} has {spec.n - spec.hidden_block}."
+        )
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
         raise DeltalensError(f"the horizon is a number of partial reveals >= 1, got {horizon!r}.")
     if not 1 <= opening <= horizon:
@@ -161,8 +181,8 @@ def hidden_block_adversary(spec: ProbTraceSpec, horizon: int, seed: int, opening
         else:
             kernel = writer.swap(i, j, random_swap=False, taken=True)
         m = marginal_transition(m, kernel)
-        partner = int(np.argmax(m[:h].sum(axis=1)))  # the greedy drain: the heaviest block row
-        m = marginal_transition(m, writer.swap(partner, probe, random_swap=True, taken=False))
+        partner = int(np.argmax(m[:h].sum(axis=1))) if drain else probe + 1  # greedy drain: heaviest block row
+        m = marginal_transition(m, writer.swap(*sorted((partner, probe)), random_swap=True, taken=False))
         writer.reveal(probe)
         m = marginal_mask(m, probe, writer.state[probe])
     so_far = writer.trace(seed, None, posteriors=False)

@@ -49,6 +49,7 @@ class ProbTraceSpec:
     # `actions` counts two per cycle, spacing is one reveal per cycle, mix weights det / random block swaps.
     hidden_block: int = 0
     query_prob: float = 0.2
+    probe_leak: float = 0.0  # share of leaks between two probe variables (needs n - hidden_block >= 2)
 
     def __post_init__(self) -> None:
         group = get_group(self.group)
@@ -204,6 +205,12 @@ def check_hidden_block(spec: ProbTraceSpec) -> None:
             )
     if not 0.0 <= float(spec.query_prob) <= 1.0:
         raise DeltalensError(f"query_prob must be in [0, 1], got {spec.query_prob!r}.")
+    if not 0.0 <= float(spec.probe_leak) <= 1.0:
+        raise DeltalensError(f"probe_leak must be in [0, 1], got {spec.probe_leak!r}.")
+    if spec.probe_leak > 0 and n - h < 2:
+        raise DeltalensError(
+            f"probe_leak > 0 needs two probe variables to leak between; hidden_block = {h} leaves {n - h} of n = {n}."
+        )
 
 
 def group_posteriors(posteriors: list[RevealPosterior], reveals: list[Reveal]) -> list[list[RevealPosterior]]:

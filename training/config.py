@@ -63,6 +63,7 @@ class TaskConfig:
     # reveal prints with probability query_prob (else a probe variable); `actions` counts 2 per cycle.
     hidden_block: int = 0
     query_prob: float = 0.2
+    probe_leak: float = 0.0  # share of leaks between two probe variables (the no-drain adversary's kind)
 
 
 @dataclass

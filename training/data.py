@@ -50,6 +50,7 @@ class TrainingData:
             full_reveal_prob=task.full_reveal_prob,
             hidden_block=task.hidden_block,
             query_prob=float(task.query_prob),
+            probe_leak=float(task.probe_leak),
         )
 
     def eval_spec(

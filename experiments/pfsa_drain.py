@@ -1,0 +1,232 @@
+"""PFSA-SR, cause vs length: one model on the drain and the no-drain adversary at every horizon.
+
+    python3 experiments/pfsa_drain.py RUN/last --name deltanet-neg-c16-lr3e-3-s0 [--out results/pfsa_drain]
+    python3 experiments/pfsa_drain.py --table [--out results/pfsa_drain]
+
+The two adversaries (tasks/hidden_block.py, ``hidden_block_adversary(..., drain=True|False)``) write the same
+kinds of lines, make the same block moves and ask the same query for a seed, and their exact posteriors are
+equal at every horizon H: "no leak" says nothing about the block in either. Only the linear marginal filter's
+block mass differs: the drain adversary leaks block <-> probe and the reveal deletes the leaked mass (the block
+mass falls roughly 0.9^H), the no-drain one leaks between the two probes (the block mass stays whole). So a
+model whose error grows with H on drain but not on no-drain is hurt by the missing renormalisation (the
+paper's theory); one whose curves coincide and turn where its training length ends has a length problem.
+
+Per horizon and adversary, at the query (32 traces, the same for every model):
+* ``kl``: KL(exact || model) over the values;
+* ``top_right``: the model's most likely value is the exact posterior's (the arrangement it believes in);
+* ``calibration``: |q_top / (q_top + q_second) - p_top| on the two values the exact mixture puts mass on
+  (0: the mixture's odds reproduced), and ``support``: the model's mass on those two values.
+
+The decision rule, fixed before the runs (``verdict`` below):
+* turning point of a curve: the first H whose seed-mean KL exceeds the KL at the smallest H by TURN = 0.1 nats;
+  it "moves" with training length when the 64-cycle models' turning point is at least twice the 16-cycle ones'
+  (or the 16-cycle models turn inside the grid and the 64-cycle ones do not);
+* supports the theory: DeltaNet [0, 2]'s gap KL(drain) - KL(no-drain) exceeds GAP = 0.1 nats at the largest H
+  and grows with H (the gap at the largest H exceeds the gap at the smallest H by GAP), the LSTM's gap stays
+  within GAP at every H, and DeltaNet's turning point does not move;
+* length generalisation: DeltaNet's drain and no-drain curves coincide (|gap| < GAP at every H) and its turning
+  point moves;
+* anything else: mixed, with the reason.
+Premise (as the grid's "did it learn" rule): a model is compared only if it holds the mixture at the smallest H,
+its seed-mean KL there below the block-uniform guess (1/h on each block value: knows which values the block
+holds, not their arrangement) by at least TURN on both adversaries; otherwise the verdict is "not testable".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from deltalens.core.atomic import write_json_atomic
+from deltalens.tasks.hidden_block import hidden_block_adversary, linear_block_mass
+from deltalens.tasks.prob_spec import ProbTraceSpec
+from deltalens.training.belief_kl import reveal_kl
+from deltalens.training.opened import open_checkpoint
+
+HORIZONS = (4, 8, 16, 32, 64, 128, 256)
+TURN, GAP = 0.1, 0.1
+ARCHS = {"deltanet-neg": "DeltaNet [0, 2]", "deltanet-renorm": "renormalised DeltaNet", "lstm": "LSTM"}
+
+
+def query_rows(model, tokenizer, spec, horizon: int, drain: bool, n_traces: int) -> list[dict]:
+    """The query's KL, top-value agreement and mixture calibration on each adversary trace."""
+    traces = [hidden_block_adversary(spec, horizon, seed=i, drain=drain) for i in range(n_traces)]
+    kl = reveal_kl(model, tokenizer, traces, kind="drain" if drain else "no-drain", batch_size=8)
+    rows = []
+    for row in kl.groupby("trace").tail(1).itertuples():  # the query is each trace's last reveal
+        p, q = np.asarray(row.p), np.asarray(row.q)
+        two = np.argsort(-p)[:2]  # the mixture's two values (the opening's random swap)
+        top, second = q[two[0]], q[two[1]]
+        rows.append(
+            {
+                "kl": float(row.kl),
+                "top_right": float(np.argmax(q) == two[0]),
+                "calibration": float(abs(top / max(top + second, 1e-12) - p[two[0]])),
+                "support": float(top + second),
+            }
+        )
+    return rows
+
+
+def evaluate(path: Path, n_traces: int) -> dict:
+    checkpoint = open_checkpoint(path)
+    model, tokenizer, spec = checkpoint.model, checkpoint.tokenizer, checkpoint.spec
+    started = time.perf_counter()
+    record: dict = {"checkpoint": str(path), "spec": spec.to_dict(), "horizons": {}}
+    for horizon in HORIZONS:
+        entry = {}
+        for drain in (True, False):
+            rows = query_rows(model, tokenizer, spec, horizon, drain, n_traces)
+            entry["drain" if drain else "no_drain"] = {
+                key: float(np.mean([r[key] for r in rows])) for key in ("kl", "top_right", "calibration", "support")
+            }
+            traces = [hidden_block_adversary(spec, horizon, seed=i, drain=drain) for i in range(4)]
+            block = [linear_block_mass(trace)[-2] for trace in traces]
+            entry["drain" if drain else "no_drain"]["linear_block_mass"] = float(np.mean(block))
+        record["horizons"][str(horizon)] = entry
+        print(f"H={horizon}: drain {entry['drain']['kl']:.3f}, no-drain {entry['no_drain']['kl']:.3f}", flush=True)
+    meta = checkpoint.meta.get("metrics") or {}
+    record["training_metrics"] = meta
+    record["eval_s"] = round(time.perf_counter() - started, 1)
+    return record
+
+
+# --- the table and the verdict ---------------------------------------------------------------
+
+
+def block_uniform_kl(spec, horizon: int, n_traces: int = 32) -> float:
+    """KL(exact || 1/h on each block value) at the query, the same traces as the models (both adversaries'
+    queries have the same exact posterior, so one adversary is enough)."""
+    h, kls = spec.hidden_block, []
+    for i in range(n_traces):
+        p = np.asarray(hidden_block_adversary(spec, horizon, seed=i).posteriors[-1][0].predictive)
+        kls.append(float(sum(x * np.log(x * h) for x in p if x > 0)))
+    return float(np.mean(kls))
+
+
+def read_records(folder: Path) -> dict[tuple[str, int, str], list[dict]]:
+    """(arch, training cycles, lr) -> the records of its seeds."""
+    cells: dict[tuple[str, int, str], list[dict]] = {}
+    for path in sorted(folder.glob("*-c*-lr*-s[0-9]*.json")):
+        stem = path.stem
+        arch, rest = stem.rsplit("-c", 1)
+        cycles, lr_seed = rest.split("-lr", 1)
+        lr = lr_seed.rsplit("-s", 1)[0]
+        cells.setdefault((arch, int(cycles), lr), []).append(json.loads(path.read_text()))
+    return cells
+
+
+def curve(records: list[dict], adversary: str, key: str = "kl") -> np.ndarray:
+    return np.array([np.mean([r["horizons"][str(h)][adversary][key] for r in records]) for h in HORIZONS])
+
+
+def turning_point(kl: np.ndarray) -> int | None:
+    over = np.nonzero(kl > kl[0] + TURN)[0]
+    return HORIZONS[int(over[0])] if len(over) else None
+
+
+def moves(short: int | None, long: int | None) -> bool:
+    if short is None:
+        return False
+    return long is None or long >= 2 * short
+
+
+def verdict(cells: dict, lr: str, folder: Path) -> str:
+    """The rule of the module docstring, on the seed means of one lr."""
+    need = [(a, c) for a in ("deltanet-neg", "lstm") for c in (16, 64)]
+    missing = [f"{a} c{c}" for a, c in need if len(cells.get((a, c, lr), [])) < 3]
+    if missing:
+        return f"not measured at lr {lr}: fewer than 3 seeds for {', '.join(missing)}"
+    gaps = {
+        c: curve(cells[("deltanet-neg", c, lr)], "drain") - curve(cells[("deltanet-neg", c, lr)], "no_drain")
+        for c in (16, 64)
+    }
+    lstm_gap = max(
+        np.abs(curve(cells[("lstm", c, lr)], "drain") - curve(cells[("lstm", c, lr)], "no_drain")).max()
+        for c in (16, 64)
+    )
+    guess = json.loads((folder / "guesses.json").read_text())["block_uniform"]
+    unlearned = [
+        f"{a} c{c}"
+        for a, c in need
+        if max(curve(cells[(a, c, lr)], adv)[0] for adv in ("drain", "no_drain")) > guess[str(HORIZONS[0])] - TURN
+    ]
+    if unlearned:
+        return (
+            f"not testable at lr {lr}: {', '.join(unlearned)} do not hold the mixture at H = {HORIZONS[0]} "
+            f"(KL not {TURN} below the block-uniform guess, {guess[str(HORIZONS[0])]:.2f})"
+        )
+    turns = [turning_point(curve(cells[("deltanet-neg", c, lr)], "drain")) for c in (16, 64)]
+    moved = moves(*turns)
+    theory = all(g[-1] > GAP and g[-1] - g[0] > GAP for g in gaps.values()) and lstm_gap < GAP and not moved
+    length = all(np.abs(g).max() < GAP for g in gaps.values()) and moved
+    facts = (
+        f"DeltaNet [0, 2] gap at H = {HORIZONS[-1]}: {gaps[16][-1]:.2f} (c16), {gaps[64][-1]:.2f} (c64); "
+        f"LSTM's largest |gap| {lstm_gap:.2f}; DeltaNet's turning point {turns[0]} (c16) -> {turns[1]} (c64)"
+    )
+    if theory:
+        return f"supports the theory at lr {lr} ({facts})"
+    if length:
+        return f"length generalisation at lr {lr} ({facts})"
+    return f"mixed at lr {lr} ({facts})"
+
+
+def table(folder: Path) -> list[str]:
+    cells = read_records(folder)
+    lines = [
+        "| model | train cycles | lr | seeds | "
+        + " | ".join(f"H={h}" for h in HORIZONS)
+        + " | turn (drain / no-drain) |",
+        "|---|---|---|---|" + "---|" * len(HORIZONS) + "---|",
+    ]
+    for (arch, cycles, lr), records in sorted(cells.items()):
+        d, n = curve(records, "drain"), curve(records, "no_drain")
+        cols = " | ".join(f"{a:.2f} / {b:.2f}" for a, b in zip(d, n))
+        lines.append(
+            f"| {ARCHS.get(arch, arch)} | {cycles} | {lr} | {len(records)} | {cols} | "
+            f"{turning_point(d)} / {turning_point(n)} |"
+        )
+    guess = json.loads((folder / "guesses.json").read_text())["block_uniform"]
+    lines.append("| block-uniform guess | | | | " + " | ".join(f"{guess[str(h)]:.2f}" for h in HORIZONS) + " | |")
+    lines.append("")
+    lines.append("Cells: seed-mean KL at the query, drain / no-drain (nats).")
+    for lr in sorted({lr for _, _, lr in cells}):
+        lines.append(f"- Verdict: {verdict(cells, lr, folder)}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", nargs="?", type=Path)
+    parser.add_argument("--name", help="the record's name: <arch>-c<cycles>-lr<lr>-s<seed>")
+    parser.add_argument("--out", type=Path, default=Path("results/pfsa_drain"))
+    parser.add_argument("--traces", type=int, default=32, help="adversary traces per horizon and adversary")
+    parser.add_argument("--table", action="store_true", help="print the markdown table of --out and exit")
+    args = parser.parse_args()
+    if args.table:
+        print("\n".join(table(args.out)))
+        return
+    if args.checkpoint is None or not args.name:
+        parser.error("give a checkpoint folder and --name, or --table")
+    target = args.out / f"{args.name}.json"
+    if target.is_file():
+        print(f"{args.name}: done already ({target})")
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    record = evaluate(args.checkpoint, args.traces)
+    guesses = args.out / "guesses.json"
+    if not guesses.is_file():
+        spec = ProbTraceSpec.from_dict(record["spec"])
+        guess = {str(h): block_uniform_kl(spec, h, args.traces) for h in HORIZONS}
+        write_json_atomic(guesses, {"block_uniform": guess, "traces": args.traces})
+    write_json_atomic(target, record)
+    print(f"{args.name}: written to {target}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
