@@ -50,7 +50,13 @@ from deltalens.training.opened import open_checkpoint
 
 HORIZONS = (4, 8, 16, 32, 64, 128, 256)
 TURN, GAP = 0.1, 0.1
-ARCHS = {"deltanet-neg": "DeltaNet [0, 2]", "deltanet-renorm": "renormalised DeltaNet", "lstm": "LSTM"}
+ARCHS = {
+    "deltanet-neg": "DeltaNet [0, 2]",
+    "deltanet-renorm": "renormalised DeltaNet",
+    "lstm": "LSTM",
+    "hybrid": "hybrid DeltaNet + M²RNN",
+    "m2rnn": "M²RNN",
+}
 
 
 def query_rows(model, tokenizer, spec, horizon: int, drain: bool, n_traces: int) -> list[dict]:
