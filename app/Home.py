@@ -1,8 +1,8 @@
 """The deltalens dashboard: `deltalens app` or `streamlit run app/Home.py`.
 
-Pages (app/views/): Checkpoints, Trace explorer, Heads, Interventions, Beliefs. The checkpoint
-folder is $DELTALENS_APP_CHECKPOINTS (set by `deltalens app --checkpoints DIR`), else the shipped
-checkpoints/.
+Pages (app/views/): Checkpoints, Trace explorer, Heads, Interventions, Circuit, Beliefs. The
+checkpoints are $DELTALENS_APP_CHECKPOINTS's, one source a line (set by `deltalens app --checkpoints
+DIR_OR_ID ...`: folders of checkpoints, model folders, Hugging Face Hub ids), else the shipped checkpoints/.
 
 This script imports nothing heavy: the navigation, the page's title and what it shows are on the
 screen before a page imports torch and the library (seconds, the first time a server runs one).
@@ -21,14 +21,14 @@ from pathlib import Path  # noqa: E402
 
 import streamlit as st  # noqa: E402
 
-from deltalens.app.folder import checkpoint_dir  # noqa: E402
+from deltalens.app.folder import sources_label  # noqa: E402
 
 VIEWS = Path(__file__).resolve().parent / "views"
 PAGES = {  # file -> (title, what the page shows: drawn before its first import)
     "checkpoints.py": (
         "Checkpoints",
-        "Every checkpoint in the folder with its card and saved accuracies, the family of architectures, "
-        "and the paper's claims with their verdicts (all from saved files).",
+        "Every checkpoint given (folders, model folders, Hub ids) with its card, saved accuracies and training "
+        "curves, the family of architectures, and the paper's claims with their verdicts (all from saved files).",
     ),
     "trace_explorer.py": (
         "Trace explorer",
@@ -59,7 +59,7 @@ PAGES = {  # file -> (title, what the page shows: drawn before its first import)
 
 st.set_page_config(page_title="deltalens", layout="wide")
 st.sidebar.markdown("**deltalens**: state tracking in linear RNNs")
-st.sidebar.caption(f"checkpoints: `{checkpoint_dir()}`")
+st.sidebar.caption(f"checkpoints: `{sources_label()}`")
 page = st.navigation(
     [st.Page(VIEWS / file, title=title, default=file == "checkpoints.py") for file, (title, _) in PAGES.items()]
 )

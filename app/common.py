@@ -16,10 +16,10 @@ import pandas as pd
 import streamlit as st
 
 from deltalens.app.disk_cache import cached_sweep  # noqa: F401  (re-exported: the pages' one import)
-from deltalens.app.folder import ENV_DIR, PAPER_MODEL, checkpoint_dir  # noqa: F401
+from deltalens.app.folder import ENV_DIR, PAPER_MODEL, checkpoint_dir, checkpoint_sources  # noqa: F401
 from deltalens.app.trace_view import state_text, trace_html  # noqa: F401
 from deltalens.core.errors import DeltalensError
-from deltalens.models.architecture import ARTICLE
+from deltalens.models.architecture import article_of
 from deltalens.training.opened import Checkpoint, list_checkpoints, open_checkpoint
 
 
@@ -49,19 +49,67 @@ def model_lock(path: str) -> threading.Lock:
 
 
 @st.cache_data(show_spinner=False)
-def checkpoint_table(directory: str) -> pd.DataFrame:
-    path = Path(directory)
-    if not path.is_dir():
-        raise DeltalensError(f"checkpoint folder {path} does not exist; start the app with --checkpoints DIR.")
-    table = list_checkpoints(path, skip_unreadable=True)
-    if table.empty and table.attrs["skipped"]:
-        raise DeltalensError(next(iter(table.attrs["skipped"].values())))
+def checkpoint_table(sources: tuple[str, ...] | str) -> pd.DataFrame:
+    """Every checkpoint the sources name, one row each (list_checkpoints' columns) with the folder it
+    opens from in column "folder": a folder of checkpoints gives its checkpoints, a model folder itself,
+    a Hub id (org/name) its snapshot in the Hugging Face cache, named by the id."""
+    frames, skipped = [], {}
+    for source in (sources,) if isinstance(sources, str) else sources:
+        try:
+            frame = _rows_of(source)
+        except DeltalensError as err:
+            skipped[source] = str(err)
+            continue
+        skipped.update(frame.attrs.get("skipped", {}))
+        frames.append(frame)
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    where = ", ".join((sources,) if isinstance(sources, str) else sources)
+    if table.empty and skipped:
+        raise DeltalensError(next(iter(skipped.values())))
     if table.empty:
         raise DeltalensError(
-            f"{path} holds no checkpoints (folders with config.json and model.safetensors); "
-            "start the app with --checkpoints DIR."
+            f"{where} holds no checkpoints (folders with config.json and model.safetensors); "
+            "start the app with --checkpoints DIR (or a Hub id)."
         )
+    table = table.drop_duplicates("name", keep="first", ignore_index=True)  # the first source wins a name
+    table.attrs["skipped"] = skipped
     return table
+
+
+def _rows_of(source: str) -> pd.DataFrame:
+    from deltalens.models.io.hub import hub_model_folder, split_hub_id
+    from deltalens.training.opened import checkpoint_row
+
+    path = Path(source).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file():  # a folder of checkpoints
+        table = list_checkpoints(path, skip_unreadable=True)
+        table["folder"] = [str(path / name) for name in table.get("name", [])]
+        return table
+    if path.is_dir():  # one model folder; a run's checkpoint is named by its run (RUN/last)
+        name = f"{path.parent.name}/{path.name}" if path.name == "last" else path.name
+        return pd.DataFrame([{**checkpoint_row(path, name=name), "folder": str(path)}])
+    if split_hub_id(source) is not None and not path.is_absolute():
+        folder = hub_model_folder(*split_hub_id(source)).path  # the snapshot in the HF cache, config checked first
+        return pd.DataFrame([{**checkpoint_row(folder, name=source), "folder": str(folder), "id": source}])
+    raise DeltalensError(
+        f"checkpoint folder {source} does not exist (nor is it a Hub id org/name); start the app with "
+        "--checkpoints DIR or ID."
+    )
+
+
+def shown(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as a page shows it: without the folder each row opens from."""
+    return table.drop(columns=["folder", "id"], errors="ignore")
+
+
+def command_name(table: pd.DataFrame, name: str) -> str:
+    """What the CLI takes for this row: its Hub id, else its folder."""
+    row = table.loc[table["name"] == name].iloc[0]
+    return str(row["id"]) if isinstance(row.get("id"), str) else str(row["folder"])
+
+
+def folder_of(table: pd.DataFrame, name: str) -> str:
+    return str(table.loc[table["name"] == name, "folder"].iloc[0])
 
 
 @st.cache_resource(show_spinner="loading the checkpoint ...", max_entries=8)
@@ -73,7 +121,7 @@ def pick_checkpoint(
     key: str, label: str = "checkpoint", where: Callable[[pd.Series], bool] | None = None, default: str = PAPER_MODEL
 ) -> Checkpoint | None:
     """A selectbox over the folder's checkpoints (optionally filtered), then the opened checkpoint."""
-    table = attempt(checkpoint_table, str(checkpoint_dir()))
+    table = attempt(checkpoint_table, tuple(checkpoint_sources()))
     if table is None:
         return None
     for sentence in table.attrs.get("skipped", {}).values():
@@ -81,13 +129,13 @@ def pick_checkpoint(
     if where is not None:
         table = table[table.apply(where, axis=1)]
         if table.empty:
-            st.error(f"no checkpoint in {checkpoint_dir()} fits this page.")
+            st.error(f"no checkpoint in {', '.join(checkpoint_sources())} fits this page.")
             return None
     names = list(table["name"])
     if st.session_state.get(key) not in names:  # first visit, or a folder without the last choice
         st.session_state[key] = default if default in names else names[0]
     name = st.selectbox(label, names, key=key)
-    return attempt(opened, str(checkpoint_dir() / name))
+    return attempt(opened, folder_of(table, name))
 
 
 class Controls:
@@ -102,7 +150,7 @@ class Controls:
 
     def __init__(self, page: str, checkpoint: Checkpoint):
         self.page, self.checkpoint = page, checkpoint.path.name
-        self.article = ARTICLE.get(checkpoint.arch, checkpoint.arch)
+        self.article = article_of(checkpoint.arch)
         self.notes: list[str] = []
         self.shown = 0  # notes already on the page
 
@@ -168,5 +216,10 @@ def _safe(valid: Callable[[Any], bool], value: Any) -> bool:
 
 def describe(checkpoint: Checkpoint) -> str:
     spec = checkpoint.spec
-    task = f"{spec.group} {spec.action_set}, {checkpoint.task.tokenizer} tokenizer" if spec is not None else "no task"
-    return f"{ARTICLE.get(checkpoint.arch, checkpoint.arch)} ({task})"
+    if spec is None:
+        task = "no task"
+    elif checkpoint.data is None:  # a model from elsewhere: asked the default task with its own tokenizer
+        task = f"{spec.group} {spec.action_set}, the default task (none recorded), its own tokenizer"
+    else:
+        task = f"{spec.group} {spec.action_set}, {checkpoint.task.tokenizer} tokenizer"
+    return f"{article_of(checkpoint.arch)} ({task})"

@@ -10,7 +10,9 @@ Writes one JSON object (--out, default benchmarks/results/app_response_browser.j
 this repository); needs Debian's chromium and chromium-driver and a few minutes.
 
 A response time runs from the click to the moment the script stops running for good (the last time
-it went idle, once it has stayed idle for a second): what a user waits for.
+it went idle, once it has stayed idle for a second): the server's work, what a user waits for. The
+browser's drawing is timed apart (`draw_s`): from that moment until every plotly chart on the page
+has its SVG. Each number carries the 1-minute load average read when it was taken.
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ ACTIONS = {
     "interventions": [
         ("heads", "stMultiSelect", "heads", "L1 H0"),
         ("checkpoint switch", "stSelectbox", "checkpoint", PRODUCT),
+    ],
+    "circuit": [
+        ("head", "stSelectbox", "head", "L1H0"),
+        ("patched site", "stRadio", "patched site", "beta"),
+        ("traces to cluster", "stSelectbox", "traces to cluster", "128"),
+        ("checkpoint switch", "stSelectbox", "checkpoint", "s5-deltanet-neg-statement"),
     ],
     "beliefs": [("seed", "stNumberInput", "seed", "4")],
 }
@@ -106,10 +114,14 @@ def busy(driver) -> bool:
     )
 
 
-def wait_done(driver, started: float, timeout: float = 600, quiet: float = 1.5) -> tuple[float, list[str]]:
+TIMEOUT = 600  # seconds one response may take before the run gives up (--timeout)
+
+
+def wait_done(driver, started: float, timeout: float | None = None, quiet: float = 1.5) -> tuple[float, list[str]]:
     """Seconds from `started` until the script went idle for the last time (idle `quiet` seconds
     since, and it had started: a rerun that has not begun yet is waited for up to 5 s), and the texts
     of the progress bars seen on the way."""
+    timeout = timeout or TIMEOUT
     idle_since, seen, began, end = None, [], False, time.time() + timeout
     while time.time() < end:
         try:
@@ -129,6 +141,24 @@ def wait_done(driver, started: float, timeout: float = 600, quiet: float = 1.5) 
     raise SystemExit(f"{driver.current_url} did not finish in {timeout:.0f} s")
 
 
+def drawn(driver, timeout: float = 120) -> float:
+    """Seconds until every plotly chart on the page has drawn its SVG (the browser's share of a response)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout:
+        try:
+            charts = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')
+            if all(c.find_elements(By.CSS_SELECTOR, ".main-svg") for c in charts):
+                break
+        except StaleElementReferenceException:
+            pass
+        time.sleep(0.02)
+    return time.perf_counter() - started
+
+
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
 def first_visit(driver, url: str) -> dict:
     started = time.perf_counter()
     driver.get(url)
@@ -140,13 +170,20 @@ def first_visit(driver, url: str) -> dict:
             shown = time.perf_counter() - started
         time.sleep(0.02)
     done, bars = wait_done(driver, started)
-    return {"navigation_and_title_s": round(shown, 2), "complete_s": round(done, 2), "progress": bars}
+    return {
+        "navigation_and_title_s": round(shown, 2),
+        "complete_s": round(done, 2),
+        "draw_s": round(drawn(driver), 2),
+        "load": load(),
+        "progress": bars,
+    }
 
 
 def find(driver, kind: str, label: str):
     for box in driver.find_elements(By.CSS_SELECTOR, f'[data-testid="{kind}"]'):
         found = box.find_elements(By.CSS_SELECTOR, '[data-testid="stWidgetLabel"]')
-        if found and found[0].text.strip() == label:
+        text = found[0].text.strip() if found else ""
+        if text == label or text.startswith(label + " ("):  # a label with a note in brackets
             return box
     raise LookupError(f"no {kind} labelled {label!r}")
 
@@ -205,8 +242,17 @@ def measure_server(root: Path, cache: Path, shots: Path | None) -> dict:
                 except LookupError as err:  # an older page without this control (the "before" tree)
                     entry["actions"][what] = {"s": None, "note": f"{err} on this page"}
                     continue
-                seconds, bars = wait_done(driver, started)
-                entry["actions"][what] = {"s": round(seconds, 2), "progress": bars}
+                try:
+                    seconds, bars = wait_done(driver, started)
+                except SystemExit as err:  # past --timeout: say so, and leave this page's later actions
+                    entry["actions"][what] = {"s": None, "note": str(err), "load": load()}
+                    break
+                entry["actions"][what] = {
+                    "s": round(seconds, 2),
+                    "draw_s": round(drawn(driver), 2),
+                    "load": load(),
+                    "progress": bars,
+                }
             if shots is not None:
                 driver.save_screenshot(str(shots / f"{path or 'checkpoints'}.png"))
             pages[path or "checkpoints"] = entry
@@ -224,7 +270,14 @@ def main() -> None:
     parser.add_argument("--label", default="after")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--shots", type=Path, help="save a screenshot of each page here (the cold run)")
+    parser.add_argument("--no-warm", action="store_true", help="measure the cold server only")
+    parser.add_argument("--pages", nargs="+", help="measure only these pages (paths: checkpoints, circuit, ...)")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds one response may take (default 600)")
     args = parser.parse_args()
+    globals()["TIMEOUT"] = args.timeout
+    if args.pages:
+        for path in [path for path in ACTIONS if (path or "checkpoints") not in args.pages]:
+            del ACTIONS[path]
     root = args.root.resolve()
     cache = Path(tempfile.mkdtemp(prefix="deltalens-bench-cache-"))
     kernels = Path(os.environ.get("DELTALENS_CACHE") or Path.home() / ".cache" / "deltalens") / "kernels"
@@ -239,7 +292,7 @@ def main() -> None:
         "cores": os.cpu_count(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "cold": measure_server(root, cache, args.shots),  # fresh server, empty cache
-        "warm": measure_server(root, cache, None),  # fresh server, the cache the cold run filled
+        "warm": None if args.no_warm else measure_server(root, cache, None),  # the cache the cold run filled
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
     }
     shutil.rmtree(cache, ignore_errors=True)

@@ -15,3 +15,38 @@ def best_seconds(fn, budget_s: float = 1.0, max_calls: int = 20) -> float:
         elapsed = time.perf_counter() - started
         best, spent, calls = min(best, elapsed), spent + elapsed, calls + 1
     return best
+
+
+def machine_limits(shapes: dict[str, tuple[int, int, int]], seconds: float = 0.5) -> dict:
+    """This machine's matmul speed in this run: F.linear GFLOP/s in fp32 and bf16 at each named (M, K, N)
+    shape, with the CPU's name, its native bf16 flags and the threads. Benchmarks divide their own figures by
+    these, so that a result on a loaded or a different machine reads as a fraction of what it could do."""
+    import torch
+
+    from deltalens.models.ops.bf16_check import NATIVE_FLAGS, cpu_bf16_flags, matmul_gflops
+
+    name, flags = cpu_bf16_flags()
+    out = {
+        "cpu": name,
+        "native_bf16_flags": [flag for flag in NATIVE_FLAGS if flag in flags.split()],
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "matmul_gflops": {},
+    }
+    for label, shape in shapes.items():
+        fp32 = matmul_gflops(shape, torch.float32, seconds)
+        bf16 = matmul_gflops(shape, torch.bfloat16, seconds)
+        out["matmul_gflops"][label] = {
+            "shape": list(shape),
+            "fp32": round(fp32, 2),
+            "bf16": round(bf16, 2),
+            "bf16_over_fp32": round(bf16 / fp32, 3),
+        }
+    return out
+
+
+def linear_flops(model, tokens: int) -> int:
+    """Multiply-add FLOPs of every nn.Linear of `model` on `tokens` tokens (2 x tokens x in x out each)."""
+    import torch
+
+    return sum(2 * tokens * m.in_features * m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear))

@@ -1,4 +1,4 @@
-"""`deltalens app [--checkpoints DIR] [--port N] [--host H] [--headless]`: start the dashboard."""
+"""`deltalens app [--checkpoints DIR_OR_ID ...] [--port N] [--host H] [--headless]`: start the dashboard."""
 
 from __future__ import annotations
 
@@ -14,17 +14,22 @@ from deltalens.cli import arguments
 from deltalens.core.errors import DeltalensError
 
 HOME = Path(__file__).resolve().parents[1] / "app" / "Home.py"
+SHIPPED = HOME.parents[1] / "checkpoints"  # what the dashboard shows by default (app/folder.py); absent from a wheel
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "app",
         help="start the Streamlit dashboard over the shipped checkpoints (or a folder of your own)",
-        description="Start the deltalens dashboard (Streamlit): checkpoints, trace explorer, heads, interventions "
-        "and beliefs. It serves on 127.0.0.1 unless --host says otherwise; stop it with Ctrl-C.",
+        description="Start the deltalens dashboard (Streamlit): checkpoints, trace explorer, heads, interventions, "
+        "circuit and beliefs. It serves on 127.0.0.1 unless --host says otherwise; stop it with Ctrl-C.",
     )
     parser.add_argument(
-        "--checkpoints", metavar="DIR", help="folder of checkpoints (default: the shipped checkpoints/)"
+        "--checkpoints",
+        metavar="DIR_OR_ID",
+        nargs="+",
+        help="what to show, one or more: a folder of checkpoints, a model folder (any folder deltalens.load "
+        "opens) or a Hugging Face Hub id org/name[@revision] (default: the shipped checkpoints/)",
     )
     parser.add_argument("--port", type=arguments.whole(1, 65535), default=8501, help="port to serve on (default 8501)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -54,13 +59,31 @@ def command(args) -> list[str]:
     ]
 
 
+def source(given: str) -> str:
+    """A folder as an absolute path (the server runs elsewhere), or a Hub id as given; anything else is refused
+    here, before the server starts."""
+    from deltalens.models.io.hub import split_hub_id
+
+    folder = Path(given).expanduser()
+    if folder.is_dir():
+        return str(folder.resolve())
+    if split_hub_id(given) is not None and not folder.is_absolute() and not given.startswith("."):
+        return given  # opened (from the Hugging Face cache, or fetched) by the page that shows it
+    raise DeltalensError(
+        f"{given} is neither a folder nor a Hub id (org/name); pass folders of checkpoints, model folders or Hub ids."
+    )
+
+
 def run(args) -> int:
     env = dict(os.environ)
     if args.checkpoints:
-        folder = Path(args.checkpoints).expanduser().resolve()
-        if not folder.is_dir():
-            raise DeltalensError(f"checkpoint folder {args.checkpoints} does not exist; pass a folder of checkpoints.")
-        env["DELTALENS_APP_CHECKPOINTS"] = str(folder)
+        env["DELTALENS_APP_CHECKPOINTS"] = "\n".join(source(given) for given in args.checkpoints)
+    elif not env.get("DELTALENS_APP_CHECKPOINTS") and not SHIPPED.is_dir():
+        raise DeltalensError(
+            "this install has no shipped checkpoints (a non-editable `pip install` leaves the repository's "
+            "checkpoints/ folder behind); pass --checkpoints DIR_OR_ID: a clone's checkpoints/, a model folder "
+            "or a Hub id."
+        )
     if not 1 <= args.port <= 65535:
         raise DeltalensError(f"--port must be between 1 and 65535, got {args.port}.")
     url = f"http://{args.host}:{args.port}"

@@ -48,11 +48,13 @@ PROBABILITY = real(0.0, 1.0)
 
 
 def add_dtype(parser) -> None:
-    """`--dtype fp32|bf16`: the weights' dtype for this command (the recurrence and its state stay fp32)."""
+    """`--dtype auto|fp32|bf16`: the weights' dtype for this command (the recurrence and its state stay fp32)."""
     parser.add_argument(
         "--dtype",
-        choices=("fp32", "bf16"),
-        help="bf16: matmuls in bf16, the recurrence and its state in fp32; fp32 (default: as saved)",
+        choices=("auto", "fp32", "bf16"),
+        default="auto",
+        help="bf16: matmuls in bf16, the recurrence and its state in fp32; auto (default): as saved for small "
+        "models, for big ones bf16 where this CPU's bf16 matmuls beat fp32 (measured once), else fp32",
     )
 
 
@@ -66,3 +68,21 @@ def add_reveal_schedule(parser, default_spacing: int) -> None:
         "--reveal-prob", type=PROBABILITY, default=None, help="reveal after each action with probability p"
     )
     schedule.add_argument("--no-reveals", action="store_true", help="never reveal")
+
+
+def check_head_range(args) -> None:
+    """--layer / --head against the folder's config.json, read before any model is loaded (a load takes
+    seconds to tens of seconds; a typo should not wait for it)."""
+    folder = getattr(args, "folder", None)
+    config = getattr(folder, "build_config", None)
+    if not isinstance(config, dict):
+        return
+    from deltalens.core.errors import DeltalensError
+
+    layers = next((config[k] for k in ("num_hidden_layers", "n_layers") if isinstance(config.get(k), int)), None)
+    heads = [config[k] for k in ("num_heads", "num_v_heads", "n_heads") if isinstance(config.get(k), int)]
+    layer, head = getattr(args, "layer", None), getattr(args, "head", None)
+    if isinstance(layer, int) and layers is not None and not 0 <= layer < layers:
+        raise DeltalensError(f"layer {layer} is out of range: {args.checkpoint} has layers 0..{layers - 1}")
+    if isinstance(head, int) and heads and not 0 <= head < max(heads):
+        raise DeltalensError(f"head {head} is out of range: {args.checkpoint} has heads 0..{max(heads) - 1} per layer")

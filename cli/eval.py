@@ -49,11 +49,18 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    if args.group is not None or args.action_set is not None:  # a typo is said before seconds of imports
+        from deltalens.tasks.groups import get_action_set, get_group
+
+        task = ((getattr(args.folder, "section", None) or {}).get("task") or {}).get("eval_spec") or {}
+        get_action_set(
+            get_group(args.group or task.get("group", "S3")), args.action_set or task.get("action_set", "swaps")
+        )
     from deltalens.training.evaluate import evaluate_checkpoint, evaluate_text_file
     from deltalens.training.opened import open_checkpoint
 
     if not args.traces:
-        opened = open_checkpoint(args.checkpoint, load_model=False)
+        opened = open_checkpoint(getattr(args, "folder", None) or args.checkpoint, load_model=False)
         if getattr(opened.tokenizer, "kind", None) == "hf":
             return run_text(args, opened)
     text_only = {"--group": args.group, "--action-set": args.action_set, "--examples": args.examples}
@@ -61,7 +68,9 @@ def run(args) -> int:
     given = [flag for flag, value in text_only.items() if value is not None]
     if given:
         raise DeltalensError(
-            f"{', '.join(given)} apply to a model with its own tokenizer; this checkpoint reads its own task's traces"
+            f"{' and '.join(given)} {'changes' if len(given) == 1 else 'change'} the traces of a model with its own "
+            f"tokenizer only; {args.checkpoint} reads the traces of the task it was trained on, so drop "
+            f"{'it' if len(given) == 1 else 'them'}"
         )
 
     generation = {
@@ -75,7 +84,7 @@ def run(args) -> int:
         given = [flag for flag, value in generation.items() if value is not None]
         if given:
             raise DeltalensError(f"--traces scores the traces in the file as they are; drop {', '.join(given)}")
-        result = evaluate_text_file(args.checkpoint, Path(args.traces))
+        result = evaluate_text_file(args.checkpoint, Path(args.traces), folder=getattr(args, "folder", None))
         report = {"checkpoint": args.checkpoint, "traces_file": args.traces, **result.to_dict()}
     else:
         report = evaluate_checkpoint(
@@ -87,6 +96,7 @@ def run(args) -> int:
             reveal=args.reveal,
             progress=True,
             dtype=args.dtype,
+            folder=getattr(args, "folder", None),
         )
     if args.json:
         print(json.dumps(report))
@@ -112,6 +122,8 @@ def run_text(args, opened) -> int:
     import dataclasses
 
     from deltalens import models
+    from deltalens.models.ops.precision import cast_model
+    from deltalens.tasks.groups import get_action_set, get_group
     from deltalens.tasks.text_traces import TextFormat
     from deltalens.tasks.traces import TraceSpec
     from deltalens.training.text_eval import evaluate_since_reveal
@@ -134,7 +146,9 @@ def run_text(args, opened) -> int:
         examples=args.examples if args.examples is not None else base.examples,
     )
     tokenizer = opened.tokenizer.with_format(fmt)
-    model = models.load(opened.path)
+    get_action_set(get_group(spec.group), spec.action_set)  # the group and its actions, before the model loads
+    tokenizer.check_spec(spec)
+    model = cast_model(models.load(opened.folder or opened.path), args.dtype)  # --dtype as on every other path
     report = evaluate_since_reveal(
         model,
         tokenizer,

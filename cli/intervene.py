@@ -2,9 +2,15 @@
 
     deltalens intervene CKPT --sweep beta-range [--json]     every head's beta [0, 2] -> [0, 1], ranked
     deltalens intervene CKPT --sweep beta-clip               (or beta-reflect, zero-z, mean-z, zero-state, mean-state)
+    deltalens intervene CKPT --sweep transition-clip         (or transition-range, write-clip, write-half, eigen-abs)
     deltalens intervene CKPT --layer L --head H --beta-scale 0.5 [--json]
     deltalens intervene CKPT --layer L --head H --beta-range 0 1
     deltalens intervene CKPT --layer L --head H --beta-clip 1                only beta > 1 goes (or --beta-reflect)
+    deltalens intervene CKPT --layer L --head H --transition-clip 1          the same in I - beta k k^T only, write kept
+    deltalens intervene CKPT --layer L --head H --transition-range 0 1       the transition's range, write kept
+    deltalens intervene CKPT --layer L --head H --write-clip 1               the write's beta clipped, transition kept
+    deltalens intervene CKPT --layer L --head H --write-scale 0.5            the write beta k v^T only, transition kept
+    deltalens intervene CKPT --layer L --head H --eigen-abs                  eigenvalue 1 - beta -> |1 - beta|
     deltalens intervene CKPT --layer L --head H --ablate zero [--site z|state]
     deltalens intervene CKPT --layer L --head H --beta-range 0 1 --factor J   one DeltaProduct factor
     deltalens intervene CKPT --sweep beta-range --factor J   factor J of every head in turn
@@ -62,6 +68,36 @@ def register(subparsers) -> None:
         action="store_true",
         help="set the head's beta to 2 - beta: each eigenvalue 1 - beta keeps its size and flips its sign",
     )
+    what.add_argument(
+        "--transition-clip",
+        type=arguments.real(),
+        metavar="HI",
+        help="set beta to min(beta, HI) in the head's transition I - beta k k^T only; its write beta k v^T is kept",
+    )
+    what.add_argument(
+        "--transition-range",
+        type=arguments.real(),
+        nargs=2,
+        metavar=("LO", "HI"),
+        help="map the beta range of the head's transition onto [LO, HI]; its write is kept",
+    )
+    what.add_argument(
+        "--write-clip",
+        type=arguments.real(),
+        metavar="HI",
+        help="set beta to min(beta, HI) in the head's write beta k v^T only; its transition is kept",
+    )
+    what.add_argument(
+        "--write-scale",
+        type=arguments.real(),
+        metavar="F",
+        help="multiply the head's write beta k v^T by F; its transition is kept",
+    )
+    what.add_argument(
+        "--eigen-abs",
+        action="store_true",
+        help="map the head's transition eigenvalue 1 - beta to |1 - beta| (beta -> 1 - |1 - beta|); its write is kept",
+    )
     what.add_argument("--ablate", choices=("zero", "mean"), help="ablate the head (see --site)")
     what.add_argument(
         "--gate-range",
@@ -74,7 +110,8 @@ def register(subparsers) -> None:
         "--factor",
         type=arguments.whole(0),
         metavar="J",
-        help="with --beta-scale/--beta-range/--sweep beta-range: only Householder factor J of a DeltaProduct",
+        help="with --beta-*/--transition-*/--write-*/--eigen-abs/--sweep beta-range: only Householder factor J "
+        "of a DeltaProduct",
     )
     parser.add_argument(
         "--site",
@@ -96,13 +133,16 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from deltalens.training.opened import open_checkpoint
 
+    split = (args.transition_clip, args.transition_range, args.write_clip, args.write_scale)
     single = (
         any(x is not None for x in (args.beta_scale, args.beta_range, args.beta_clip, args.ablate, args.gate_range))
+        or any(x is not None for x in split)
         or args.beta_reflect
+        or args.eigen_abs
     )
     if args.factor is not None and (args.sweep not in (None, "beta-range") or args.ablate or args.gate_range):
         raise DeltalensError(
-            "--factor picks the factor whose beta --beta-scale, --beta-range, --beta-clip, --beta-reflect or "
+            "--factor picks the factor whose beta --beta-*, --transition-*, --write-*, --eigen-abs or "
             "--sweep beta-range changes; use it with one of those."
         )
     if args.patch_grid:
@@ -110,7 +150,9 @@ def run(args) -> int:
             raise DeltalensError("--patch-grid patches every head in turn; drop --sweep/--layer/--head/--beta-*.")
         from deltalens.cli import circuit
 
-        return circuit.patch_grid(args, open_checkpoint(args.checkpoint, dtype=args.dtype))
+        return circuit.patch_grid(
+            args, open_checkpoint(getattr(args, "folder", None) or args.checkpoint, dtype=args.dtype)
+        )
     if args.site == "beta" and args.ablate:
         raise DeltalensError("--ablate replaces the head's z or state; --site beta is for --patch-grid.")
     if args.sweep and (single or args.layer is not None or args.head is not None):
@@ -119,7 +161,7 @@ def run(args) -> int:
         raise DeltalensError("say which head: --layer L --head H (or --sweep beta-range for every head).")
     if args.n_traces < 1:
         raise DeltalensError("--n-traces must be at least 1.")
-    checkpoint = open_checkpoint(args.checkpoint, dtype=args.dtype)
+    checkpoint = open_checkpoint(getattr(args, "folder", None) or args.checkpoint, dtype=args.dtype)
     batch = checkpoint.batch(args.n_traces, seed=args.seed, actions=args.actions)
     if args.sweep:
         return _sweep(args, checkpoint.model, batch)
@@ -170,8 +212,10 @@ def _single(args, model, batch) -> int:
         iv = reflect_beta(model, args.layer, args.head, factor=args.factor)
     elif args.beta_scale is not None:
         iv = rescale_beta(model, args.layer, args.head, scale=args.beta_scale, factor=args.factor)
+    elif args.beta_range is not None:
+        iv = rescale_beta(model, args.layer, args.head, to=tuple(args.beta_range), factor=args.factor)
     else:
-        iv = rescale_beta(model, args.layer, args.head, to=tuple(args.beta_range or (0.0, 1.0)), factor=args.factor)
+        iv = _split(args, model)
     baseline = reveal_accuracy(model, batch)
     after = reveal_accuracy(model, batch, iv)
     report = {
@@ -194,3 +238,22 @@ def _single(args, model, batch) -> int:
         f"trace accuracy {baseline.trace_accuracy:.4f} -> {after.trace_accuracy:.4f}"
     )
     return 0
+
+
+def _split(args, model):
+    """One of the transition-only / write-only interventions, or the paper's [0, 1] rescale when none is asked."""
+    from deltalens.interp import split_interventions as split
+    from deltalens.interp.interventions import rescale_beta
+
+    layer, head, factor = args.layer, args.head, args.factor
+    if args.transition_clip is not None:
+        return split.clip_transition(model, layer, head, hi=args.transition_clip, factor=factor)
+    if args.transition_range is not None:
+        return split.rescale_transition(model, layer, head, to=tuple(args.transition_range), factor=factor)
+    if args.write_clip is not None:
+        return split.clip_write(model, layer, head, hi=args.write_clip, factor=factor)
+    if args.write_scale is not None:
+        return split.scale_write(model, layer, head, scale=args.write_scale, factor=factor)
+    if args.eigen_abs:
+        return split.abs_eigenvalue(model, layer, head, factor=factor)
+    return rescale_beta(model, layer, head, to=(0.0, 1.0), factor=factor)

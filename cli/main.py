@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import os
 import sys
 
+from deltalens.cli.arguments import check_head_range
 from deltalens.core.errors import DeltalensError
 
 # Subcommands in the order `--help` lists them, one module of this package each.
-COMMANDS = ["app", "demo", "trace", "ptrace", "train", "eval", "reproduce", "probe", "intervene", "belief"]
+COMMANDS = ["app", "demo", "trace", "ptrace", "train", "eval", "reproduce", "probe", "census", "intervene", "belief"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _whole_writes_stdout()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # `deltalens train CONFIG --out DIR run.seed=1`: overrides after the options are overrides too
@@ -45,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if isinstance(getattr(args, "checkpoint", None), str):
-            _check_checkpoint(args.checkpoint)
+            args.folder = _check_checkpoint(args.checkpoint)  # read once, passed down to the command
+            check_head_range(args)  # before the command loads the model
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a full disk behind `> file` shows here, not silently at exit
         return code
@@ -81,12 +85,52 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _check_checkpoint(name: str) -> None:
-    """A model folder from elsewhere is checked before torch loads or anything is allocated."""
+def _check_checkpoint(name: str):
+    """A model folder from elsewhere is checked before torch loads or anything is allocated; its reading
+    (a ModelFolder) is returned for the command, None where the command's loader explains what is missing."""
     from deltalens.models.io.footprint import check_folder
-    from deltalens.training.checkpoint_names import resolve_checkpoint
+    from deltalens.models.io.model_folder import ModelFolder
+    from deltalens.training.checkpoint_names import locate_checkpoint
 
-    check_folder(resolve_checkpoint(name))
+    found = locate_checkpoint(name)
+    return found if isinstance(found, ModelFolder) else check_folder(found)
+
+
+class _WholeWrites(io.RawIOBase):
+    """A file descriptor whose writes finish or raise: Python's stdout buffer reports a short write to a
+    filling disk (614,400 of 2,150,050 bytes) as success and drops the rest, so a full disk exited 0."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            done += os.write(self.fd, view[done:])  # the disk's ENOSPC raises here, on the next call
+        return done
+
+
+def _whole_writes_stdout() -> None:
+    """The process's own stdout (not a test's capture) writes through `_WholeWrites`."""
+    out = sys.stdout
+    if out is None or out is not sys.__stdout__:
+        return
+    try:
+        fd = out.fileno()
+        out.flush()
+    except (OSError, ValueError, AttributeError):
+        return
+    raw = _WholeWrites(fd)
+    sys.stdout = io.TextIOWrapper(  # a second main() in this process finds it is no longer sys.__stdout__
+        io.BufferedWriter(raw), encoding=out.encoding, errors=out.errors, line_buffering=out.line_buffering
+    )
 
 
 def _silence_stdout() -> None:

@@ -75,7 +75,7 @@ def run(args) -> int:
         raise DeltalensError("--n-traces must be at least 2 (probes hold out whole traces).")
     if not args.automaton and (args.layer is not None or args.head is not None or args.delay is not None):
         raise DeltalensError("--layer, --head and --delay pick the head for --automaton; add --automaton.")
-    checkpoint = open_checkpoint(args.checkpoint, dtype=args.dtype)
+    checkpoint = open_checkpoint(getattr(args, "folder", None) or args.checkpoint, dtype=args.dtype)
     if args.attribution or args.automaton:
         from deltalens.cli import circuit
 

@@ -1,4 +1,4 @@
-"""`deltalens train CONFIG [table.key=value ...] --out DIR [--resume]`."""
+"""`deltalens train CONFIG [table.key=value ...] --out DIR [--resume] [--log tensorboard]`."""
 
 from __future__ import annotations
 
@@ -31,6 +31,12 @@ def register(subparsers) -> None:
         help="training precision (run.precision; default fp32): bf16 autocasts the matmuls, the recurrence "
         "and the weights stay fp32 (on CUDA: fla's chunk kernels)",
     )
+    parser.add_argument(
+        "--log",
+        choices=("tensorboard",),
+        help="also write the loss, learning rate and held-out accuracy at 1x/2x/4x the training length as "
+        "TensorBoard event files in OUT/tensorboard (view: tensorboard --logdir OUT/tensorboard)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--json", action="store_true", help="print the final result as one JSON object")
     parser.set_defaults(func=run)
@@ -45,7 +51,7 @@ def run(args) -> int:
     config = load_config(args.config, overrides)
     if args.export:  # before training, not after it
         check_export_target(args.export, args.replace)
-    result = train(config, args.out, resume=args.resume, progress=not args.no_progress)
+    result = train(config, args.out, resume=args.resume, progress=not args.no_progress, log=args.log)
     final = result.history[-1]
     if args.export:
         command = " ".join(

@@ -22,7 +22,7 @@ from typing import Any
 from deltalens.core.errors import reporting_storage_failure
 
 
-def write_atomic(path: str | os.PathLike, write: Callable[[str], None]) -> None:
+def write_atomic(path: str | os.PathLike, write: Callable[[str], object]) -> None:
     """Call `write(tmp)` on a temp file in `path`'s folder, flush it to disk, rename it over `path`."""
     path = Path(path)
     intact = "the file there before is intact" if path.exists() else "nothing was written there"

@@ -21,7 +21,11 @@ _enabled: bool | None = None  # None: on unless DELTALENS_PROGRESS=0
 
 
 def set_progress(enabled: bool | None) -> None:
-    """Turn every deltalens progress bar on or off (None: back to the DELTALENS_PROGRESS default)."""
+    """Turn every deltalens progress bar on or off (None: back to the DELTALENS_PROGRESS default).
+
+    >>> dl.set_progress(False)                             # every progress bar off ...
+    >>> dl.set_progress(None)                              # ... and back to the DELTALENS_PROGRESS default
+    """
     global _enabled
     _enabled = enabled
 

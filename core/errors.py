@@ -18,7 +18,14 @@ _STORAGE_TEXT = ("No space left on device", "Disk quota exceeded", "File too lar
 
 
 class DeltalensError(ValueError):
-    """A problem with the user's input, stated as one sentence that names the problem and the fix."""
+    """A problem with the user's input, stated as one sentence that names the problem and the fix.
+
+    >>> try:
+    ...     dl.load("no-such-checkpoint")
+    ... except dl.DeltalensError as err:
+    ...     print("refused:", type(err).__name__)
+    refused: DeltalensError
+    """
 
 
 class StorageError(DeltalensError):
@@ -55,3 +62,20 @@ def reporting_storage_failure(path, intact: str) -> Iterator[None]:
         if reason is None:
             raise
         raise StorageError(f"cannot write {path}: {reason}; {intact}", reason) from None
+
+
+def did_you_mean(name: str, known, cutoff: float = 0.6) -> str:
+    """The clause "; did you mean 'x'?" for the known name closest to a typo, or "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=cutoff)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def some_of(names, limit: int = 8) -> str:
+    """A list for a sentence, cut at `limit` and saying how many more there are (never cut silently)."""
+    names = [str(n) for n in names]
+    if not names:
+        return "none found"
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"

@@ -28,69 +28,9 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-# public name -> the module that defines it
-_API = {
-    **dict.fromkeys(("load", "list_checkpoints", "open_checkpoint", "Checkpoint"), "deltalens.training.opened"),
-    **dict.fromkeys(("act_name", "ACT_NAMES"), "deltalens.models.lm.hook_names"),
-    **dict.fromkeys(("capture", "Capture"), "deltalens.interp.capture"),
-    **dict.fromkeys(
-        (
-            "Intervention",
-            "rescale_beta",
-            "clip_beta",
-            "reflect_beta",
-            "clamp_gate",
-            "ablate_head",
-            "patch_activation",
-            "patch_state",
-            "head_means",
-            "reveal_accuracy",
-            "accuracy_under",
-        ),
-        "deltalens.interp.interventions",
-    ),
-    **dict.fromkeys(("sweep", "sweep_figure", "SweepResult"), "deltalens.interp.head_sweep"),
-    **dict.fromkeys(
-        ("effective_attention", "run_with_effective_pattern", "effective_attention_figure"),
-        "deltalens.interp.effective_attention",
-    ),
-    **dict.fromkeys(
-        ("logit_attribution", "LogitAttribution", "reveal_rows", "dla_figure"), "deltalens.interp.logit_attribution"
-    ),
-    **dict.fromkeys(("patch_heads", "path_patch", "PatchGrid", "patch_grid_figure"), "deltalens.interp.patching"),
-    **dict.fromkeys(("trace_pair", "reveal_metric", "relabel_values"), "deltalens.interp.trace_pairs"),
-    **dict.fromkeys(("head_attribution", "HeadAttribution", "patch_grid"), "deltalens.interp.circuit"),
-    **dict.fromkeys(
-        ("attribution_patching", "AttributionResult", "attribution_of_intervention"),
-        "deltalens.interp.attribution_patching",
-    ),
-    **dict.fromkeys(
-        ("extract_automaton", "Automaton", "centroid_intervention", "automaton_figure"), "deltalens.probes.automaton"
-    ),
-    **dict.fromkeys(
-        ("eigenvalue_report", "EigenvalueReport", "beta_heatmap", "eigenvalue_histogram", "product_eigenvalue_figure"),
-        "deltalens.probes.eigenvalues",
-    ),
-    **dict.fromkeys(
-        ("subspace_report", "SubspaceReport", "singular_value_figure", "pca_figure"), "deltalens.probes.subspace"
-    ),
-    **dict.fromkeys(("linear_probes", "ProbeReport", "probe_accuracy_figure"), "deltalens.probes.linear_probes"),
-    **dict.fromkeys(("probe_summary", "ProbeSummary"), "deltalens.probes.summary"),
-    **dict.fromkeys(("product_report", "ProductReport", "product_decoding_figure"), "deltalens.probes.products"),
-    **dict.fromkeys(("build",), "deltalens.models.build"),
-    **dict.fromkeys(("FAMILY", "ARCHITECTURES"), "deltalens.models.architecture"),
-    **dict.fromkeys(("belief_kl", "BeliefKL", "kl_figure"), "deltalens.training.belief_kl"),
-    **dict.fromkeys(("evaluate", "evaluate_checkpoint"), "deltalens.training.evaluate"),
-    **dict.fromkeys(("make_batch",), "deltalens.tasks.dataset"),
-    **dict.fromkeys(("TraceSpec", "generate_trace"), "deltalens.tasks.traces"),
-    **dict.fromkeys(("make_tokenizer",), "deltalens.tasks.tokenizers"),
-    **dict.fromkeys(("ProbTraceSpec", "generate_prob_trace", "parse_prob_trace"), "deltalens.tasks.probabilistic"),
-    **dict.fromkeys(("joint_filter", "marginal_filter"), "deltalens.tasks.pfsa"),
-    **dict.fromkeys(("set_progress",), "deltalens.core.display"),
-    **dict.fromkeys(("DeltalensError",), "deltalens.core.errors"),
-}
-
-if TYPE_CHECKING:  # the same names, eagerly, for static tools (Pyright, jedi, IDEs); tests keep both in step
+# THE list of public names: one import per name, eager for static tools (Pyright, jedi, IDEs) and read
+# by `_public_names` below for the lazy table (add a public name here, and to the README's API section)
+if TYPE_CHECKING:
     from deltalens.core.display import set_progress
     from deltalens.core.errors import DeltalensError
     from deltalens.interp.attribution_patching import (
@@ -99,6 +39,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for static tools (Pyright, jedi, I
         attribution_patching,
     )
     from deltalens.interp.capture import Capture, capture
+    from deltalens.interp.capture_disk import open_capture
     from deltalens.interp.circuit import HeadAttribution, head_attribution, patch_grid
     from deltalens.interp.effective_attention import (
         effective_attention,
@@ -121,11 +62,13 @@ if TYPE_CHECKING:  # the same names, eagerly, for static tools (Pyright, jedi, I
     )
     from deltalens.interp.logit_attribution import LogitAttribution, dla_figure, logit_attribution, reveal_rows
     from deltalens.interp.patching import PatchGrid, patch_grid_figure, patch_heads, path_patch
+    from deltalens.interp.split_interventions import abs_eigenvalue, clip_transition, rescale_transition, scale_write
     from deltalens.interp.trace_pairs import relabel_values, reveal_metric, trace_pair
     from deltalens.models.architecture import ARCHITECTURES, FAMILY
     from deltalens.models.build import build
     from deltalens.models.lm.hook_names import ACT_NAMES, act_name
     from deltalens.probes.automaton import Automaton, automaton_figure, centroid_intervention, extract_automaton
+    from deltalens.probes.census import Census, census, census_figure
     from deltalens.probes.eigenvalues import (
         EigenvalueReport,
         beta_heatmap,
@@ -146,13 +89,30 @@ if TYPE_CHECKING:  # the same names, eagerly, for static tools (Pyright, jedi, I
     from deltalens.training.evaluate import evaluate, evaluate_checkpoint
     from deltalens.training.opened import Checkpoint, list_checkpoints, load, open_checkpoint
 
+
+def _public_names() -> dict[str, str]:
+    """public name -> the module that defines it, read from the TYPE_CHECKING imports above (about 2 ms)."""
+    import ast
+    from pathlib import Path
+
+    names = {}
+    for node in ast.parse(Path(__file__).read_text()).body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            for imported in node.body:
+                if isinstance(imported, ast.ImportFrom) and imported.module:
+                    names.update({alias.name: imported.module for alias in imported.names})
+    return names
+
+
+_API = _public_names()
 __all__ = sorted(_API)
 
 
 def __getattr__(name: str):
     if name in _API:
         value = getattr(importlib.import_module(_API[name]), name)
-        globals()[name] = value  # once loaded, a plain attribute
+        if name not in ("FAMILY", "ARCHITECTURES", "ACT_NAMES"):  # read from the registry each time
+            globals()[name] = value  # once loaded, a plain attribute
         return value
     raise AttributeError(f"module 'deltalens' has no attribute {name!r}")
 

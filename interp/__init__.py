@@ -2,6 +2,7 @@
 
 capture.py             run a model with hooks and keep activations next to each token's labels
 interventions.py       rescale a head's beta, ablate a head, patch activations or states
+split_interventions.py change a head's transition I - beta k k^T or its write beta k v^T alone
 head_sweep.py          apply one intervention to every head in turn and rank the heads
 intervention_names.py  the named interventions a head sweep knows
 effective_attention.py  the exact read-out weights A[t, s] of a delta-rule head (z = A v)

@@ -34,6 +34,7 @@ from typing import Optional
 
 import torch
 
+from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.patching import PatchGrid, _check_site, tokens_of
 from deltalens.models.architecture import architecture_of, is_delta_rule, n_heads_of, n_layers_of
@@ -43,9 +44,20 @@ __all__ = ["AttributionResult", "attribution_patching", "attribution_of_interven
 Metric = Callable[[torch.Tensor], torch.Tensor]
 
 
-@dataclass
-class AttributionResult:
-    """Per site, (L, H, T) first-order estimates of patching that head at that position."""
+@dataclass(repr=False)
+class AttributionResult(Summary):
+    """Per site, (L, H, T) first-order estimates of patching that head at that position.
+
+    Printed (or shown in a notebook) as a one-screen summary: the metric on both runs, the cost, and per
+    head the estimate at each site summed over positions, largest |z| first; the tensors are in `grids`.
+
+    >>> clean, corrupt = dl.trace_pair(model, 4)
+    >>> result = dl.attribution_patching(model, clean, corrupt, dl.reveal_metric(clean, corrupt))
+    >>> result.top("z"), tuple(result.grids["z"].shape[:2])
+    ((0, 3), (2, 4))
+    >>> repr(result).startswith("AttributionResult (hook_z): metric clean")
+    True
+    """
 
     grids: dict[str, torch.Tensor]
     clean: float
@@ -72,6 +84,26 @@ class AttributionResult:
     def top(self, site: str = "z") -> tuple[int, int]:
         grid = self.per_head(site)
         return divmod(int(grid.abs().flatten().argmax()), grid.shape[1])
+
+    def title(self) -> str:
+        sites = ", ".join(f"hook_{site}" for site in self.grids)
+        layer, head = self.top(next(iter(self.grids)))
+        return (
+            f"AttributionResult ({sites}): metric clean {self.clean:.3f}, corrupt {self.corrupt:.3f}; "
+            f"largest estimate at L{layer}H{head}; {self.forward_equivalents:.1f} forward-equivalents"
+        )
+
+    def display_frame(self):
+        import pandas as pd
+
+        first = next(iter(self.grids))
+        L, H = self.per_head(first).shape
+        rows = [
+            {"layer": layer, "head": head, **{f"ap_{s}": float(self.per_head(s)[layer, head]) for s in self.grids}}
+            for layer in range(L)
+            for head in range(H)
+        ]
+        return pd.DataFrame(rows).sort_values(f"ap_{first}", key=abs, ascending=False, ignore_index=True)
 
 
 def _inputs(model, layer: int, acts: dict) -> dict:
@@ -124,6 +156,19 @@ def _sum_features(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(*x.shape[:3], -1).sum(-1).sum(0)
 
 
+def _differentiable(value):
+    """The metric's value as the one-element tensor autograd needs, or one sentence saying what it is instead."""
+    if not torch.is_tensor(value) or value.numel() != 1 or not value.requires_grad:
+        got = f"a tensor of shape {tuple(value.shape)}" if torch.is_tensor(value) else type(value).__name__
+        if torch.is_tensor(value) and value.numel() == 1:
+            got = "a tensor cut off from the logits (no gradient: .item(), .detach() or a new tensor)"
+        raise DeltalensError(
+            f"metric must return a one-element tensor computed from the logits, so it can be differentiated; "
+            f"it returned {got}"
+        )
+    return value
+
+
 def attribution_patching(
     model,
     clean,
@@ -139,10 +184,21 @@ def attribution_patching(
     forward and one backward of the corrupted run (plus, for "state", one adjoint scan per layer).
     time_forward: first time one plain forward of the corrupted batch (outside `seconds`), the unit of
     `forward_equivalents`; False skips it (forward_equivalents is then NaN).
+
+    >>> clean, corrupt = dl.trace_pair(model, 4)
+    >>> result = dl.attribution_patching(model, clean, corrupt, dl.reveal_metric(clean, corrupt), sites=("z", "beta"))
+    >>> result.top("z"), sorted(result.grids)
+    ((0, 3), ['beta', 'z'])
     """
-    sites = tuple(sites)
+    sites = (sites,) if isinstance(sites, str) else tuple(sites)
     for site in sites:
         _check_site(model, site)
+    if "state" in sites and getattr(model, "state_norm_every", 0):  # its estimates anti-correlate (-0.97)
+        raise DeltalensError(
+            "attribution patching of 'state' is wrong on a model that renormalises its state (state_norm_every > 0): "
+            "the norm is not linear, so the first-order estimate misleads; use sites=('z',) or activation patching "
+            "(dl.patch_heads)"
+        )
     device = next(model.parameters()).device
     clean_t, corrupt_t = tokens_of(clean).to(device), tokens_of(corrupt).to(device)
     if clean_t.shape != corrupt_t.shape:
@@ -186,7 +242,7 @@ def attribution_patching(
         hooks = [(name, partial(grab, key=name)) for name in watch]
         hooks += [(name, partial(keep_detached, key=name)) for name in store if name not in watch]
         with torch.enable_grad(), model.hooks(fwd_hooks=hooks):
-            value = metric(model(corrupt_t))
+            value = _differentiable(metric(model(corrupt_t)))
             names = sorted(n for n in watch if acts.get(n) is not None and acts[n].requires_grad)
             grads = torch.autograd.grad(value, [acts[n] for n in names], allow_unused=True)
         grad_of = {n: (torch.zeros_like(acts[n]) if g is None else g) for n, g in zip(names, grads)}
@@ -246,7 +302,12 @@ def attribution_of_intervention(model, batch: dict, build, metric: Optional[Metr
     Intervention is applied, for every head, from one forward and one backward of `batch`.
 
     Each Intervention's hooks are applied to the captured activations to get the change a_new - a (no extra
-    forward); a change to hook_state is weighted by the state adjoint (module docstring)."""
+    forward); a change to hook_state is weighted by the state adjoint (module docstring).
+
+    >>> change = dl.attribution_of_intervention(model, batch, lambda m, l, h: dl.rescale_beta(m, l, h, to=(0.0, 1.0)))
+    >>> tuple(change.shape)                                # (layer, head)
+    (2, 4)
+    """
     metric = reveal_margin(batch) if metric is None else metric
     L, H = n_layers_of(model), n_heads_of(model)
     plans = {(layer, head): build(model, layer, head) for layer in range(L) for head in range(H)}

@@ -24,8 +24,11 @@ TokenKind.REVEAL)` or `positions=` (a (B, T) bool mask) only some tokens. The si
 (interp/capture_plan.py: a one-token forward measures each hook's bytes per token); a capture above
 the limit (`max_bytes`, $DELTALENS_MAX_CAPTURE_GB, or half the free memory) is refused in one
 sentence, and below it the batch is streamed a slice of traces at a time (`batch_size`, or as many
-as fit), each hook keeping only the selected rows as it fires. `Capture.nbytes` is what was kept,
-`Capture.estimated_bytes` what the plan said.
+as fit), each hook keeping only the selected rows as it fires; a delta-rule layer's S_t is not hooked but
+tapped (models/layers/hooked_recurrence.StateTap), so its kernel writes only the selected rows.
+`Capture.nbytes` is what was kept, `Capture.estimated_bytes` what the plan said. A capture bigger than
+memory goes to disk: `capture(..., to=DIR)` writes each slice's rows to safetensors shards as it goes and
+returns `open_capture(DIR)`, read lazily (interp/capture_disk.py); the probes take it like any Capture.
 
 Batches of held-out traces for a checkpoint come from training/opened.py (`open_checkpoint(path)
 .batch(n)`), or from any `tasks.dataset.make_batch`.
@@ -33,6 +36,7 @@ Batches of held-out traces for a checkpoint come from training/opened.py (`open_
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -43,30 +47,34 @@ import torch
 from transformer_lens import HookedRootModule
 
 from deltalens.core.display import Summary, progress
-from deltalens.core.errors import DeltalensError
+from deltalens.core.errors import DeltalensError, did_you_mean
+from deltalens.interp.capture_disk import CaptureWriter, open_capture
 from deltalens.interp.capture_plan import LABEL_BYTES, CapturePlan, plan_capture, query_axis_names, row_bytes
 from deltalens.models.architecture import (
-    ARTICLE,
     architecture_of,
+    article_of,
     is_delta_rule,
     n_heads_of,
     n_layers_of,
     require_delta_rule,
 )
+from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, StateTap
+from deltalens.models.registry import family
 from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = ["ATTN_SHORTHANDS", "DELTA_RULE_ONLY", "Capture", "capture", "expand_names", "residual_names"]
 
 ATTN_SHORTHANDS = ("beta", "beta_logit", "gate", "state", "k", "q", "v", "z")
 DELTA_RULE_ONLY = ("beta", "beta_logit", "gate", "state")  # the delta rule's write strength, decay and matrix state
-_DELTA_HEADED = ("beta", "beta_logit", "gate", "state", "k", "q", "v", "z")
-_HEADED = {
-    "deltanet": _DELTA_HEADED,
-    "gated_deltanet": _DELTA_HEADED,
-    "deltaproduct": _DELTA_HEADED,
-    "transformer": ("k", "q", "v", "z"),
-    "lstm": (),
-}
+
+
+def _headed(arch: str) -> tuple[str, ...]:
+    """The per-head shorthands an architecture has hooks for (its family's act_names; every delta-rule
+    model may have a gate, which expand_names asks the model about)."""
+    names = family(arch).act_names
+    return tuple(n for n in ATTN_SHORTHANDS if n in names or (is_delta_rule(arch) and n in DELTA_RULE_ONLY))
+
+
 KIND_NAMES = {int(kind): kind.name.lower() for kind in TokenKind}
 _LAYER = re.compile(r"^blocks\.(\d+)\.")
 LABELS = ("trace", "position", "token", "kind", "action_pos", "perm_id", "answer", "reveal_var", "state_step")
@@ -89,18 +97,17 @@ def expand_names(model, names: Iterable[str]) -> list[str]:
         if name == "resid":
             out += residual_names(model)
         elif name in ATTN_SHORTHANDS:
-            if name not in _HEADED[arch]:
+            if name not in _headed(arch):
                 if name in DELTA_RULE_ONLY:
                     require_delta_rule(model, f"{name} (hook_{name})")
                 raise DeltalensError(
-                    f"{ARTICLE.get(arch, arch)} has no attention heads, so there is no "
-                    f"hook_{name}; capture 'resid' instead."
+                    f"{article_of(arch)} has no attention heads, so there is no hook_{name}; capture 'resid' instead."
                 )
             if arch == "deltanet" and name == "beta_logit" and not model.config.use_beta:
                 raise DeltalensError("this DeltaNet was built with use_beta=False: beta is constant and has no logit.")
             if name == "gate" and not getattr(model, "gated", False):
                 raise DeltalensError(
-                    f"{ARTICLE.get(arch, arch)} without a decay gate has no hook_gate (DeltaNet, or "
+                    f"{article_of(arch)} without a decay gate has no hook_gate (DeltaNet, or "
                     "a DeltaProduct built with use_forget_gate=False)."
                 )
             # a hybrid's softmax-attention layers have q, k, v, z but no beta, gate or state
@@ -121,6 +128,10 @@ class Capture(Summary):
                  (e.g. (N, H) for hook_beta, (N, H, d_k, d_v) for hook_state)
     labels       (N,) long tensors: trace, position, token, kind (TokenKind), action_pos,
                  perm_id, answer, reveal_var, state_step; states (N, n) the true s_t (values 1..n)
+
+    >>> cap = dl.capture(model, batch, names=("beta",))
+    >>> isinstance(cap, dl.Capture), cap.n_traces
+    (True, 8)
     """
 
     arch: str
@@ -148,7 +159,7 @@ class Capture(Summary):
 
     def title(self) -> str:
         return (
-            f"Capture of {ARTICLE.get(self.arch, self.arch)}: {len(self)} real tokens from {self.n_traces} "
+            f"Capture of {article_of(self.arch)}: {len(self)} real tokens from {self.n_traces} "
             f"traces, {self.n_vars} variables; activations (one row per token):"
         )
 
@@ -179,8 +190,7 @@ class Capture(Summary):
         """(N,) bool: tokens of the given TokenKind(s); None = every real token."""
         if kinds is None:
             return torch.ones(len(self), dtype=torch.bool)
-        kinds = [int(kinds)] if isinstance(kinds, (int, TokenKind)) else [int(k) for k in kinds]
-        return torch.isin(self.labels["kind"], torch.tensor(kinds))
+        return torch.isin(self.labels["kind"], torch.tensor(token_kinds(kinds)))
 
     def layer(self, shorthand: str, layer: int) -> torch.Tensor:
         """acts of blocks.{layer}.attn.hook_{shorthand}."""
@@ -216,6 +226,7 @@ def capture(
     positions: torch.Tensor | None = None,
     batch_size: int | None = None,
     max_bytes: int | None = None,
+    to: str | os.PathLike | None = None,
 ) -> Capture:
     """Run `model` on `batch["tokens"]` and keep the named activations at the selected real tokens.
 
@@ -228,6 +239,13 @@ def capture(
     batch_size: traces run at once (None: as many as fit, see interp/capture_plan.py).
     max_bytes: the capture's memory limit (None: $DELTALENS_MAX_CAPTURE_GB or half the free memory);
         the size is estimated first and a capture above it refused in one sentence.
+    to: a folder: each slice's kept rows are written there (safetensors shards and an index,
+        interp/capture_disk.py) instead of kept, so only a slice must fit in memory; the result is
+        `open_capture(to)`, read lazily.
+
+    >>> cap = dl.capture(model, batch, names=("beta", "state"))
+    >>> cap[dl.act_name("beta", 0)].shape[-1]             # (tokens, head)
+    4
     """
     arch = architecture_of(model)
     if isinstance(names, str):
@@ -254,7 +272,7 @@ def capture(
             missing = [name for name in wanted if name not in sizes]
             if missing:
                 raise DeltalensError(
-                    f"{ARTICLE.get(arch, arch)} has no hook named {', '.join(map(repr, missing))}; "
+                    f"{article_of(arch)} has no hook named {', '.join(map(repr, missing))}; "
                     f"list its hooks with model.hook_dict (or use shorthands such as 'resid', 'beta')."
                 )
             sizes = {name: sizes[name] for name in wanted}
@@ -269,8 +287,18 @@ def capture(
             slice_extra_per_token=4 * vocab,
             slice_traces=batch_size,
             max_bytes=max_bytes,
+            on_disk=to is not None,
         )
-        acts, logits = _streamed(model, tokens, lengths, keep, list(sizes), hooks, with_logits, plan)
+        if to is None:
+            sink = _InMemory(list(sizes), plan)
+        else:
+            sink = CaptureWriter(to, list(sizes), len(trace), plan.result_bytes, with_logits)
+        try:
+            _streamed(model, tokens, lengths, keep, list(sizes), hooks, with_logits, plan, sink)
+        except BaseException:
+            if to is not None:
+                sink.abandon()
+            raise
     finally:
         model.train(was_training)
     labels = {"trace": trace, "position": position, "token": tokens.cpu()[trace, position]}
@@ -287,6 +315,23 @@ def capture(
     states = (
         batch["states"].cpu()[trace, position] if "states" in batch else torch.zeros(len(trace), 0, dtype=torch.long)
     )
+    if to is not None:
+        meta = {
+            "arch": arch,
+            "n_traces": B,
+            "n_layers": n_layers_of(model),
+            "n_heads": n_heads_of(model),
+            "rows": len(trace),
+            "estimated_bytes": plan.result_bytes,
+            "slices": plan.slices,
+        }
+        try:
+            sink.finish(labels, states, lengths.cpu(), meta)
+        except BaseException:
+            sink.abandon()
+            raise
+        return open_capture(to)
+    acts, logits = sink.result()
     return Capture(
         arch=arch,
         acts=acts,
@@ -320,6 +365,30 @@ def _in_layers(name: str, layers: set[int]) -> bool:
     return match is None or int(match.group(1)) in layers
 
 
+def token_kinds(kinds) -> list[int]:
+    """kinds= as TokenKind values: a TokenKind, its number or its name ("reveal"), or several of them."""
+    items = [kinds] if isinstance(kinds, (int, str, TokenKind)) else kinds
+    try:
+        items = list(items)
+    except TypeError:
+        items = [kinds]
+    known = ", ".join(k.name.lower() for k in TokenKind)
+    out = []
+    for item in items:
+        if isinstance(item, str) and item.strip().upper() in TokenKind.__members__:
+            out.append(int(TokenKind[item.strip().upper()]))
+        elif isinstance(item, int) and not isinstance(item, bool) and item in {int(k) for k in TokenKind}:
+            out.append(int(item))
+        else:
+            hint = did_you_mean(item.lower(), [k.name.lower() for k in TokenKind]) if isinstance(item, str) else ""
+            raise DeltalensError(
+                f"kinds takes TokenKind values ({known}, or their numbers 0-{len(TokenKind) - 1}), got {item!r}{hint}"
+            )
+    if not out:
+        raise DeltalensError(f"kinds is empty; give one or more of {known}, or None for every token")
+    return out
+
+
 def _kept(batch, lengths: torch.Tensor, kinds, positions) -> torch.Tensor:
     """(B, T) bool: the real tokens the kind and position filters keep."""
     tokens = batch["tokens"]
@@ -328,8 +397,7 @@ def _kept(batch, lengths: torch.Tensor, kinds, positions) -> torch.Tensor:
     if kinds is not None:
         if "kinds" not in batch:
             raise DeltalensError("kinds= needs a batch with token kinds (tasks.dataset.make_batch gives them)")
-        wanted = [int(kinds)] if isinstance(kinds, (int, TokenKind)) else [int(k) for k in kinds]
-        keep &= torch.isin(batch["kinds"].cpu(), torch.tensor(wanted))
+        keep &= torch.isin(batch["kinds"].cpu(), torch.tensor(token_kinds(kinds)))
     if positions is not None:
         positions = torch.as_tensor(positions).cpu()
         if positions.dtype != torch.bool or tuple(positions.shape) != (B, T):
@@ -354,13 +422,55 @@ def _rows(tensor: torch.Tensor, name: str, t: torch.Tensor, p: torch.Tensor, T: 
     return tensor[t, p].detach().float().cpu()
 
 
-def _streamed(model, tokens, lengths, keep, names, hooks, with_logits, plan: CapturePlan):
-    """Run the batch a slice of traces at a time, keeping only the selected rows of each hook."""
+class _InMemory:
+    """Where `_streamed` puts the kept rows of an in-memory capture: lists joined at the end."""
+
+    def __init__(self, names: list[str], plan: CapturePlan):
+        self.parts: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+        self.logits: list[torch.Tensor] = []
+        self.plan = plan
+
+    def add(self, name: str, rows: torch.Tensor) -> None:
+        self.parts[name].append(rows)
+
+    def add_logits(self, rows: torch.Tensor) -> None:
+        self.logits.append(rows)
+
+    def result(self):
+        acts = {name: _joined(parts, name, self.plan) for name, parts in self.parts.items()}
+        return acts, (torch.cat(self.logits) if self.logits else None)
+
+
+def _streamed(model, tokens, lengths, keep, names, hooks, with_logits, plan: CapturePlan, sink):
+    """Run the batch a slice of traces at a time, handing only the selected rows of each hook to `sink`
+    (`_InMemory`, or capture_disk.CaptureWriter, which writes them out)."""
+    own_hooks = isinstance(model, HookedRootModule)  # deltalens's models: gather inside the hooks
+    tapped = _state_mixers(model, names) if own_hooks else {}  # hook_state name -> its mixer
+    try:
+        _slices(model, tokens, lengths, keep, names, hooks, with_logits, plan, sink, own_hooks, tapped)
+    finally:
+        for mixer in tapped.values():
+            mixer.state_tap = None
+
+
+def _state_mixers(model, names) -> dict:
+    """hook_state name -> the mixer that owns it, for the names a StateTap can serve: such a layer writes
+    only the kept rows' S_t (models/layers/hooked_recurrence.py) instead of every position's."""
+    owners = {id(m.hook_state): m for m in model.modules() if isinstance(m, HookedRecurrenceMixin)}
+    hook_dict = getattr(model, "hook_dict", {})
+    out = {}
+    for name in names:
+        hook = hook_dict.get(name)
+        if name.endswith("attn.hook_state") and hook is not None and id(hook) in owners:
+            out[name] = owners[id(hook)]
+    return out
+
+
+def _slices(model, tokens, lengths, keep, names, hooks, with_logits, plan, sink, own_hooks, tapped):
+    """`_streamed`'s loop over slices of traces; `tapped` layers deliver their kept S_t rows themselves."""
     B, T = tokens.shape
     device = next(model.parameters()).device
-    kept: dict[str, list[torch.Tensor]] = {name: [] for name in names}
-    logits_kept: list[torch.Tensor] = []
-    own_hooks = isinstance(model, HookedRootModule)  # deltalens's models: gather inside the hooks
+    wanted = set(names)
     starts = range(0, B, plan.slice_traces)
     for start in progress(starts, enabled=len(starts) > 1, desc="capture", total=len(starts)):
         stop = min(start + plan.slice_traces, B)
@@ -373,25 +483,28 @@ def _streamed(model, tokens, lengths, keep, names, hooks, with_logits, plan: Cap
         if own_hooks:
 
             def gather(tensor, hook, t=t_dev, p=p_dev):
-                kept[hook.name].append(_rows(tensor, hook.name, t, p, T))
+                sink.add(hook.name, _rows(tensor, hook.name, t, p, T))
 
-            with model.hooks(fwd_hooks=[*hooks, *((name, gather) for name in names)]):
+            for name, mixer in tapped.items():
+                mixer.state_tap = StateTap((t, p), lambda rows, name=name: sink.add(name, rows.detach().float().cpu()))
+            gathered = [(name, gather) for name in names if name not in tapped]
+            with model.hooks(fwd_hooks=[*hooks, *gathered]):
                 skip_head = not with_logits and is_delta_rule(architecture_of(model))
                 out = model(piece, return_type=None) if skip_head else model(piece)  # None: no LM head
         else:  # TransformerLens's bridge: its own caching hooks, the slice's cache dropped after it
             with model.hooks(fwd_hooks=list(hooks)):
-                out, cache = model.run_with_cache(piece, names_filter=lambda n: n in kept)
+                out, cache = model.run_with_cache(piece, names_filter=lambda n: n in wanted)
             for name in names:
-                kept[name].append(_rows(cache[name], name, t_dev, p_dev, T))
+                sink.add(name, _rows(cache[name], name, t_dev, p_dev, T))
             del cache
         if with_logits:
-            logits_kept.append(out[t_dev, p_dev].detach().float().cpu())
+            sink.add_logits(out[t_dev, p_dev].detach().float().cpu())
         del out
-    acts = {name: _joined(parts, name, plan) for name, parts in kept.items()}
-    return acts, (torch.cat(logits_kept) if with_logits and logits_kept else None)
 
 
 def _joined(parts: list[torch.Tensor], name: str, plan: CapturePlan) -> torch.Tensor:
+    if len(parts) == 1:  # one slice: its rows as they are (a cat would hold them twice at the peak)
+        return parts[0]
     if parts:
         return torch.cat(parts)
     return torch.zeros(0, plan.row_bytes[name] // 4)  # no row kept

@@ -60,8 +60,9 @@ class CapturePlan:
 def capture_limit(max_bytes: int | None = None) -> tuple[int, str]:
     """The byte limit of a capture and where it comes from."""
     if max_bytes is not None:
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, float)) or max_bytes <= 0:
-            raise DeltalensError(f"max_bytes must be a positive number of bytes, got {max_bytes!r}")
+        bad = isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, float))
+        if bad or not math.isfinite(max_bytes) or max_bytes <= 0:  # inf is no limit: int(inf) would overflow
+            raise DeltalensError(f"max_bytes must be a finite positive number of bytes, got {max_bytes!r}")
         return int(max_bytes), "max_bytes"
     stated = gigabytes_from_env(CAPTURE_LIMIT_ENV)
     if stated is not None:
@@ -127,15 +128,17 @@ def plan_capture(
     slice_extra_per_token: int,
     slice_traces: int | None,
     max_bytes: int | None,
+    on_disk: bool = False,
 ) -> CapturePlan:
     """The plan (or the refusal) for keeping `rows` rows of `row_sizes` out of n_traces traces of T tokens.
 
     extra_row_bytes: kept per row besides the activations (labels, states, logits);
-    slice_extra_per_token: working bytes per token of a slice besides its hook tensors (logits)."""
+    slice_extra_per_token: working bytes per token of a slice besides its hook tensors (logits);
+    on_disk: the kept rows go to disk (capture(..., to=)), so only a slice has to fit in the limit."""
     limit, source = capture_limit(max_bytes)
     per_row = sum(row_sizes.values()) + extra_row_bytes
     result = rows * per_row
-    if result > limit:
+    if result > limit and not on_disk:
         largest = max(row_sizes, key=row_sizes.get) if row_sizes else "the labels"
         raise DeltalensError(
             f"this capture would keep {_gb(result)} ({rows:,} tokens x {per_row:,} bytes over {len(row_sizes)} "
@@ -144,7 +147,7 @@ def plan_capture(
         )
     per_trace = T * (sum(row_sizes.values()) + slice_extra_per_token)
     if slice_traces is None:
-        room = max(limit - result, 0)
+        room = limit if on_disk else max(limit - result, 0)
         slice_traces = max(1, min(n_traces, math.floor(room / per_trace) if per_trace else n_traces))
     elif isinstance(slice_traces, bool) or not isinstance(slice_traces, int) or slice_traces < 1:
         raise DeltalensError(f"batch_size must be a whole number of traces >= 1, got {slice_traces!r}")

@@ -13,8 +13,10 @@ changes):
   one backward.
 
 `patch_grid(model, clean, corrupt, site)` is the exact counterpart of one `ap_<site>` column: activation
-patching, one forward per head. The CLI (`deltalens probe --attribution`, `deltalens intervene
---patch-grid`), the dashboard's Circuit page and notebook 05 all read these.
+patching, one forward per head; `method_agreement(grid, attribution)` says how far the estimate ranks
+the heads as the exact grid does (Spearman's rank correlation, each method's top head). The CLI
+(`deltalens probe --attribution`, `deltalens intervene --patch-grid`), the dashboard's Circuit page and
+notebook 05 all read these.
 """
 
 from __future__ import annotations
@@ -26,9 +28,16 @@ import torch
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
-from deltalens.models.architecture import ARTICLE, architecture_of, is_delta_rule, n_heads_of, n_layers_of
+from deltalens.models.architecture import architecture_of, article_of, is_delta_rule, n_heads_of, n_layers_of
 
-__all__ = ["HeadAttribution", "head_attribution", "patch_grid", "attribution_sites"]
+__all__ = [
+    "HeadAttribution",
+    "head_attribution",
+    "patch_grid",
+    "attribution_sites",
+    "MethodAgreement",
+    "method_agreement",
+]
 
 
 def attribution_sites(model) -> tuple[str, ...]:
@@ -36,13 +45,20 @@ def attribution_sites(model) -> tuple[str, ...]:
     arch = architecture_of(model)
     if arch == "lstm":
         raise DeltalensError(
-            f"{ARTICLE.get(arch, arch)} has no attention heads, so there is nothing to attribute or patch per head."
+            f"{article_of(arch)} has no attention heads, so there is nothing to attribute or patch per head."
         )
     return ("z", "beta", "state") if is_delta_rule(arch) else ("z",)
 
 
 @dataclass(repr=False)
 class HeadAttribution(Summary):
+    """Every head measured two ways on a clean / relabelled pair: direct logit attribution and attribution patching.
+
+    >>> result = dl.head_attribution(model, *dl.trace_pair(model, 4))
+    >>> isinstance(result, dl.HeadAttribution), result.sites
+    (True, ('z', 'beta', 'state'))
+    """
+
     frame: pd.DataFrame  # one row per head: layer, head, dla, ap_<site>..., rank (1 = largest |ap_z|)
     clean: float  # the metric (clean-minus-corrupt answer logit difference) on the clean run
     corrupt: float  # and on the corrupted run
@@ -98,7 +114,13 @@ class HeadAttribution(Summary):
 
 
 def head_attribution(model, clean: dict, corrupt: dict) -> HeadAttribution:
-    """DLA per head (delta-rule family) and attribution patching per head and site, ranked by |ap_z|."""
+    """DLA per head (delta-rule family) and attribution patching per head and site, ranked by |ap_z|.
+
+    >>> clean, corrupt = dl.trace_pair(model, 4)
+    >>> table = dl.head_attribution(model, clean, corrupt)
+    >>> [int(x) for x in table.frame.iloc[0][["layer", "head"]]]   # attribution patching's top head
+    [0, 3]
+    """
     from deltalens.interp.attribution_patching import attribution_patching
     from deltalens.interp.logit_attribution import logit_attribution, reveal_rows
     from deltalens.interp.trace_pairs import reveal_metric
@@ -134,14 +156,70 @@ def head_attribution(model, clean: dict, corrupt: dict) -> HeadAttribution:
     )
 
 
-def patch_grid(model, clean: dict, corrupt: dict, site: str = "z", progress: bool = True):
-    """Activation patching of every head's hook_{site} from the clean into the corrupted run (a PatchGrid)."""
+def patch_grid(model, clean: dict, corrupt: dict, site: str = "z", progress: bool = True, on_head=None):
+    """Activation patching of every head's hook_{site} from the clean into the corrupted run (a PatchGrid),
+    scored by reveal_metric; on_head(layer, head) is called before each head (a progress bar).
+
+    >>> clean, corrupt = dl.trace_pair(model, 4)
+    >>> dl.patch_grid(model, clean, corrupt, site="z", progress=False).top()
+    (0, 3)
+    """
     from deltalens.interp.patching import patch_heads
     from deltalens.interp.trace_pairs import reveal_metric
 
     if site not in attribution_sites(model):
         raise DeltalensError(
-            f"{ARTICLE.get(architecture_of(model), architecture_of(model))} has no per-head hook_{site} to patch; "
+            f"{article_of(architecture_of(model))} has no per-head hook_{site} to patch; "
             f"use one of: {', '.join(attribution_sites(model))}."
         )
-    return patch_heads(model, clean, corrupt, reveal_metric(clean, corrupt), site=site, progress=progress)
+    return patch_heads(
+        model, clean, corrupt, reveal_metric(clean, corrupt), site=site, progress=progress, on_head=on_head
+    )
+
+
+@dataclass(frozen=True)
+class MethodAgreement:
+    """How far attribution patching's estimate agrees with activation patching on one site."""
+
+    site: str
+    spearman: float  # rank correlation of the two per-head values (NaN when one method is flat)
+    top_exact: tuple[int, int]  # (layer, head) activation patching restores most
+    top_estimate: tuple[int, int]  # and the one attribution patching estimates most
+    exact_at_top: float  # fraction restored by activation patching at its top head
+    estimate_at_top: float  # attribution patching's estimate at that same head
+
+    def sentence(self) -> str:
+        (la, ha), (lb, hb) = self.top_exact, self.top_estimate
+        same = "the same top head" if self.top_exact == self.top_estimate else "different top heads"
+        rho = "undefined (one method is flat)" if self.spearman != self.spearman else f"{self.spearman:+.2f}"
+        return (
+            f"hook_{self.site}: the two methods rank the heads with Spearman correlation {rho} and name {same} "
+            f"(activation patching L{la}H{ha}, attribution patching L{lb}H{hb}); at L{la}H{ha} activation "
+            f"patching restores {self.exact_at_top:.3f} of the answer, attribution patching estimates "
+            f"{self.estimate_at_top:.3f}."
+        )
+
+    def __repr__(self) -> str:
+        return f"MethodAgreement({self.sentence()})"
+
+
+def method_agreement(exact, estimate: torch.Tensor) -> MethodAgreement:
+    """Compare activation patching (`exact`, a PatchGrid of one site) with attribution patching's estimate
+    of the same site (`estimate`, an (L, H) tensor of the metric's change, e.g. HeadAttribution.ap_grid),
+    both as fractions of the clean-minus-corrupt span."""
+    span = (exact.clean - exact.corrupt) or 1.0
+    a = (exact.per_head() / span).flatten().double()
+    b = (torch.as_tensor(estimate) / span).flatten().double()
+    if a.shape != b.shape:
+        raise DeltalensError(f"the two grids cover different heads ({a.numel()} and {b.numel()}).")
+    rho = pd.Series(a.numpy()).corr(pd.Series(b.numpy()), method="spearman")
+    H = exact.values.shape[1]
+    top_a, top_b = int(a.abs().argmax()), int(b.abs().argmax())
+    return MethodAgreement(
+        site=exact.site,
+        spearman=float(rho),
+        top_exact=divmod(top_a, H),
+        top_estimate=divmod(top_b, H),
+        exact_at_top=float(a[top_a]),
+        estimate_at_top=float(b[top_a]),
+    )

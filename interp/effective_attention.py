@@ -35,6 +35,7 @@ import plotly.graph_objects as go
 import torch
 
 from deltalens.core.errors import DeltalensError
+from deltalens.interp.capture_plan import capture_limit
 from deltalens.models.architecture import architecture_of, require_delta_rule
 
 __all__ = [
@@ -82,6 +83,19 @@ def layer_inputs(model, cache, layer: int) -> dict[str, torch.Tensor]:
     return {"q": q, "k": k, "v": v, "beta": beta, "log_gate": log_gate, "z": z}
 
 
+def check_pattern_size(B: int, H: int, Tq: int, T: int, n: int, dtype=torch.float64, max_bytes=None) -> None:
+    """Refuse, before anything is allocated, a pattern (B, H, Tq, T, n) bigger than the capture limit
+    (max_bytes, $DELTALENS_MAX_CAPTURE_GB, or half the available memory: interp/capture_plan.py)."""
+    need = B * H * Tq * T * n * (torch.finfo(dtype).bits // 8)
+    limit, source = capture_limit(max_bytes)
+    if need > limit:
+        raise DeltalensError(
+            f"the effective attention of {B} trace(s) x {H} head(s) x {Tq:,} queries x {T:,} keys would take "
+            f"{need / 2**30:,.2f} GB, more than the {limit / 2**30:,.2f} GB limit ({source}); pass queries= (e.g. the "
+            f"reveal positions), one head, or shorter inputs"
+        )
+
+
 @torch.no_grad()
 def effective_pattern(
     q: torch.Tensor,
@@ -108,6 +122,7 @@ def effective_pattern(
     if qpos.numel() > 1 and bool((qpos[1:] <= qpos[:-1]).any()):
         raise DeltalensError("query positions must be strictly increasing.")
     Tq = qpos.numel()
+    check_pattern_size(B, H, Tq, T, n, dtype)
     device = q.device
     qs = (q.to(dtype) * scale).permute(0, 2, 1, 3)  # (B, H, T, K)
     ks = k.to(dtype).permute(0, 2, 1, 3, 4)  # (B, H, T, n, K)
@@ -169,11 +184,19 @@ def effective_attention(
     hook_pattern. tokens (batch, pos); queries: keep only those rows (positions); cache: a
     run_with_cache cache of these tokens to read q, k, beta (and the gate) from instead of running.
     Computed in float64 and returned in `dtype`.
+
+    >>> A = dl.effective_attention(model, batch["tokens"][:1], 0, 3)   # (batch, query, key)
+    >>> A.shape[-1] == batch["tokens"].shape[1]
+    True
     """
     _check_model(model, layer)
     if head is not None and not (isinstance(head, int) and 0 <= head < model.cfg.n_heads):
         raise DeltalensError(f"head {head!r} is out of range: layer {layer} has {model.cfg.n_heads} heads.")
     if cache is None:
+        shape = torch.as_tensor(tokens).shape
+        B, T = (1, shape[-1]) if len(shape) == 1 else (shape[0], shape[-1])
+        n_q = T if queries is None else torch.as_tensor(queries).numel()
+        check_pattern_size(B, 1 if head is not None else model.cfg.n_heads, n_q, T, 1)  # before the forward
         _, cache = _cache_for(model, tokens, [layer])
     inp = layer_inputs(model, cache, layer)
     pick = slice(None) if head is None else slice(head, head + 1)
@@ -193,7 +216,12 @@ def run_with_effective_pattern(model, tokens, layers: Optional[Sequence[int]] = 
     """(logits, cache) of `model.run_with_cache(tokens)` plus blocks.{l}.attn.hook_effective_pattern for each
     layer in `layers` (None = all): (batch, head, query, key[, factor]), TransformerLens's pattern layout.
 
-    names_filter: what else to cache (None = everything, as run_with_cache)."""
+    names_filter: what else to cache (None = everything, as run_with_cache).
+
+    >>> logits, cache = dl.run_with_effective_pattern(model, batch["tokens"][:1], layers=[0])
+    >>> cache["blocks.0.attn.hook_effective_pattern"].shape[1]     # heads
+    4
+    """
     layers = list(range(model.cfg.n_layers)) if layers is None else list(layers)
     for layer in layers:
         _check_model(model, layer)
@@ -222,7 +250,13 @@ def effective_attention_figure(
     title: str = "Effective attention",
 ) -> go.Figure:
     """Heatmap of one sequence's effective attention (query rows, key columns); a DeltaProduct's factors are
-    summed unless `factor` picks one. labels: one string per position (e.g. the decoded tokens)."""
+    summed unless `factor` picks one. labels: one string per position (e.g. the decoded tokens).
+
+    >>> A = dl.effective_attention(model, batch["tokens"][:1], 0, 3)
+    >>> fig = dl.effective_attention_figure(A)
+    >>> fig.data[0].type
+    'heatmap'
+    """
     M = A[batch_index].detach().float().cpu()
     if M.ndim == 3:
         M = M.sum(-1) if factor is None else M[..., factor]

@@ -2,7 +2,8 @@
 
 The paper's experiment: rescaling the tracking head's beta range from [0, 2] back to [0, 1]
 collapses reveal accuracy; rescaling any other head leaves it nearly untouched. `sweep` runs that
-(or a zero / mean ablation of each head's read-out or state) on held-out traces and returns a
+(or a beta clip, a transition-only or write-only change, a zero / mean ablation of each head's
+read-out or state) on held-out traces and returns a
 `SweepResult`: the baseline accuracy and a pandas frame, one row per head, sorted from the
 largest drop. A tqdm bar shows progress; pass the frame of an interrupted sweep as `done` to
 skip the heads it already has.
@@ -21,8 +22,9 @@ import plotly.graph_objects as go
 
 from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
-from deltalens.core.errors import DeltalensError
-from deltalens.interp.intervention_names import INTERVENTIONS
+from deltalens.core.errors import DeltalensError, did_you_mean
+from deltalens.interp import split_interventions as split
+from deltalens.interp.intervention_names import INTERVENTIONS, SPLIT_INTERVENTIONS
 from deltalens.interp.interventions import (
     ablate_head,
     check_factor,
@@ -42,6 +44,13 @@ Builder = Callable[[Any, int, int], Any]  # (model, layer, head) -> Intervention
 
 @dataclass(repr=False)
 class SweepResult(Summary):
+    """One intervention applied to each head in turn: the reveal accuracy it leaves, largest drop first.
+
+    >>> result = dl.sweep(model, batch, "beta-range", progress=False)
+    >>> isinstance(result, dl.SweepResult), result.baseline > 0.99
+    (True, True)
+    """
+
     baseline: float  # reveal accuracy without intervention
     frame: pd.DataFrame  # layer, head, label, accuracy, trace_accuracy, drop; largest drop first
     intervention: str
@@ -81,7 +90,10 @@ def _builder(model, intervention: Union[str, Builder], batches, factor: int | No
     if callable(intervention):
         return getattr(intervention, "__name__", "custom"), intervention
     if intervention not in INTERVENTIONS:
-        raise DeltalensError(f"unknown intervention {intervention!r}; use one of {', '.join(INTERVENTIONS)}.")
+        hint = did_you_mean(str(intervention), INTERVENTIONS)
+        raise DeltalensError(
+            f"unknown intervention {intervention!r}; use one of {', '.join(INTERVENTIONS)}{hint or '.'}"
+        )
     if intervention == "beta-range":
         require_delta_rule(model, "beta to rescale")
         if factor is not None:
@@ -96,6 +108,8 @@ def _builder(model, intervention: Union[str, Builder], batches, factor: int | No
     if intervention == "beta-reflect":
         require_delta_rule(model, "beta to reflect")
         return intervention, lambda m, layer, head: reflect_beta(m, layer, head)
+    if intervention in SPLIT_INTERVENTIONS:
+        return intervention, _split_builder(model, intervention)
     method, site = intervention.split("-")
     if site == "state":
         require_delta_rule(model, "matrix state S_t")
@@ -118,6 +132,18 @@ def _builder(model, intervention: Union[str, Builder], batches, factor: int | No
     )
 
 
+def _split_builder(model, intervention: str) -> Builder:
+    """The builder of a transition-only / write-only intervention (interp/split_interventions.py)."""
+    require_delta_rule(model, "beta to split between transition and write")
+    return {
+        "transition-clip": lambda m, layer, head: split.clip_transition(m, layer, head, hi=1.0),
+        "transition-range": lambda m, layer, head: split.rescale_transition(m, layer, head, to=(0.0, 1.0)),
+        "write-clip": lambda m, layer, head: split.clip_write(m, layer, head, hi=1.0),
+        "write-half": lambda m, layer, head: split.scale_write(m, layer, head, scale=0.5),
+        "eigen-abs": lambda m, layer, head: split.abs_eigenvalue(m, layer, head),
+    }[intervention]
+
+
 def sweep(
     model,
     batch: Union[dict, list],
@@ -137,6 +163,10 @@ def sweep(
         change of the reveal margin under the intervention, one forward and backward:
         interp/attribution_patching.py) and verify only the `top_k` with the largest predicted drop;
         the frame then has those rows only, with the estimate in an "attribution" column.
+
+    >>> result = dl.sweep(model, batch, "beta-range", progress=False)   # every head's beta range to [0, 1]
+    >>> result.highlight()
+    (0, 3)
     """
     pieces = [p for b in (batch if isinstance(batch, list) else [batch]) for p in split_batch(b, batch_size)]
     name, build = _builder(model, intervention, pieces, factor)
@@ -150,6 +180,11 @@ def sweep(
     if top_k is not None:
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise DeltalensError(f"top_k must be a whole number >= 1 (heads to verify), got {top_k!r}.")
+        if intervention in SPLIT_INTERVENTIONS:
+            raise DeltalensError(
+                f"{intervention} pairs two hooks (v and beta) that attribution estimates cannot read one at a "
+                "time; sweep every head without top_k."
+            )
         from deltalens.interp.attribution_patching import attribution_of_intervention
 
         estimate = attribution_of_intervention(model, pieces[0], build)  # (L, H), negative = predicted drop
@@ -178,7 +213,12 @@ def sweep(
 
 def sweep_figure(result: SweepResult, ranked: bool = False):
     """Bar chart of reveal accuracy per head under the intervention, with the baseline as a line
-    (heads in model order, or `ranked` from the largest drop)."""
+    (heads in model order, or `ranked` from the largest drop).
+
+    >>> fig = dl.sweep_figure(dl.sweep(model, batch, "beta-range", progress=False), ranked=True)
+    >>> fig.data[0].type
+    'bar'
+    """
     frame = result.frame if ranked else result.frame.sort_values(["layer", "head"])
     labels = [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])]
     fig = go.Figure(

@@ -18,7 +18,8 @@ Paper notation -> code:
   The eigenvalue along k_t moves from 1 - beta_t to 1 - beta'_t: a reflection (beta 2, eigenvalue
   -1) becomes a projection (beta 1, eigenvalue 0). `scale=f` instead multiplies: beta' = f beta.
   A DeltaProduct's beta is (B, T, H, n_h): `factor=j` rescales factor j only.
-* `clip_beta(model, layer, head, hi=1)`: beta' = min(beta, 1), only the negative eigenvalues go;
+* `clip_beta(model, layer, head, hi=1)`: beta' = min(beta, 1), the negative eigenvalues go (and with
+  them part of the write: interp/split_interventions.py changes the transition or the write alone);
   `reflect_beta(model, layer, head)`: beta' = 2 - beta, eigenvalue 1 - beta -> beta - 1 (same size,
   opposite sign).
 * `clamp_gate(model, layer, head, lo, hi)`: clamp a gated model's decay alpha_t into [lo, hi] on
@@ -75,7 +76,12 @@ Positions = Union[None, int, Sequence[int], torch.Tensor]
 
 @dataclass
 class Intervention:
-    """A named list of forward hooks (iterable, so `model.hooks(fwd_hooks=list(iv))` works too)."""
+    """A named list of forward hooks (iterable, so `model.hooks(fwd_hooks=list(iv))` works too).
+
+    >>> intervention = dl.rescale_beta(model, 0, 3, to=(0.0, 1.0))
+    >>> isinstance(intervention, dl.Intervention)
+    True
+    """
 
     label: str
     hooks: list[Hook] = field(default_factory=list)
@@ -186,6 +192,9 @@ def rescale_beta(
 
     head None rescales every head of the layer; `factor` picks one Householder factor of a
     DeltaProduct (None = all of them).
+
+    >>> dl.accuracy_under(model, batch, dl.rescale_beta(model, 0, 3, to=(0.0, 1.0))) < 0.8   # the paper's test
+    True
     """
     require_delta_rule(model, "beta to rescale")
     _check_head(model, layer, head)
@@ -232,9 +241,12 @@ def rescale_beta(
 
 
 def clip_beta(model, layer: int, head: int | None, hi: float = 1.0, factor: int | None = None) -> Intervention:
-    """beta' = min(beta, hi) on a head: with hi = 1 the negative eigenvalues go (1 - beta >= 0) while
-    every write with beta <= 1 is left exactly as it was. It isolates the negative eigenvalue better
-    than the [0, 1] rescale, which also halves every write, or mean-ablation, which removes the head."""
+    """beta' = min(beta, hi) on a head: with hi = 1 the negative eigenvalues go (1 - beta >= 0), but so
+    does part of every write with beta > 1 (beta k v^T); split_interventions.clip_transition keeps it.
+
+    >>> dl.accuracy_under(model, batch, dl.clip_beta(model, 0, 3, hi=1.0)) < 0.8
+    True
+    """
     require_delta_rule(model, "beta to clip")
     _check_head(model, layer, head)
     if not 0.0 <= float(hi) <= 2.0:  # NaN fails too
@@ -260,7 +272,12 @@ def reflect_beta(model, layer: int, head: int | None, factor: int | None = None)
     its mirror image. Every contraction keeps its size |1 - beta| and flips its sign, so a head that
     needs the negative eigenvalue loses it (and a [0, 1] head gains one), while one that only needs
     how much it forgets keeps that. The write strength moves with it (beta' k v^T): a reflection
-    (beta 2) becomes the identity along k with no write, an erase-and-write (beta 1) stays as it is."""
+    (beta 2) becomes the identity along k with no write, an erase-and-write (beta 1) stays as it is.
+
+    >>> accuracy = dl.accuracy_under(model, batch, dl.reflect_beta(model, 0, 3))
+    >>> 0.0 <= accuracy <= 1.0
+    True
+    """
     require_delta_rule(model, "beta to reflect")
     _check_head(model, layer, head)
     n_factors = check_factor(model, factor, layer)
@@ -283,7 +300,13 @@ def reflect_beta(model, layer: int, head: int | None, factor: int | None = None)
 
 def clamp_gate(model, layer: int, head: int | None, lo: float = 1.0, hi: float = 1.0) -> Intervention:
     """Clamp a head's decay alpha_t (blocks.{layer}.attn.hook_gate) into [lo, hi]; the default [1, 1]
-    switches forgetting off. Same as `model.set_gate_range(layer, head, lo, hi)`, as a hook."""
+    switches forgetting off. Same as `model.set_gate_range(layer, head, lo, hi)`, as a hook.
+
+    >>> gated = dl.build("gated_deltanet", vocab_size=32, hidden_size=32, num_hidden_layers=1, num_heads=2)
+    >>> intervention = dl.clamp_gate(gated, 0, 1)          # head 1 of layer 0 forgets nothing
+    >>> intervention.layer, intervention.head
+    (0, 1)
+    """
     require_delta_rule(model, "decay gate")
     _check_head(model, layer, head)
     if not getattr(model, "gated", False):
@@ -309,7 +332,12 @@ def clamp_gate(model, layer: int, head: int | None, lo: float = 1.0, hi: float =
 
 @torch.no_grad()
 def head_means(model, batch: dict[str, torch.Tensor], site: str = "z") -> dict[int, torch.Tensor]:
-    """layer -> mean of blocks.{layer}.attn.hook_{site} over the batch's real tokens, (H, ...)."""
+    """layer -> mean of blocks.{layer}.attn.hook_{site} over the batch's real tokens, (H, ...).
+
+    >>> means = dl.head_means(model, batch)               # layer -> mean hook_z, for mean ablation
+    >>> sorted(means)
+    [0, 1]
+    """
     cap = capture(model, batch, names=(site,))
     return {layer: cap.layer(site, layer).mean(0) for layer in range(cap.n_layers)}
 
@@ -328,6 +356,9 @@ def ablate_head(
 
     Mean ablation uses `mean` ((H, ...) or the head's own (...)) or computes it from the real tokens
     of `reference` (a batch). positions: None = every position.
+
+    >>> dl.accuracy_under(model, batch, dl.ablate_head(model, 0, 3)) < 0.8
+    True
     """
     if method not in ("zero", "mean"):
         raise DeltalensError(f"ablation method must be 'zero' or 'mean', got {method!r}.")
@@ -382,8 +413,21 @@ def patch_activation(
     source: a tensor shaped like the activation (B, T, ...), a cache from run_with_cache (or any
     mapping name -> tensor), or a Capture (padded back to (B, T, ...)). Positions: an index, a list
     of indices, a (T,) or (B, T) bool mask, or None for all. Heads sit on dim 2 (TransformerLens order).
+
+    >>> clean, corrupt = dl.trace_pair(model, 4)
+    >>> _, cache = model.run_with_cache(clean["tokens"])
+    >>> patch = dl.patch_activation(dl.act_name("z", 0), cache, head=3)
+    >>> dl.accuracy_under(model, corrupt, patch) <= 1.0
+    True
     """
     tensor = _source_tensor(source, name).detach()
+    if head is not None:  # checked here, not as an IndexError inside the forward's hook
+        n_heads = tensor.shape[2] if tensor.ndim > 2 else 0
+        if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < n_heads:
+            raise DeltalensError(
+                f"head {head!r} is out of range: {name} has "
+                + (f"heads 0..{n_heads - 1}." if n_heads else "no head axis (pass head=None).")
+            )
 
     def hook(act, hook):
         B, T = act.shape[:2]
@@ -408,6 +452,12 @@ def patch_state(layer: int, head: int | None, source: Any, positions: Positions 
     """Patch one head's state S_t (blocks.{layer}.attn.hook_state) from another run at `positions`.
 
     The patched S_t is what o_t reads and what the recurrence continues from (replacement semantics).
+
+    >>> clean, corrupt = dl.trace_pair(model, 4)
+    >>> _, cache = model.run_with_cache(clean["tokens"], names_filter=lambda name: name.endswith("hook_state"))
+    >>> patch = dl.patch_state(0, 3, cache)
+    >>> patch.layer, patch.head
+    (0, 3)
     """
     name = f"blocks.{layer}.attn.hook_state"
     iv = patch_activation(name, source, positions, head, label=f"patch L{layer}H{head} state")
@@ -420,7 +470,11 @@ def patch_state(layer: int, head: int | None, source: Any, positions: Positions 
 
 @torch.no_grad()
 def reveal_accuracy(model, batches, intervention: Intervention | Sequence[Hook] | None = None):
-    """training.evaluate's EvalResult (reveal and trace accuracy) on `batches` under `intervention`."""
+    """training.evaluate's EvalResult (reveal and trace accuracy) on `batches` under `intervention`.
+
+    >>> dl.reveal_accuracy(model, batch).reveal_accuracy > 0.99
+    True
+    """
     if isinstance(batches, dict):
         batches = [batches]
     hooks = [] if intervention is None else list(intervention)
@@ -435,7 +489,11 @@ def reveal_accuracy(model, batches, intervention: Intervention | Sequence[Hook] 
 
 
 def accuracy_under(model, batches, intervention: Intervention | None = None) -> float:
-    """Reveal accuracy (a float) on `batches` under `intervention`."""
+    """Reveal accuracy (a float) on `batches` under `intervention`.
+
+    >>> dl.accuracy_under(model, batch) > 0.99, dl.accuracy_under(model, batch, dl.ablate_head(model, 1, 0)) > 0.9
+    (True, True)
+    """
     return reveal_accuracy(model, batches, intervention).reveal_accuracy
 
 

@@ -42,7 +42,13 @@ __all__ = ["LogitAttribution", "logit_attribution", "head_outputs", "reveal_rows
 
 @dataclass(repr=False)
 class LogitAttribution(Summary):
-    """Per-row contributions (N, C) of C components to N logit differences, and their real values."""
+    """Per-row contributions (N, C) of C components to N logit differences, and their real values.
+
+    >>> _, cache = model.run_with_cache(batch["tokens"])
+    >>> result = dl.logit_attribution(model, cache, *dl.reveal_rows(batch))
+    >>> isinstance(result, dl.LogitAttribution), tuple(result.head_grid().shape)
+    (True, (2, 4))
+    """
 
     components: list[str]  # "embed", "L0H1", "L0H1F2", "L0 mlp", "ln_final bias", ...
     contributions: torch.Tensor  # (N, C) float64
@@ -130,7 +136,12 @@ def _rows(positions, B: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def reveal_rows(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(positions (B, T) mask, answer (N,), against (N, n-1)) for the reveals of a REPL-trace batch: the row
-    before each revealed value (which predicts it), the true value's token, the other values' tokens."""
+    before each revealed value (which predicts it), the true value's token, the other values' tokens.
+
+    >>> positions, answer, against = dl.reveal_rows(batch)  # S3: the answer and the two other values
+    >>> against.shape[1]
+    2
+    """
     reveal = batch["reveal_mask"].clone()
     reveal[:, 0] = False
     tokens, answers = batch["tokens"], batch["answers"]
@@ -226,6 +237,12 @@ def logit_attribution(
     (batch, pos) bool mask, or (row, 2) pairs (batch, pos). answer: (N,) token ids, one per row; against:
     (N,) or (N, k) token ids (None: attribute the answer's logit itself). per_factor: split DeltaProduct
     heads by Householder factor.
+
+    >>> positions, answer, against = dl.reveal_rows(batch)
+    >>> _, cache = model.run_with_cache(batch["tokens"])
+    >>> result = dl.logit_attribution(model, cache, positions, answer, against)
+    >>> result.error < 1e-3                                # the components sum to the real logit difference
+    True
     """
     require_delta_rule(model, "mixer whose heads can be attributed")
     embed = cache["hook_embed"]
@@ -301,7 +318,13 @@ def logit_attribution(
 
 
 def dla_figure(result: LogitAttribution, title: str = "Direct logit attribution per head") -> go.Figure:
-    """Heatmap (layer x head) of the mean contribution of each head to the logit difference."""
+    """Heatmap (layer x head) of the mean contribution of each head to the logit difference.
+
+    >>> _, cache = model.run_with_cache(batch["tokens"])
+    >>> fig = dl.dla_figure(dl.logit_attribution(model, cache, *dl.reveal_rows(batch)))
+    >>> len(fig.data) > 0
+    True
+    """
     grid = result.head_grid().numpy()
     limit = float(abs(grid).max()) or 1.0
     fig = go.Figure(

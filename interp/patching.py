@@ -88,7 +88,13 @@ def _cache(model, tokens: torch.Tensor, names: set[str]) -> tuple[torch.Tensor, 
 
 @dataclass(repr=False)
 class PatchGrid(Summary):
-    """The metric of the corrupted run with each (layer, head[, position]) patched from the clean run."""
+    """The metric of the corrupted run with each (layer, head[, position]) patched from the clean run.
+
+    >>> import torch
+    >>> grid = dl.PatchGrid(torch.tensor([[0.0, 2.0]]), clean=2.0, corrupt=0.0, site="z", n_forwards=4)
+    >>> grid.normalised().tolist(), grid.top()
+    ([[0.0, 1.0]], (0, 1))
+    """
 
     values: torch.Tensor  # (L, H) or (L, H, T)
     clean: float  # metric of the clean run
@@ -140,10 +146,26 @@ def patch_heads(
     site: str = "z",
     per_position: bool = False,
     progress: bool = True,
+    on_head: Optional[Callable[[int, int], None]] = None,
 ) -> PatchGrid:
-    """Activation patching of every head (module docstring): metric of the corrupted run with that head's
-    hook_{site} (at one position, with per_position) from the clean run. clean, corrupt: batches or token
-    tensors of the same shape."""
+    """Activation patching of every head: for each (layer, head), the metric of the corrupted run with that
+    head's blocks.{layer}.attn.hook_{site} taken from the clean run (with per_position, at one position at
+    a time).
+
+    clean, corrupt: batch dicts (with "tokens") or token tensors of the same shape. metric: a function of
+    the logits (batch, pos, vocab) returning a scalar tensor, larger when the clean answer wins, e.g.
+    `reveal_metric(clean, corrupt)` (interp/trace_pairs.py: the clean-minus-corrupt answer logit
+    difference at the reveals). site: "z" everywhere; "beta", "state", "q", "k", "v" on the delta rule.
+    on_head(layer, head): called before each head's run (a progress bar). Returns a PatchGrid whose
+    `normalised()` is 0 where nothing is restored and 1 where the clean value is.
+
+    >>> import deltalens as dl
+    >>> model = dl.load("s3-deltanet-neg-statement")
+    >>> clean, corrupt = dl.trace_pair(model, 2, seed=0)
+    >>> grid = dl.patch_heads(model, clean, corrupt, dl.reveal_metric(clean, corrupt), progress=False)
+    >>> tuple(grid.values.shape)
+    (2, 4)
+    """
     _check_site(model, site)
     clean_t, corrupt_t = tokens_of(clean).to(_device(model)), tokens_of(corrupt).to(_device(model))
     if clean_t.shape != corrupt_t.shape:
@@ -165,6 +187,8 @@ def patch_heads(
             for pos in (range(T) if per_position else [None])
         ]
         for layer, head, pos in progress_bar(jobs, desc=f"patching hook_{site}", enabled=progress):
+            if on_head is not None and pos in (None, 0):
+                on_head(layer, head)
             src = source[_hook_name(layer, site)]
 
             def hook(act, hook, src=src, head=head, pos=pos):
@@ -194,7 +218,13 @@ def path_patch(
 ) -> Union[float, PatchGrid]:
     """The metric of the corrupted run when the sender's clean output reaches it only through the receiver
     head's `via` input (module docstring). sender None: a PatchGrid over every head of the earlier layers
-    (NaN from the receiver's layer on)."""
+    (NaN from the receiver's layer on).
+
+    >>> clean, corrupt = dl.trace_pair(model, 2)
+    >>> grid = dl.path_patch(model, clean, corrupt, dl.reveal_metric(clean, corrupt), None, (1, 0), "k", progress=False)
+    >>> tuple(grid.values.shape)                           # senders: every head before layer 1 (NaN after)
+    (2, 4)
+    """
     if via not in ("q", "k", "v", "beta"):
         raise DeltalensError(f"via must be 'q', 'k', 'v' or 'beta', got {via!r}.")
     _check_site(model, via, what="receiver input")
@@ -261,21 +291,41 @@ def path_patch(
     )
 
 
-def patch_grid_figure(grid: PatchGrid, normalise: bool = True, title: Optional[str] = None) -> go.Figure:
-    """Heatmap (layer x head) of a PatchGrid (positions summed), normalised to [0 = corrupt, 1 = clean]."""
+def patch_grid_figure(
+    grid: PatchGrid,
+    normalise: bool = True,
+    title: Optional[str] = None,
+    scale: Optional[tuple[float, float]] = None,
+    numbers: bool = False,
+) -> go.Figure:
+    """Heatmap (layer x head) of a PatchGrid (positions summed), normalised to [0 = corrupt, 1 = clean].
+
+    scale: the colour range (low, high); give two grids the same one to compare them by colour (by default
+    each grid spans its own values). numbers: write each cell's value in it.
+
+    >>> import torch, deltalens as dl
+    >>> grid = dl.PatchGrid(torch.tensor([[0.0, 2.0], [1.0, 0.0]]), clean=2.0, corrupt=0.0, site="z", n_forwards=6)
+    >>> fig = dl.patch_grid_figure(grid, scale=(-1, 1), numbers=True)
+    >>> fig.data[0].zmax, fig.data[0].z.tolist()
+    (1, [[0.0, 1.0], [0.5, 0.0]])
+    """
     if grid.values.ndim == 3:
         values = grid.per_head() / ((grid.clean - grid.corrupt) or 1.0) if normalise else grid.per_head()
     else:
         values = grid.normalised() if normalise else grid.values
     z = values.numpy()
+    colour = {"zmid": 0.0} if scale is None else {"zmin": scale[0], "zmax": scale[1]}
+    text = {"texttemplate": "%{z:.3f}", "textfont": {"size": 13}} if numbers else {}
     fig = go.Figure(
         go.Heatmap(
             z=z,
             x=[f"H{h}" for h in range(z.shape[1])],
             y=[f"L{layer}" for layer in range(z.shape[0])],
             colorscale="RdBu",
-            zmid=0.0,
             colorbar={"title": "restored" if normalise else "metric"},
+            hovertemplate="%{y}%{x}: %{z:.4f}<extra></extra>",
+            **colour,
+            **text,
         )
     )
     fig.update_layout(title=title or f"{grid.method}: hook_{grid.site}", xaxis_title="head", yaxis_title="layer")

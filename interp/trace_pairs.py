@@ -37,7 +37,12 @@ def _shift_line(line: str, n: int, shift: int) -> str:
 
 
 def relabel_values(batch: dict[str, torch.Tensor], tokenizer, group: str, action_set: str, shift: int = 1) -> dict:
-    """The corrupted twin of a batch of deterministic traces: values relabelled v -> v + shift (mod n)."""
+    """The corrupted twin of a batch of deterministic traces: values relabelled v -> v + shift (mod n).
+
+    >>> twin = dl.relabel_values(batch, model.tokenizer, "S3", "swaps")
+    >>> twin["tokens"].shape == batch["tokens"].shape
+    True
+    """
     n = int(batch["states"].shape[-1])
     if shift % n == 0:
         raise DeltalensError(f"a shift of {shift} maps every one of the {n} values to itself; use 1 .. {n - 1}.")
@@ -57,7 +62,12 @@ def trace_pair(
     model, n_traces: int = 16, seed: int = 0, shift: int = 1, actions: int | None = None, checkpoint=None
 ) -> tuple[dict, dict]:
     """(clean, corrupt) batches of a checkpoint's held-out traces (model.checkpoint, or `checkpoint`: an
-    opened Checkpoint), corrupt = relabelled; actions: per trace (default the checkpoint's eval length)."""
+    opened Checkpoint), corrupt = relabelled; actions: per trace (default the checkpoint's eval length).
+
+    >>> clean, corrupt = dl.trace_pair(model, 4, seed=0)   # corrupt: the same traces, values relabelled
+    >>> bool((clean["tokens"] != corrupt["tokens"]).any()), clean["tokens"].shape == corrupt["tokens"].shape
+    (True, True)
+    """
     checkpoint = checkpoint if checkpoint is not None else getattr(model, "checkpoint", None)
     if checkpoint is None:
         raise DeltalensError("this model has no checkpoint (and so no task); build the clean/corrupt batches yourself.")
@@ -73,7 +83,13 @@ def trace_pair(
 
 def reveal_metric(clean: dict, corrupt: dict, reduce: bool = True) -> Callable[[torch.Tensor], torch.Tensor]:
     """metric(logits (B, T, vocab)) -> mean logit[clean answer] - logit[corrupt answer] at the positions
-    that predict the reveals (per reveal with reduce=False)."""
+    that predict the reveals (per reveal with reduce=False).
+
+    >>> clean, corrupt = dl.trace_pair(model, 4)
+    >>> metric = dl.reveal_metric(clean, corrupt)
+    >>> float(metric(model(clean["tokens"]))) > 0 > float(metric(model(corrupt["tokens"])))
+    True
+    """
     reveal = clean["reveal_mask"].clone()
     reveal[:, 0] = False
     b, t = reveal.nonzero(as_tuple=True)

@@ -33,19 +33,17 @@ from typing import Any
 
 from deltalens.core.atomic import fsync_dir, replace_dir
 from deltalens.core.errors import DeltalensError, reporting_storage_failure
-from deltalens.models.architecture import is_delta_rule
-from deltalens.models.build import build, weight_bytes
+from deltalens.models.build import build
 from deltalens.models.io.deltalens_section import (
     EXTRA_KEYS,
     FORMAT_VERSION,
     SECTION,
     arch_of,
     explained_build_errors,
-    fla_build_config,
     make_section,
+    meta_of,
     read_config,
 )
-from deltalens.models.io.footprint import check_fits
 from deltalens.models.io.hf_folder import (
     CONFIG_NAME,
     WEIGHTS_NAME,
@@ -54,6 +52,8 @@ from deltalens.models.io.hf_folder import (
     load_weights,
     write_model_folder,
 )
+from deltalens.models.io.model_folder import ModelFolder, read_model_folder
+from deltalens.models.registry import _resolve, family
 
 __all__ = [
     "CONFIG_NAME",
@@ -141,47 +141,53 @@ def read_checkpoint_meta(path) -> dict[str, Any]:
     For a plain fla DeltaNet directory the section is synthesised: architecture "deltanet",
     model_config from its config.json, format_version None.
     """
+    if isinstance(path, ModelFolder):
+        return path.meta
     arch, model_config, section, _ = read_config(checked_dir(path) / CONFIG_NAME)
-    meta = {key: section.get(key) for key in ("format_version", *EXTRA_KEYS)}
-    meta.update({key: value for key, value in section.items() if key not in meta})
-    meta["architecture"] = arch
-    meta["model_config"] = model_config
-    return meta
+    return meta_of(arch, model_config, section)
 
 
-def load_checkpoint(path, **model_config_overrides: Any):
+def load_checkpoint(path, *, dtype=None, **model_config_overrides: Any):
     """Rebuild the model stored in checkpoint directory `path` and load its weights (in eval mode).
 
-    `model_config_overrides` replace entries of the stored model_config before the model is
-    built, e.g. `n_ctx=4096` to evaluate a rotary Transformer on longer traces. Overrides that
-    change a weight's shape fail with the shape-mismatch error.
+    `path`: a folder, or its reading (a ModelFolder, models/io/model_folder.py) when the caller has
+    read and checked it already, so config.json is not read again. `model_config_overrides` replace
+    entries of the stored model_config before the model is built, e.g. `n_ctx=4096` to evaluate a
+    rotary Transformer on longer traces. Overrides that change a weight's shape fail with the
+    shape-mismatch error. `dtype` (a torch floating dtype; None = fp32): the weights' dtype, set while the
+    model is still empty, so a bf16 file opened in bf16 is never held in fp32 (each tensor converted once).
     """
-    from deltalens.models.init_skipped import random_init_skipped  # imports torch: not for metadata reads
-
-    directory = checked_dir(path)
-    config_file = directory / CONFIG_NAME
-    arch, model_config, _, raw_config = read_config(config_file)
-    if is_delta_rule(arch):
-        model_config = fla_build_config(raw_config, arch)  # the top-level fla fields, the ones fla would load
-    model_config = {**model_config, **model_config_overrides}
-    with explained_build_errors(config_file, arch):
-        check_fits_in_memory(arch, model_config)  # before anything is allocated
-        with random_init_skipped():  # load_weights below sets every tensor
-            model = build(arch, **model_config)
+    folder = path if isinstance(path, ModelFolder) else read_model_folder(path)  # fields and memory checked
+    folder = folder.with_overrides(**model_config_overrides)
+    record = family(folder.arch)
+    if record.load is not None:  # a library's own files (transformers' production LMs): its reader
+        with explained_build_errors(folder.config_file, folder.arch):
+            config = record.make_config(folder.build_config)  # checked before any weight is read
+        return _resolve(record.load)(folder.path, config).eval()
+    with explained_build_errors(folder.config_file, folder.arch):
+        model = _built_for_weights(folder.arch, folder.build_config, dtype)
 
     described_by = CONFIG_NAME
     if model_config_overrides:
         described_by += " with " + ", ".join(f"{k}={v!r}" for k, v in model_config_overrides.items())
-    load_weights(model, arch, directory / WEIGHTS_NAME, described_by)
+    load_weights(model, folder.arch, folder.weights_file, described_by)
     model.eval()
-    return model
+    return model if dtype is None else model.to(dtype)  # a no-op where the build was cast already
 
 
-def check_fits_in_memory(arch: str, model_config: dict[str, Any]) -> None:
-    """Refuse a config whose weights exceed the memory budget: first by the bound counted from the
-    config alone (no torch module is built), then by the exact count of a model built on the meta device."""
-    check_fits(arch, model_config)
-    check_fits(arch, model_config, need=weight_bytes(arch, **model_config))
+def _built_for_weights(arch: str, build_config: dict[str, Any], dtype=None):
+    """The model with no memory for its weights (parameters on meta, nothing drawn, cast to `dtype` for
+    free): load_weights assigns the file's tensors. A family that derives a buffer from a parameter is
+    built on the CPU (and cast after loading: casting empty CPU weights would touch all their memory)."""
+    from deltalens.models.init_skipped import random_init_skipped  # imports torch: not for metadata reads
+    from deltalens.models.io.meta_build import meta_buffers, parameters_on_meta
+
+    with parameters_on_meta(), random_init_skipped():
+        model = build(arch, **build_config)
+    if not meta_buffers(model):
+        return model if dtype is None else model.to(dtype)
+    with random_init_skipped():  # load_weights below sets every parameter
+        return build(arch, **build_config)
 
 
 def read_config_json(path) -> dict[str, Any]:

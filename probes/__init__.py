@@ -11,6 +11,7 @@
     summary.py        every per-head measurement of a checkpoint in one table (`deltalens probe`)
     belief_decay.py   how the unnormalised belief mass of a linear filter decays (PFSA-SR)
     automaton.py      a head's states clustered into an automaton, compared with the group's Cayley graph
+    automaton_graph.py  its transition table minimised (Moore) and matched against the Cayley graph
 
 Each returns a dataclass of pandas frames, with the plotly figure for it in the same module.
 """

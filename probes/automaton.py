@@ -43,15 +43,31 @@ import torch
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import Capture
+from deltalens.probes.automaton_graph import (
+    _apply,
+    _closure,
+    _isomorphic,
+    _minimised,
+    _permutation_of_actions,
+    _transitions,
+)
 from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = ["Automaton", "extract_automaton", "centroid_intervention", "automaton_figure"]
 
+MAX_CLUSTERS = 1024  # the most clusters tried: k-means' cost grows with k
 CANDIDATES = (2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 20, 24, 30, 32, 40, 48, 60, 64, 90, 96, 120, 128, 160, 240)
 
 
 @dataclass(repr=False)
 class Automaton(Summary):
+    """The automaton one head's states form (module docstring), and how it compares with the Cayley graph.
+
+    >>> automaton = dl.extract_automaton(cap, 0, 3)
+    >>> isinstance(automaton, dl.Automaton), automaton.isomorphic
+    (True, True)
+    """
+
     layer: int
     head: int
     k: int  # clusters chosen
@@ -78,6 +94,22 @@ class Automaton(Summary):
             f"{verdict} the Cayley graph ({self.n_arrangements} arrangements, {len(self.actions)} actions); "
             f"{self.agreement:.1%} of transitions agree, determinism {self.determinism:.1%}, purity {self.purity:.1%}"
             f" (states read {self.extra.get('delay', 0)} token(s) after each action)"
+        )
+
+    def tracks(self) -> bool:
+        """Whether the head's states track what its traces do: at least two states after minimisation, and
+        clusters at least half pure (most states in a cluster hold its arrangement)."""
+        return self.n_states >= 2 and self.purity >= 0.5
+
+    def verdict(self) -> str:
+        """One sentence: what the automaton shows, or why there is no automaton to draw."""
+        if self.tracks():
+            return self.title()
+        return (
+            f"L{self.layer}H{self.head} does not track the arrangement: its states minimise to "
+            f"{self.n_states} state{'s' if self.n_states != 1 else ''} for {self.n_arrangements} arrangements "
+            f"(clusters {self.purity:.0%} pure), so there is no automaton to draw; pick a tracking head "
+            "(the attribution ranking's top one, or the Heads page's)."
         )
 
     def display_frame(self) -> pd.DataFrame:
@@ -162,80 +194,124 @@ def _class_mean_accuracy(X: np.ndarray, truth: list, train: list[int], test: lis
     return float(np.mean([classes[j] == truth[i] for i, j in zip(test, d.argmin(1))]))
 
 
-def _permutation_of_actions(cap: Capture, sequences: list[list[int]]) -> dict[int, tuple[int, ...]]:
-    """action perm id -> sigma with after[i] = before[sigma[i]], read off the true states."""
-    states, perm = cap.states.numpy(), cap.labels["perm_id"].numpy()
-    sigma: dict[int, tuple[int, ...]] = {}
+def _check_choices(held_out, candidates) -> None:
+    """held_out a fraction strictly between 0 and 1; candidates whole numbers of clusters from 2 (bounded)."""
+    if isinstance(held_out, bool) or not isinstance(held_out, (int, float)) or not 0 < held_out < 1:
+        raise DeltalensError(f"held_out is the fraction of traces held out, strictly between 0 and 1, got {held_out!r}")
+    if candidates is None:
+        return
+    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence) or not candidates:
+        raise DeltalensError(f"candidates must be a list of cluster counts (e.g. [6, 12]), got {candidates!r}")
+    for k in candidates:
+        if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= MAX_CLUSTERS:
+            raise DeltalensError(
+                f"candidates are numbers of clusters, whole numbers from 2 to {MAX_CLUSTERS}; got {k!r} in "
+                f"{list(candidates)}"
+            )
+
+
+def _head_states(cap: Capture, layer: int, head: int, label: str, delay) -> torch.Tensor:
+    """The layer's captured states (N, H, d_k, d_v), after checking the arguments that name them."""
+    if label not in ("auto", "arrangement", "product"):
+        raise DeltalensError(f"label must be 'auto', 'arrangement' or 'product', got {label!r}.")
+    name = f"blocks.{layer}.attn.hook_state"
+    if name not in cap:
+        raise DeltalensError(f"the capture has no {name}; capture names=('state',) first.")
+    S = cap[name]
+    if not 0 <= head < S.shape[1]:
+        raise DeltalensError(f"head {head} is out of range: the layer has {S.shape[1]} heads.")
+    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= 8):
+        raise DeltalensError(f"delay must be a whole number of tokens from 0 to 8 (or None to choose), got {delay!r}.")
+    return S
+
+
+def _trace_split(cap: Capture, all_sequences: list[list[int]], held_out: float, seed: int):
+    """A function: sequences -> (fitted rows, held-out rows), holding out a fixed random part of the traces."""
+    traces = sorted({int(cap.labels["trace"][rows[0]]) for rows in all_sequences})
+    if len(traces) < 2:
+        raise DeltalensError(
+            f"the capture has {len(traces)} trace with actions; at least 2 are needed (some to fit, some held out)"
+        )
+    rng = np.random.default_rng(seed)
+    n_test = min(max(1, int(round(held_out * len(traces)))), len(traces) - 1)  # one trace at least on each side
+    test_traces = set(rng.choice(traces, size=n_test, replace=False).tolist())
+
+    def split(sequences):
+        train = [i for rows in sequences if int(cap.labels["trace"][rows[0]]) not in test_traces for i in rows]
+        test = [i for rows in sequences if int(cap.labels["trace"][rows[0]]) in test_traces for i in rows]
+        return train, test
+
+    return split
+
+
+def _read_at(flat: np.ndarray, read: dict[int, int]) -> np.ndarray:
+    """Row i holds the state of row read[i] (zeros elsewhere)."""
+    X = np.zeros_like(flat)
+    X[list(read)] = flat[list(read.values())]
+    return X
+
+
+def _choose_delay(cap, all_sequences, flat, arrangement, split, delay):
+    """(delay, delay -> held-out nearest-class-mean accuracy): the given delay, else the best of 0 .. 3."""
+    separation = {}
+    for d in [delay] if delay is not None else range(4):
+        sequences, read = _delayed(cap, all_sequences, d)
+        train_rows, test_rows = split(sequences)
+        if train_rows and len(test_rows) >= 3:
+            separation[d] = _class_mean_accuracy(_read_at(flat, read), arrangement, train_rows, test_rows)
+    if not separation:
+        raise DeltalensError("too few traces to hold some out for choosing the number of clusters; capture more.")
+    return max(separation, key=lambda d: (round(separation[d], 3), -d)), separation
+
+
+def _products(sequences: list[list[int]], arrangement: dict) -> dict:
+    """row -> position permutation pi_t with s_t[i] = s_start[pi_t[i]] (the product since the trace's start)."""
+    product = {}
     for rows in sequences:
-        for prev, cur in zip(rows, rows[1:]):
-            a = int(perm[cur])
-            if a not in sigma:
-                before, after = list(states[prev]), list(states[cur])
-                sigma[a] = tuple(before.index(x) for x in after)
-    return sigma
+        start = list(arrangement[rows[0]])
+        for i in rows:
+            product[i] = tuple(start.index(x) for x in arrangement[i])
+    return product
 
 
-def _apply(state: tuple[int, ...], sigma: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(state[j] for j in sigma)
+def _clusters(X, sequences, train_rows, test_rows, arrangement, candidates, seed):
+    """(silhouette per k, chosen k, k-means on every row, row -> cluster): k by the held-out silhouette."""
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import silhouette_score
+
+    distinct = len({arrangement[i] for i in train_rows})
+    most = min(len(train_rows) - 1, max(2 * distinct, 12))
+    asked = list(candidates or CANDIDATES)
+    candidates = [k for k in asked if 2 <= k <= most]
+    if not candidates:
+        raise DeltalensError(
+            f"none of the candidate cluster counts {asked} fits these states: with {len(train_rows)} fitted rows of "
+            f"{distinct} arrangements the counts tried must lie from 2 to {most}"
+        )
+    scores = {}
+    with warnings.catch_warnings():  # k above the number of distinct states warns; such a k scores low anyway
+        warnings.filterwarnings("ignore", message="Number of distinct clusters")
+        for k in candidates:
+            km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(X[train_rows])
+            assigned = km.predict(X[test_rows])
+            if len(set(assigned.tolist())) < 2 or len(set(assigned.tolist())) >= len(test_rows):
+                continue
+            scores[k] = float(silhouette_score(X[test_rows], assigned))
+    if not scores:
+        raise DeltalensError("no candidate number of clusters splits the held-out states; capture more traces.")
+    k = max(scores, key=lambda kk: (round(scores[kk], 3), -kk))
+    every = [i for rows in sequences for i in rows]
+    km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(X[every])
+    return scores, k, km, {i: int(c) for i, c in zip(every, km.predict(X[every]))}
 
 
-def _moore(n: int, labels: list, delta: dict[tuple[int, int], int], actions: list[int]) -> list[int]:
-    """Partition refinement: state -> block, two states in one block iff same label and same block-successors."""
-    block = {lab: i for i, lab in enumerate(dict.fromkeys(labels))}
-    part = [block[lab] for lab in labels]
-    while True:
-        signature = [
-            (part[s], tuple(part[delta[(s, a)]] if (s, a) in delta else -1 for a in actions)) for s in range(n)
-        ]
-        ids = {sig: i for i, sig in enumerate(dict.fromkeys(signature))}
-        new = [ids[sig] for sig in signature]
-        if len(set(new)) == len(set(part)):
-            return new
-        part = new
-
-
-def _isomorphic(n: int, delta: dict[tuple[int, int], int], vertices: set, sigma: dict, actions: list[int]) -> bool:
-    """Is there a bijection of the n states onto `vertices` carrying every transition onto a Cayley edge?"""
-    if n != len(vertices):
-        return False
-    for a in actions:  # a complete table, as the Cayley graph has
-        if any((s, a) not in delta for s in range(n)):
-            return False
-    adjacency = defaultdict(list)
-    for (s, a), t in delta.items():
-        adjacency[s].append((a, t))
-        adjacency[t].append((-1 - a, s))  # reverse edges, to reach every state of a component
-    unmapped, image = set(range(n)), {}
-    used: set = set()
-    while unmapped:
-        root = min(unmapped)
-        for g in sorted(vertices - used):
-            trial, ok, stack = {root: g}, True, [root]
-            while stack and ok:
-                s = stack.pop()
-                for a, t in adjacency[s]:
-                    if a >= 0:
-                        target = _apply(trial[s], sigma[a])
-                    else:  # t -a-> s: trial[t] must map onto trial[s] under action a
-                        inv = sigma[-1 - a]
-                        target = tuple(trial[s][inv.index(i)] for i in range(len(inv)))
-                    if t in trial:
-                        ok = trial[t] == target
-                    elif target in used or target in trial.values():
-                        ok = False
-                    else:
-                        trial[t] = target
-                        stack.append(t)
-                    if not ok:
-                        break
-            if ok:
-                image.update(trial)
-                used |= set(trial.values())
-                unmapped -= set(trial)
-                break
-        else:
-            return False
-    return len(used) == len(vertices)
+def _purity(cluster: dict[int, int], truth: dict, k: int) -> tuple[float, list]:
+    """(fraction of rows whose cluster's majority label is theirs, each cluster's majority label)."""
+    members = defaultdict(list)
+    for i, c in cluster.items():
+        members[c].append(truth[i])
+    majority = [Counter(members[c]).most_common(1)[0][0] if members[c] else () for c in range(k)]
+    return sum(Counter(members[c]).most_common(1)[0][1] for c in members) / len(cluster), majority
 
 
 def extract_automaton(
@@ -255,115 +331,35 @@ def extract_automaton(
     label: what a state is compared with. "arrangement": the values the variables hold; "product": the
     permutation applied since the trace's start (the group element: a head that tracks the product of the
     actions and leaves the initial values to another component); "auto": whichever the clusters are purer in.
-    """
-    if label not in ("auto", "arrangement", "product"):
-        raise DeltalensError(f"label must be 'auto', 'arrangement' or 'product', got {label!r}.")
-    from sklearn.cluster import KMeans
-    from sklearn.metrics import silhouette_score
 
-    name = f"blocks.{layer}.attn.hook_state"
-    if name not in cap:
-        raise DeltalensError(f"the capture has no {name}; capture names=('state',) first.")
-    S = cap[name]
-    if not 0 <= head < S.shape[1]:
-        raise DeltalensError(f"head {head} is out of range: the layer has {S.shape[1]} heads.")
-    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= 8):
-        raise DeltalensError(f"delay must be a whole number of tokens from 0 to 8 (or None to choose), got {delay!r}.")
+    >>> automaton = dl.extract_automaton(cap, 0, 3)        # cap holds hook_state
+    >>> automaton.tracks(), automaton.n_states
+    (True, 6)
+    """
+    S = _head_states(cap, layer, head, label, delay)
+    _check_choices(held_out, candidates)
     all_sequences = _action_rows(cap)
     if not all_sequences:
         raise DeltalensError("the captured traces have no actions after their initialisation, so no transitions.")
     flat = S[:, head].reshape(len(S), -1).double().numpy()
-    traces = sorted({int(cap.labels["trace"][rows[0]]) for rows in all_sequences})
-    rng = np.random.default_rng(seed)
-    test_traces = set(rng.choice(traces, size=max(1, int(round(held_out * len(traces)))), replace=False).tolist())
+    split = _trace_split(cap, all_sequences, held_out, seed)
     true = cap.states.numpy()
     arrangement = {i: tuple(int(x) for x in true[i]) for rows in all_sequences for i in rows}
-
-    def split(sequences):
-        train = [i for rows in sequences if int(cap.labels["trace"][rows[0]]) not in test_traces for i in rows]
-        test = [i for rows in sequences if int(cap.labels["trace"][rows[0]]) in test_traces for i in rows]
-        return train, test
-
-    separation = {}
-    for d in [delay] if delay is not None else range(4):
-        sequences, read = _delayed(cap, all_sequences, d)
-        train_rows, test_rows = split(sequences)
-        if train_rows and len(test_rows) >= 3:
-            X = np.zeros_like(flat)
-            X[list(read)] = flat[list(read.values())]
-            separation[d] = _class_mean_accuracy(X, arrangement, train_rows, test_rows)
-    if not separation:
-        raise DeltalensError("too few traces to hold some out for choosing the number of clusters; capture more.")
-    delay = max(separation, key=lambda d: (round(separation[d], 3), -d))
+    delay, separation = _choose_delay(cap, all_sequences, flat, arrangement, split, delay)
     sequences, read = _delayed(cap, all_sequences, delay)
     train_rows, test_rows = split(sequences)
-    X = np.zeros_like(flat)  # row i: the state that action i's row is read at (i + delay)
-    X[list(read)] = flat[list(read.values())]
-    product = {}
-    for rows in sequences:  # position permutation pi_t with s_t[i] = s_start[pi_t[i]]
-        start = list(arrangement[rows[0]])
-        for i in rows:
-            product[i] = tuple(start.index(x) for x in arrangement[i])
-    distinct = len({arrangement[i] for i in train_rows})
-    candidates = [k for k in (candidates or CANDIDATES) if 2 <= k <= min(len(train_rows) - 1, max(2 * distinct, 12))]
-    scores, fits = {}, {}
-    with warnings.catch_warnings():  # k above the number of distinct states warns; such a k scores low anyway
-        warnings.filterwarnings("ignore", message="Number of distinct clusters")
-        for k in candidates:
-            km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(X[train_rows])
-            assigned = km.predict(X[test_rows])
-            if len(set(assigned.tolist())) < 2 or len(set(assigned.tolist())) >= len(test_rows):
-                continue
-            scores[k] = float(silhouette_score(X[test_rows], assigned))
-            fits[k] = km
-    if not scores:
-        raise DeltalensError("no candidate number of clusters splits the held-out states; capture more traces.")
-    k = max(scores, key=lambda kk: (round(scores[kk], 3), -kk))
-    km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(X[[i for rows in sequences for i in rows]])
-    cluster = {
-        i: int(c)
-        for i, c in zip([i for rows in sequences for i in rows], km.predict(X[[i for rows in sequences for i in rows]]))
-    }
-
-    def purity_of(truth: dict) -> tuple[float, list]:
-        members = defaultdict(list)
-        for i, c in cluster.items():
-            members[c].append(truth[i])
-        majority = [Counter(members[c]).most_common(1)[0][0] if members[c] else () for c in range(k)]
-        return sum(Counter(members[c]).most_common(1)[0][1] for c in members) / len(cluster), majority
-
-    purities = {"arrangement": purity_of(arrangement), "product": purity_of(product)}
+    X = _read_at(flat, read)  # row i: the state that action i's row is read at (i + delay)
+    scores, k, km, cluster = _clusters(X, sequences, train_rows, test_rows, arrangement, candidates, seed)
+    product = _products(sequences, arrangement)
+    purities = {"arrangement": _purity(cluster, arrangement, k), "product": _purity(cluster, product, k)}
     chosen = max(purities, key=lambda key: purities[key][0]) if label == "auto" else label
     purity, cluster_labels = purities[chosen]
     truth = arrangement if chosen == "arrangement" else product
 
-    perm = cap.labels["perm_id"].numpy()
-    observed = defaultdict(Counter)
-    for rows in sequences:
-        for prev, cur in zip(rows, rows[1:]):
-            observed[(cluster[prev], int(perm[cur]))][cluster[cur]] += 1
-    table = {key: counts.most_common(1)[0][0] for key, counts in observed.items()}
-    total = sum(sum(c.values()) for c in observed.values())
-    determinism = sum(c.most_common(1)[0][1] for c in observed.values()) / total
-    actions = sorted({a for _, a in table})
-
-    part = _moore(k, cluster_labels, table, actions)
-    n_states = len(set(part))
-    delta = {(part[s], a): part[t] for (s, a), t in table.items()}
-    labels = [()] * n_states
-    for c in range(k):
-        labels[part[c]] = cluster_labels[c]
-
+    table, determinism, actions = _transitions(cap, cluster, sequences)
+    part, n_states, delta, labels = _minimised(k, cluster_labels, table, actions)
     sigma = _permutation_of_actions(cap, sequences)
-    vertices = {truth[i] for i in cluster}
-    frontier = list(vertices)
-    while frontier:  # closure under the actions used
-        g = frontier.pop()
-        for a in actions:
-            h = _apply(g, sigma[a])
-            if h not in vertices:
-                vertices.add(h)
-                frontier.append(h)
+    vertices = _closure({truth[i] for i in cluster}, actions, sigma)  # closed under the actions used
     agree = sum(_apply(labels[s], sigma[a]) == labels[t] for (s, a), t in delta.items())
     d_k, d_v = S.shape[-2:]
     return Automaton(
@@ -397,7 +393,12 @@ def extract_automaton(
 @torch.no_grad()
 def centroid_intervention(model, batch: dict, automaton: Automaton, max_cases: int = 64, seed: int = 0) -> dict:
     """Move the head's state at the last action before a reveal to another cluster's centroid; the fraction of
-    reveals whose prediction becomes that cluster's value (and, as a control, stays right without the move)."""
+    reveals whose prediction becomes that cluster's value (and, as a control, stays right without the move).
+
+    >>> result = dl.centroid_intervention(model, batch, dl.extract_automaton(cap, 0, 3), max_cases=8)
+    >>> isinstance(result, dict)
+    True
+    """
     from deltalens.interp.interventions import patch_state
 
     tokenizer = getattr(model, "tokenizer", None)
@@ -442,7 +443,12 @@ def centroid_intervention(model, batch: dict, automaton: Automaton, max_cases: i
 
 
 def automaton_figure(automaton: Automaton, title: Optional[str] = None) -> go.Figure:
-    """The minimised automaton drawn as a graph: states on a circle, labelled by arrangement, edges by action."""
+    """The minimised automaton drawn as a graph: states on a circle, labelled by arrangement, edges by action.
+
+    >>> fig = dl.automaton_figure(dl.extract_automaton(cap, 0, 3))
+    >>> fig.data[-1].name
+    'states'
+    """
     n = automaton.n_states
     angle = np.linspace(0, 2 * np.pi, n, endpoint=False)
     x, y = np.cos(angle), np.sin(angle)

@@ -116,7 +116,12 @@ def transition_products(beta: torch.Tensor, k: torch.Tensor, group: torch.Tensor
 
 @dataclass(repr=False)
 class EigenvalueReport(Summary):
-    """Beta and transition eigenvalues per layer and head (see the module docstring)."""
+    """Beta and transition eigenvalues per layer and head (see the module docstring).
+
+    >>> report = dl.eigenvalue_report(cap)
+    >>> isinstance(report, dl.EigenvalueReport)
+    True
+    """
 
     tokens: pd.DataFrame  # one row per (token, layer, head): trace, position, kind, layer, head, beta, eigenvalue
     by_kind: pd.DataFrame  # per (layer, head, kind): n, mean_beta, mean_eigenvalue, neg_fraction, reflection_fraction
@@ -241,7 +246,12 @@ def _with_product_stats(heads: pd.DataFrame, products: pd.DataFrame) -> pd.DataF
 def eigenvalue_report(
     source, batch=None, threshold: float = REFLECTION_THRESHOLD, trivial_tol: float = 1e-4
 ) -> EigenvalueReport:
-    """Beta and eigenvalue statistics of every head; `source` is a Capture (with NAMES) or a model + batch."""
+    """Beta and eigenvalue statistics of every head; `source` is a Capture (with NAMES) or a model + batch.
+
+    >>> report = dl.eigenvalue_report(cap)                 # cap holds beta and k
+    >>> report.tracking_head()
+    (0, 3)
+    """
     cap = delta_rule_capture(source, batch, NAMES)
     for name in [f"blocks.{l}.attn.hook_{x}" for l in range(cap.n_layers) for x in NAMES]:
         if name not in cap:
@@ -347,7 +357,12 @@ def _products(cap, threshold: float, trivial_tol: float) -> tuple[pd.DataFrame, 
 
 
 def beta_heatmap(report: EigenvalueReport, column: str = "mean_beta_action"):
-    """Layer x head heatmap of one column of `report.heads` (default: mean beta on action tokens)."""
+    """Layer x head heatmap of one column of `report.heads` (default: mean beta on action tokens).
+
+    >>> fig = dl.beta_heatmap(dl.eigenvalue_report(cap))
+    >>> fig.data[0].type
+    'heatmap'
+    """
     grid = report.heads.pivot(index="layer", columns="head", values=column)
     fig = go.Figure(
         go.Heatmap(
@@ -388,7 +403,12 @@ def beta_kind_heatmap(report: EigenvalueReport, value: str = "mean_beta"):
 def eigenvalue_histogram(
     report: EigenvalueReport, layer: int | None = None, head: int | None = None, value: str = "eigenvalue"
 ):
-    """Histogram of one head's eigenvalues (or betas), one colour per token kind; default: the tracking head."""
+    """Histogram of one head's eigenvalues (or betas), one colour per token kind; default: the tracking head.
+
+    >>> fig = dl.eigenvalue_histogram(dl.eigenvalue_report(cap), layer=0, head=3)
+    >>> len(fig.data) > 0
+    True
+    """
     if layer is None or head is None:
         layer, head = report.tracking_head()
     rows = report.tokens[(report.tokens["layer"] == layer) & (report.tokens["head"] == head)]
@@ -409,7 +429,12 @@ def eigenvalue_histogram(
 
 
 def product_eigenvalue_figure(report: EigenvalueReport, layer: int | None = None, head: int | None = None):
-    """Non-trivial eigenvalues of the per-action transition products in the complex plane."""
+    """Non-trivial eigenvalues of the per-action transition products in the complex plane.
+
+    >>> fig = dl.product_eigenvalue_figure(dl.eigenvalue_report(cap), layer=0, head=3)
+    >>> len(fig.data) > 0
+    True
+    """
     if layer is None or head is None:
         layer, head = report.tracking_head()
     rows = report.product_eigenvalues

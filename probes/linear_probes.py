@@ -53,7 +53,12 @@ SITES = ("resid", "state")
 
 @dataclass(repr=False)
 class ProbeReport(Summary):
-    """One row per (site, variable): test accuracy of the probe and of its shuffled-label control."""
+    """One row per (site, variable): test accuracy of the probe and of its shuffled-label control.
+
+    >>> report = dl.linear_probes(cap, sites=("resid",))
+    >>> "accuracy" in report.results.columns
+    True
+    """
 
     results: (
         pd.DataFrame
@@ -112,7 +117,7 @@ def probe_sites(source, sites: Sequence[str] = SITES) -> list[tuple[str, str, in
         arch, n_layers, n_heads = source.arch, source.n_layers, source.n_heads
     else:
         arch, n_layers, n_heads = architecture_of(source), n_layers_of(source), n_heads_of(source)
-    out = []
+    out: list[tuple[str, str, int, int | None, str]] = []
     if "resid" in sites:
         site = "hook_hidden" if arch == "lstm" else "hook_resid_post"
         out.append(("embed", "resid", -1, None, "hook_embed"))
@@ -235,6 +240,10 @@ def linear_probes(
     max_tokens: at most this many training (and test) tokens, drawn at random.
     source: a model with `batch`, or a Capture holding the sites' hooks ('resid', 'state').
     Works on every architecture: residual sites everywhere, state sites on DeltaNet.
+
+    >>> report = dl.linear_probes(cap)                     # cap holds resid and state
+    >>> isinstance(report, dl.ProbeReport)
+    True
     """
     if not 0 < test_fraction < 1:
         raise DeltalensError(f"test_fraction must be between 0 and 1, got {test_fraction!r}.")
@@ -284,7 +293,12 @@ def linear_probes(
 
 def probe_accuracy_figure(report: ProbeReport):
     """Probe accuracy (and shuffled-label control) per site and target: residual stream by depth, then each
-    head's state."""
+    head's state.
+
+    >>> fig = dl.probe_accuracy_figure(dl.linear_probes(cap, sites=("resid",)))
+    >>> len(fig.data) > 0
+    True
+    """
     summary = report.summary()
     fig = go.Figure()
     for target, part in summary.groupby("target", sort=False):

@@ -123,6 +123,58 @@ def _span_actions(cap, group: torch.Tensor) -> dict[int, tuple[tuple[int, ...], 
     return {g: tuple(v) for g, v in out.items()}
 
 
+@dataclass(frozen=True)
+class _Spans:
+    """One layer's spans: each one's element index, whether it is fitted (else held out), cycle type, actions."""
+
+    index: np.ndarray
+    fit: np.ndarray
+    types: np.ndarray
+    inside: list
+
+
+def _rep_rows(P, rep, spans: _Spans, needs: dict, needs_of: dict, accuracy_threshold: float, residual_threshold: float):
+    """One head under one representation: its summary row, a row per held-out product, a row per cycle type."""
+    a, b = (fit_representation(P, rep, inverse, spans.index, spans.fit) for inverse in (False, True))
+    best = a if a.fit_residual <= b.fit_residual else b
+    right, held, types = best.decoded == spans.index, ~spans.fit, spans.types
+    accuracy = float(right[held].mean()) if held.any() else float("nan")
+    summary = {
+        "dim": rep.dim,
+        "max_reflections": max(needs.values()),
+        "acts_as": "g^-1" if best.inverse else "g",
+        "fit_residual": best.fit_residual,
+        "heldout_residual": best.heldout_residual,
+        "decoded_accuracy": accuracy,
+        "applies": bool(accuracy >= accuracy_threshold and best.heldout_residual <= residual_threshold),
+        "n_products": int(held.sum()),
+    }
+    most = [max((needs_of[a] for a in acts), default=0) for acts in spans.inside]
+    products = [
+        {
+            "cycle_type": types[i],
+            "actions": len(spans.inside[i]),
+            "most_reflections_of_an_action": most[i],
+            "right": bool(right[i]),
+            "residual": float(best.residual[i]),
+        }
+        for i in np.flatnonzero(held)
+    ]
+    by_type = []
+    for kind in sorted(set(types[held])):
+        chosen = held & (types == kind)
+        by_type.append(
+            {
+                "cycle_type": kind,
+                "reflections": needs.get(kind),
+                "decoded_accuracy": float(right[chosen].mean()),
+                "median_residual": float(np.median(best.residual[chosen])),
+                "n": int(chosen.sum()),
+            }
+        )
+    return summary, products, by_type
+
+
 @torch.no_grad()
 def representation_report(
     source,
@@ -155,58 +207,18 @@ def representation_report(
         types = np.array(["+".join(map(str, cycle_type(p))) for p in perms])
         fit = np.array([int(cap.labels["trace"][r]) % 2 == 0 for r in rows])
         index = np.array([where[tuple(p)] for p in perms])
-        held = ~fit
         inside = [contents.get(int(g), ()) for g in gids.tolist()]  # the actions of each span
+        spans = _Spans(index, fit, types, inside)
         for head in range(P_all.shape[1]):
             P = P_all[:, head].numpy()
             for rep in reps:
-                a, b = (fit_representation(P, rep, inverse, index, fit) for inverse in (False, True))
-                best = a if a.fit_residual <= b.fit_residual else b
-                right = best.decoded == index
-                accuracy = float(right[held].mean()) if held.any() else float("nan")
-                head_rows.append(
-                    {
-                        "layer": layer,
-                        "head": head,
-                        "rep": rep.name,
-                        "dim": rep.dim,
-                        "max_reflections": max(needs[rep.name].values()),
-                        "acts_as": "g^-1" if best.inverse else "g",
-                        "fit_residual": best.fit_residual,
-                        "heldout_residual": best.heldout_residual,
-                        "decoded_accuracy": accuracy,
-                        "applies": bool(accuracy >= accuracy_threshold and best.heldout_residual <= residual_threshold),
-                        "n_products": int(held.sum()),
-                    }
+                heads, products, by_type = _rep_rows(
+                    P, rep, spans, needs[rep.name], needs_of[rep.name], accuracy_threshold, residual_threshold
                 )
-                most = [max((needs_of[rep.name][a] for a in acts), default=0) for acts in inside]
-                for i in np.flatnonzero(held):
-                    product_rows.append(
-                        {
-                            "layer": layer,
-                            "head": head,
-                            "rep": rep.name,
-                            "cycle_type": types[i],
-                            "actions": len(inside[i]),
-                            "most_reflections_of_an_action": most[i],
-                            "right": bool(right[i]),
-                            "residual": float(best.residual[i]),
-                        }
-                    )
-                for kind in sorted(set(types[held])):
-                    chosen = held & (types == kind)
-                    type_rows.append(
-                        {
-                            "layer": layer,
-                            "head": head,
-                            "rep": rep.name,
-                            "cycle_type": kind,
-                            "reflections": needs[rep.name].get(kind),
-                            "decoded_accuracy": float(right[chosen].mean()),
-                            "median_residual": float(np.median(best.residual[chosen])),
-                            "n": int(chosen.sum()),
-                        }
-                    )
+                at = {"layer": layer, "head": head, "rep": rep.name}
+                head_rows.append({**at, **heads})
+                product_rows += [{**at, **row} for row in products]
+                type_rows += [{**at, **row} for row in by_type]
     return RepresentationReport(
         heads=pd.DataFrame(head_rows),
         by_type=pd.DataFrame(type_rows),

@@ -102,7 +102,12 @@ TIE = 1e-3  # fitting residuals closer than this count as equal when picking a h
 
 @dataclass(repr=False)
 class ProductReport(Summary):
-    """Per head: does the per-token product of reflections apply the action's permutation?"""
+    """Per head: does the per-token product of reflections apply the action's permutation?
+
+    >>> report = dl.product_report(cap)
+    >>> report.n_vars, report.group_order
+    (3, 6)
+    """
 
     heads: pd.DataFrame  # per (layer, head): the best-fitting irrep, residuals, decoded accuracy, verdict
     actions: pd.DataFrame  # per (layer, head, action): perm, cycle types, held-out decoding
@@ -345,6 +350,10 @@ def product_report(
     Up to `max_actions` products are used (a random subset, `seed`); even-numbered traces fit the
     intertwiners, odd-numbered ones are decoded. Every non-trivial irreducible representation of
     the group the permutations generate is tried (`irreps`), in both orientations.
+
+    >>> report = dl.product_report(cap)                    # per action token: is the head's product a permutation?
+    >>> isinstance(report, dl.ProductReport)
+    True
     """
     if span not in SPANS:
         raise DeltalensError(f"span must be one of {', '.join(SPANS)}; got {span!r}.")
@@ -384,7 +393,12 @@ def product_report(
 
 
 def product_decoding_figure(report: ProductReport, layer: int | None = None, head: int | None = None):
-    """Held-out actions of one head: true cycle type vs the cycle type read off P_t's spectrum."""
+    """Held-out actions of one head: true cycle type vs the cycle type read off P_t's spectrum.
+
+    >>> fig = dl.product_decoding_figure(dl.product_report(cap))
+    >>> len(fig.data) > 0
+    True
+    """
     if layer is None or head is None:
         layer, head = report.tracking_head()
     rows = report.actions[(report.actions["layer"] == layer) & (report.actions["head"] == head)]

@@ -91,7 +91,12 @@ def numerical_rank(x: torch.Tensor, rtol: float = KEY_RTOL) -> tuple[int, int, i
 
 @dataclass(repr=False)
 class SubspaceReport(Summary):
-    """Per-head state dimensionality (see the module docstring)."""
+    """Per-head state dimensionality (see the module docstring).
+
+    >>> report = dl.subspace_report(cap)
+    >>> set(["layer", "head"]) <= set(report.heads.columns)
+    True
+    """
 
     heads: (
         pd.DataFrame
@@ -163,6 +168,10 @@ def subspace_report(
     source: a Capture with hook_state and hook_k (NAMES), or a model with `batch`.
     kinds: TokenKind(s) whose states enter effective rank and PCA (None: every real token).
     max_tokens: PCA runs on at most this many tokens, drawn at random with `seed`.
+
+    >>> report = dl.subspace_report(cap)                   # cap holds hook_state
+    >>> isinstance(report, dl.SubspaceReport)
+    True
     """
     cap = delta_rule_capture(source, batch, NAMES)
     for name in [f"blocks.{l}.attn.hook_{x}" for l in range(cap.n_layers) for x in NAMES]:
@@ -208,7 +217,12 @@ def subspace_report(
 
 
 def singular_value_figure(report: SubspaceReport, which: str = "state", log: bool = True):
-    """Mean normalised singular values sigma_i / sigma_1 of every head's state (or action keys)."""
+    """Mean normalised singular values sigma_i / sigma_1 of every head's state (or action keys).
+
+    >>> fig = dl.singular_value_figure(dl.subspace_report(cap))
+    >>> len(fig.data) > 0
+    True
+    """
     frame = report.spectra if which == "state" else report.key_spectra
     fig = go.Figure()
     for (l, h), part in frame.groupby(["layer", "head"]):
@@ -226,7 +240,12 @@ def singular_value_figure(report: SubspaceReport, which: str = "state", log: boo
 
 
 def pca_figure(report: SubspaceReport):
-    """Cumulative explained variance of the flattened states, one line per head."""
+    """Cumulative explained variance of the flattened states, one line per head.
+
+    >>> fig = dl.pca_figure(dl.subspace_report(cap))
+    >>> len(fig.data) > 0
+    True
+    """
     fig = go.Figure()
     for (l, h), part in report.pca.groupby(["layer", "head"]):
         fig.add_trace(go.Scatter(x=part["component"], y=part["cumulative"], mode="lines+markers", name=f"L{l} H{h}"))

@@ -24,7 +24,7 @@ import pandas as pd
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import capture
-from deltalens.models.architecture import ARTICLE, architecture_of, is_delta_rule
+from deltalens.models.architecture import architecture_of, article_of, is_delta_rule
 from deltalens.probes.eigenvalues import eigenvalue_report
 from deltalens.probes.linear_probes import linear_probes
 from deltalens.probes.products import product_report
@@ -48,6 +48,13 @@ HEAD_COLUMNS = (
 
 @dataclass(repr=False)
 class ProbeSummary(Summary):
+    """One table per head and per layer of what the probes measure, with the tracking head named.
+
+    >>> summary = dl.probe_summary(model, batch, probes=False)
+    >>> isinstance(summary, dl.ProbeSummary), summary.architecture
+    (True, 'deltanet')
+    """
+
     architecture: str
     n_traces: int
     heads: pd.DataFrame  # one row per (layer, head); empty without beta / state
@@ -93,7 +100,12 @@ class ProbeSummary(Summary):
 def probe_summary(
     model, batch, probes: bool = True, probe_at: str = "readout", seed: int = 0, progress: bool = False
 ) -> ProbeSummary:
-    """Every per-head measurement on one batch of held-out traces (the module docstring)."""
+    """Every per-head measurement on one batch of held-out traces (the module docstring).
+
+    >>> summary = dl.probe_summary(model, batch, probes=False)
+    >>> summary.tracking_head
+    (0, 3)
+    """
     arch = architecture_of(model)
     n_traces = int(batch["tokens"].shape[0])
     skipped, reports = [], {}
@@ -131,7 +143,7 @@ def probe_summary(
     else:
         cap = capture(model, batch, names=("resid",))
         skipped.append(
-            f"eigenvalues and state subspaces: {ARTICLE.get(arch, arch)} has no beta and no matrix "
+            f"eigenvalues and state subspaces: {article_of(arch)} has no beta and no matrix "
             f"state S_t (only the delta-rule family does); residual-stream probes only."
         )
     layers = pd.DataFrame()

@@ -31,6 +31,7 @@ class Claim:
     setting: str  # the cells it was judged on, e.g. "S3 statement"
     verdict: str  # HOLDS, DOES_NOT_HOLD, NOT_MEASURED or NOT_TESTABLE
     evidence: str  # the numbers the verdict rests on, or what is missing
+    budget_bound: bool = False  # holds, but a cell it rests on was still rising on pace to learn
 
 
 CLAIMS = {
@@ -39,6 +40,8 @@ CLAIMS = {
     "pos-fails": "DeltaNet β∈[0,1] fails with sparse reveals",
     "transformer-dense": "the Transformer needs dense reveals",
     "transformer-no-extrapolation": "the Transformer does not extrapolate",
+    # judged on the full-action variant cells (reports/transformer_variants_section.py), not by _judge
+    "transformer-full": "the Transformer fails on full permutations even with dense reveals",
 }
 
 
@@ -71,11 +74,16 @@ def claim_rules(t: Thresholds) -> dict[str, str]:
         "neg-sparse": f"holds if deltanet-neg reaches ≥ {t.learned:g} at 1x at every spacing k > 1",
         "neg-extrapolates": f"holds if every deltanet-neg cell that learned (≥ {t.learned:g} at 1x) stays "
         f"≥ {t.extrapolates:g} at the longest length",
-        "pos-fails": f"holds if deltanet-pos stays < {t.learned:g} at 1x at every spacing k > 1",
+        "pos-fails": f"holds if deltanet-pos stays < {t.learned:g} at 1x at every spacing k > 1, and, where the "
+        "matched-budget lr grid ran, at every lr tried there on every such k (one that learns or is mixed at "
+        "some lr: does not hold)",
         "transformer-dense": f"holds if the Transformer reaches ≥ {t.learned:g} at 1x with k = 1 and stays "
         f"< {t.learned:g} at every k > 1",
         "transformer-no-extrapolation": f"holds if every Transformer cell that learned (≥ {t.learned:g} at 1x) "
         f"falls < {t.extrapolates:g} at the longest length",
+        "transformer-full": f"holds if the Transformer learns the full-action k = 1 cell (≥ {t.learned:g} at 1x) "
+        f"and falls < {t.extrapolates:g} at its longest length; not testable when it does not learn it at 1x (a "
+        "claim about generalising what was learned)",
     }
 
 

@@ -6,7 +6,8 @@ Two controls of the paper grid's verdicts, read from result folders next to the 
   one sweep per learning rate (sweep/matched_budget/). The claim "DeltaNet β∈[0,1] fails with sparse
   reveals" is judged again per setting over every lr tried: it **fails** when at some lr the cell
   learned (seed mean ≥ the learned threshold at 1x, and two thirds of the seeds), **holds** when at
-  every lr it did not (seed mean below it, and two thirds of the seeds), and is *mixed* otherwise.
+  every lr it did not (seed mean below it, and two thirds of the seeds), and is *mixed* otherwise. A
+  hold is *budget-bound* when a seed was still rising on pace to learn (reports/curves.py).
 * ``sparse_only/<arch>/``: no dense stage and one variable per print (sweep/sparse_only/). Per
   cell, how many seeds learn; "learns without a dense stage" holds when the cell learned as above.
 
@@ -18,11 +19,13 @@ a look-back.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from deltalens.reports.baselines_section import CANNOT_TELL, beyond_window, cell_baselines
 from deltalens.reports.claims import accuracy_at, seeds_needed, spread
+from deltalens.reports.curves import RISING, last_quarter, on_pace
 from deltalens.reports.figures import ARCH_LABELS
 from deltalens.reports.numbers import mean_range
 
@@ -85,32 +88,71 @@ HEADER = [
 ]
 
 
-def matched_budget_lines(root: Path) -> list[str]:
-    folders = sorted((root / "matched_budget").glob("lr*"), key=lambda p: float(p.name[2:]))
+@dataclass
+class ControlVerdict:
+    """'DeltaNet β∈[0,1] fails with sparse reveals' judged again on one (group, k) over the lr grid."""
+
+    group: str
+    tokenizer: str
+    spacing: int
+    lrs: list[str]
+    verdict: str  # "holds", "fails", "mixed" or "not measured"
+    text: str  # the verdict as the table shows it, with its reason
+    budget_bound: bool = False  # holds, but a seed was still rising on pace to learn
+
+
+def _pace_note(tried: list[tuple[str, dict[str, Any]]]) -> str | None:
+    """Why a 'holds' is budget-bound (seeds still rising on pace to reach LEARNED), or None."""
+    notes = []
+    for lr, cell in tried:
+        paced = [r for r in cell["runs"] if on_pace(r, LEARNED)]
+        if paced:
+            trends = ", ".join(f"seed {r.get('seed', '?')} {(q := last_quarter(r))[0]:.3f} → {q[1]:.3f}" for r in paced)
+            notes.append(f"at lr {lr}: {trends}")
+    return "; ".join(notes) if notes else None
+
+
+def matched_budget_verdicts(root: Path) -> tuple[dict[str, list[dict[str, Any]]], list[ControlVerdict]]:
+    """The matched-budget cells by lr, and the claim judged again per (group, k > 1) over every lr tried:
+    fails when at some lr the cell learned; holds when at every lr it did not, *budget-bound* when a seed
+    was still rising at a pace that would reach LEARNED within another budget (reports/curves.py)."""
+    folders = sorted((Path(root) / "matched_budget").glob("lr*"), key=lambda p: float(p.name[2:]))
     cells = {p.name[2:]: spread(read_results(p)) for p in folders}
     cells = {lr: c for lr, c in cells.items() if c}
-    if not cells:
-        return []
-    rows, settings = [], {}
+    settings: dict[tuple[str, str, int], list] = {}
     for lr, summaries in cells.items():
         for cell in sorted(summaries, key=lambda c: (c["group"], c["spacing"])):
-            rows.append(control_row(f"lr {lr}", cell))
-            settings.setdefault((cell["group"], cell["spacing"]), []).append((lr, cell))
+            settings.setdefault((cell["group"], cell["tokenizer"], cell["spacing"]), []).append((lr, cell))
     verdicts = []
-    for (group, k), tried in sorted(settings.items()):
+    for (group, tokenizer, k), tried in sorted(settings.items()):
         if k == 1:
             continue  # the claim is about sparse reveals
         learned_at = [lr for lr, cell in tried if learned(cell["runs"])]
-        lrs = ", ".join(lr for lr, _ in tried)
+        lrs = [lr for lr, _ in tried]
+        bound = None
         if any(len(cell["runs"]) < SEEDS for _, cell in tried):
-            verdict = "not measured (seeds still training)"
+            verdict, text = "not measured", "not measured (seeds still training)"
         elif learned_at:
-            verdict = f"fails (learns at lr {', '.join(learned_at)})"
+            verdict, text = "fails", f"fails (learns at lr {', '.join(learned_at)})"
         elif all(not_learned(cell["runs"]) for _, cell in tried):
-            verdict = "**holds**"
+            bound = _pace_note(tried)
+            verdict = "holds"
+            text = "**holds**" + (f", budget-bound (still rising on pace to {LEARNED} {bound})" if bound else "")
         else:
-            verdict = "mixed"
-        verdicts.append(f"| {group} | {k} | {lrs} | {verdict} |")
+            verdict, text = "mixed", "mixed"
+        verdicts.append(ControlVerdict(group, tokenizer, k, lrs, verdict, text, budget_bound=bound is not None))
+    return cells, verdicts
+
+
+def matched_budget_lines(root: Path) -> list[str]:
+    cells, verdicts = matched_budget_verdicts(root)
+    if not cells:
+        return []
+    rows = [
+        control_row(f"lr {lr}", cell)
+        for lr, summaries in cells.items()
+        for cell in sorted(summaries, key=lambda c: (c["group"], c["spacing"]))
+    ]
     steps = {c["runs"][0]["config"]["run"]["steps"] for summaries in cells.values() for c in summaries}
     return [
         "## Controls: matched budgets",
@@ -123,11 +165,14 @@ def matched_budget_lines(root: Path) -> list[str]:
         *rows,
         "",
         f"'DeltaNet β∈[0,1] fails with sparse reveals', judged again over the lrs tried: fails when at some lr the "
-        f"seed mean and two thirds of the seeds reach {LEARNED} at 1x, holds when at every lr they stay below it.",
+        f"seed mean and two thirds of the seeds reach {LEARNED} at 1x, holds when at every lr they stay below it; "
+        f"a hold is *budget-bound* when some seed's validation was still rising (more than {RISING} over its last "
+        f"quarter) at a pace that, kept for another budget of the same length, reaches {LEARNED} (last quarter's "
+        "start → end shown).",
         "",
         "| group | k | lrs tried | verdict |",
         "|---|---|---|---|",
-        *verdicts,
+        *(f"| {v.group} | {v.spacing} | {', '.join(v.lrs)} | {v.text} |" for v in verdicts),
         "",
     ]
 

@@ -28,6 +28,8 @@ ARCH_LABELS = {
     "gated-deltaproduct-n3": "Gated DeltaProduct n_h=3 β∈[0,2]",
     "deltaproduct-n3-noconv": "DeltaProduct n_h=3 β∈[0,2], no short conv",
     "deltaproduct-n2-noconv": "DeltaProduct n_h=2 β∈[0,2], no short conv",
+    "m2rnn": "M²RNN",
+    "hybrid": "DeltaNet β∈[0,2] / M²RNN hybrid",
 }
 ARCH_COLORS = {
     "deltanet-neg": "#1f77b4",
@@ -253,6 +255,36 @@ def checkpoint_length_figure(evals: dict[str, dict[str, Any]], threshold: float 
     # a short title and the legend below: the figure often sits in half the page's width
     fig.update_layout(
         title="Saved accuracy vs trace length",
+        template="plotly_white",
+        height=460,
+        legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
+    )
+    return fig
+
+
+def training_curve_figure(histories: dict[str, list[dict[str, Any]]]):
+    """Held-out reveal accuracy during training, one line per run (name -> its history: the entries
+    training/loop.py appends at each evaluation; at 2x and 4x the length too where the run logged them)."""
+    fig = go.Figure()
+    for name, history in histories.items():
+        rows = [h for h in history if "reveal_accuracy" in h]
+        fig.add_scatter(
+            x=[h["step"] for h in rows], y=[h["reveal_accuracy"] for h in rows], mode="lines+markers", name=name
+        )
+        for multiple in ("2x", "4x"):
+            longer = [h for h in rows if multiple in (h.get("reveal_accuracy_by_length") or {})]
+            if longer:
+                fig.add_scatter(
+                    x=[h["step"] for h in longer],
+                    y=[h["reveal_accuracy_by_length"][multiple] for h in longer],
+                    mode="lines",
+                    line={"dash": "dot"},
+                    name=f"{name} at {multiple} the length",
+                )
+    fig.update_xaxes(title_text="optimiser step")
+    fig.update_yaxes(range=[0, 1.02], title_text="held-out reveal accuracy")
+    fig.update_layout(
+        title="Training curves (validation during training)",
         template="plotly_white",
         height=460,
         legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},

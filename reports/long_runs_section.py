@@ -11,6 +11,7 @@ from pathlib import Path
 from deltalens.reports.baselines_section import cell_baselines
 from deltalens.reports.claims import accuracy_at
 from deltalens.reports.controls_section import LEARNED, SEEDS, learns_verdict
+from deltalens.reports.curves import RISING, last_quarter, still_rising
 from deltalens.reports.figures import ARCH_LABELS
 
 
@@ -44,25 +45,6 @@ def long_run_lines(out: Path) -> list[str]:
             )
         lines.append("")
     return lines
-
-
-RISING = 0.02  # a validation gain over the last quarter above this: still rising (one eval's noise is ~0.015)
-
-
-def last_quarter(result: dict) -> tuple[float, float] | None:
-    """Validation at the last evaluation at or before 75% of the run's last step, and at that step
-    (None with fewer than two evaluations)."""
-    curve = [(h["step"], h["reveal_accuracy"]) for h in result.get("history", [])]
-    if len(curve) < 2:
-        return None
-    before = [a for s, a in curve if s <= 0.75 * curve[-1][0]]
-    return (before[-1] if before else curve[0][1]), curve[-1][1]
-
-
-def still_rising(result: dict) -> bool:
-    """The validation curve gained more than RISING over its last quarter (and did not stop early)."""
-    quarter = last_quarter(result)
-    return not result.get("stopped_early") and quarter is not None and quarter[1] - quarter[0] > RISING
 
 
 def long_sweep_runs(out: Path) -> tuple[list[dict], dict[str, dict]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import plotly.io as pio
 
 from deltalens.core.atomic import write_text_atomic
-from deltalens.models.architecture import DISPLAY, FAMILY
+from deltalens.models import registry
 from deltalens.reports.baselines_section import baseline_lines
 from deltalens.reports.claims import (
     DOES_NOT_HOLD,
@@ -24,6 +24,7 @@ from deltalens.reports.claims import (
     evaluate_claims,
     spread,
 )
+from deltalens.reports.controlled_claims import count_line, with_controls
 from deltalens.reports.controls_section import controls_lines
 from deltalens.reports.figures import ARCH_LABELS, length_figure, long_budget_figure, search_figure, spacing_figure
 from deltalens.reports.long_runs_section import long_run_lines, long_sweep_runs, long_sweep_table
@@ -69,6 +70,8 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         if sweep.judge_claims
         else []
     )
+    if sweep.judge_claims:  # the grid's verdicts revised by the controls written next to the report
+        claims = with_controls(claims, out, sweep.thresholds)
     searched = [s.result for s in searches if s.result is not None]
     figures_dir = out / "figures"
     figures_dir.mkdir(parents=True, exist_ok=True)
@@ -144,10 +147,6 @@ def _write_pngs(figs: list, paths: list[Path]) -> str | None:
     return None
 
 
-def _fmt(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3f}"
-
-
 def _fmt_row(row: dict | None) -> str:
     """A summary row as `mean [min–max]` (one seed: the value alone)."""
     if row is None or "reveal_accuracy" not in row:
@@ -172,7 +171,9 @@ def _claim_lines(sweep, claims, multiples) -> list[str]:
         f"({multiples[-1]}x). Sparse reveals: k > 1. Each claim is judged per setting from the table below, on "
         'the seed means and on each seed; "not measured" means the cells it needs have no result for every seed; '
         '"not testable" means they have, but the claim\'s premise failed (no cell learned, or the model did not '
-        "learn with dense reveals either, so the comparison with sparse ones says nothing).",
+        "learn with dense reveals either, so the comparison with sparse ones says nothing). Where a control "
+        "judges a claim again (the matched-budget lr grid, the full-action Transformer cells: sections below), its "
+        "row carries the control's verdict, and the count under the table is computed from the verdicts.",
         "",
         "| paper's claim | setting | verdict | measured (reveal accuracy) | rule |",
         "|---|---|---|---|---|",
@@ -191,6 +192,8 @@ def _claim_lines(sweep, claims, multiples) -> list[str]:
         )
     if not claims:
         lines.append("| all | – | not measured | no cell has a result yet | – |")
+    else:
+        lines += ["", count_line(claims)]
     if "lstm" in sweep.models:
         lines += ["", "The LSTM (a non-linear RNN) is shown for reference; the paper makes no claim about it here."]
     return [*lines, ""]
@@ -198,7 +201,7 @@ def _claim_lines(sweep, claims, multiples) -> list[str]:
 
 def _architecture_lines(sweep) -> list[str]:
     """The family table: each architecture of the sweep, its model config, and which hooks, probes and
-    interventions apply to it (models.architecture.FAMILY)."""
+    interventions apply to it (its family's record, models/registry.py)."""
     lines = [
         "## Architectures",
         "",
@@ -207,9 +210,12 @@ def _architecture_lines(sweep) -> list[str]:
     ]
     for key, table in sweep.models.items():
         arch = table["arch"]
-        hooks, probes, interventions = FAMILY.get(arch, ("–", "–", "–"))
+        record = registry.family(arch) if arch in registry.architectures() else None
+        hooks, probes, interventions = (record.hooks, record.probes, record.interventions) if record else ("–",) * 3
         config = ", ".join(f"{k}={v}" for k, v in table.items() if k != "arch")
-        lines.append(f"| `{key}` | {DISPLAY.get(arch, arch)} | {config} | {hooks} | {probes} | {interventions} |")
+        lines.append(
+            f"| `{key}` | {record.display if record else arch} | {config} | {hooks} | {probes} | {interventions} |"
+        )
     return [*lines, ""]
 
 

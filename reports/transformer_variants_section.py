@@ -8,9 +8,10 @@ Read from ``transformer_variants/*.json`` next to the report (sweep/transformer_
   shows as a different word in one row.
 * the full action set (every action one uniformly random group element) with dense reveals (k = 1):
   the paper reports that Transformers "fail to generalize to full permutations even with dense
-  supervision". Judged per group at the cell's longest evaluated length: **holds** when the
-  Transformer's seed mean, and two thirds of its seeds, stay below the extrapolation threshold there
-  (the verdict says whether it learned at 1x first), fails when they reach it, mixed otherwise.
+  supervision". Judged per group at the cell's longest evaluated length once the premise holds (the
+  Transformer learned the cell at 1x; "not testable" when it did not, as for the grid's "does not
+  extrapolate"): **holds** when the Transformer's seed mean, and two thirds of its seeds, stay below
+  the extrapolation threshold there, fails when they reach it, mixed otherwise.
   DeltaNet β∈[0,2] on the same traces is the reference.
 
 Rows carry the memoryless baselines (chance, last reveal, window-W) and the beyond-window verdict of
@@ -22,7 +23,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from deltalens.reports.claims import accuracy_at, spread
+from deltalens.reports.baselines_section import cell_baselines
+from deltalens.reports.claims import (
+    CLAIMS,
+    DOES_NOT_HOLD,
+    HOLDS,
+    NOT_MEASURED,
+    NOT_TESTABLE,
+    Claim,
+    accuracy_at,
+    spread,
+)
 from deltalens.reports.controls_section import (
     HEADER,
     SEEDS,
@@ -34,6 +45,7 @@ from deltalens.reports.controls_section import (
     stays_below,
 )
 from deltalens.reports.figures import ARCH_LABELS
+from deltalens.reports.numbers import mean_range
 from deltalens.training.sweep_cells import Thresholds
 
 PAPER_THRESHOLDS = Thresholds()  # sweep/paper.toml's: 0.9 at 1x (learned) and at the longest length
@@ -64,9 +76,10 @@ def _budgets(cells: list[dict[str, Any]]) -> str:
 
 
 def generalises_verdict(runs: list[dict[str, Any]], thresholds: Thresholds = PAPER_THRESHOLDS) -> str:
-    """'fails to generalise' is the claim, judged at the cell's longest evaluated length: **holds** when
-    the seeds stay below `thresholds.extrapolates` there (mean and two thirds of them), 'fails' when
-    they reach it, 'mixed' otherwise; a holding verdict says whether the cell learned at 1x."""
+    """'fails to generalise' is the claim, judged at the cell's longest evaluated length once its premise
+    holds (the cell learned at 1x; 'not testable' when it did not): **holds** when the seeds stay below
+    `thresholds.extrapolates` there (mean and two thirds of them), 'fails' when they reach it, 'mixed'
+    otherwise."""
     if len(runs) < SEEDS:
         return f"not measured ({len(runs)} of {SEEDS} seeds)"
     multiples = [row["x_train"] for r in runs for row in r["eval"]["lengths"] if "reveal_accuracy" in row]
@@ -74,9 +87,13 @@ def generalises_verdict(runs: list[dict[str, Any]], thresholds: Thresholds = PAP
     values = [accuracy_at(r, longest) for r in runs]
     if longest <= 1.0 or any(v is None for v in values):
         return "not measured (a seed not evaluated at the longest length)"
+    at_1x = learned(runs, thresholds.learned)
+    if at_1x is None:
+        return "not measured (a seed not evaluated at 1x)"
+    if not at_1x:  # the premise: a claim about generalising needs a cell that learned at 1x
+        return "not testable (does not learn at 1x)"
     if stays_below(values, thresholds.extrapolates):
-        at_1x = learned(runs, thresholds.learned)
-        return "**holds**" + {True: " (learns at 1x)", False: " (does not learn at 1x)", None: ""}[at_1x]
+        return "**holds** (learns at 1x)"
     if reaches(values, thresholds.extrapolates):
         return "fails"
     return "mixed"
@@ -144,15 +161,38 @@ def full_actions_lines(results: list[dict[str, Any]], thresholds: Thresholds = P
         *rows,
         "",
         "'Transformers fail to generalize to full permutations even with dense supervision' (the paper), per "
-        f"group: holds when the Transformer's seed mean and two thirds of its seeds stay below "
-        f"{thresholds.extrapolates:g} at the cell's longest length (and says whether it learned at 1x), fails when "
-        "they reach it there, mixed otherwise.",
+        f"group: not testable when the Transformer does not learn the cell at 1x (seed mean and two thirds of its "
+        f"seeds ≥ {thresholds.learned:g}: a claim about generalising what was learned); else holds when its seed "
+        f"mean and two thirds of its seeds stay below {thresholds.extrapolates:g} at the cell's longest length, "
+        "fails when they reach it there, mixed otherwise.",
         "",
         "| group | k | Transformer learns (1x) | claim |",
         "|---|---|---|---|",
         *verdicts,
         "",
     ]
+
+
+def full_actions_claims(results: list[dict[str, Any]], thresholds: Thresholds = PAPER_THRESHOLDS) -> list[Claim]:
+    """The paper's full-permutation claim per group, as rows of the report's claims table (claims.py)."""
+    claims = []
+    cells = [c for c in spread([r for r in results if _action_set(r) == "full"]) if c["arch"] == "transformer"]
+    for cell in sorted(cells, key=lambda c: (c["group"], c["spacing"])):
+        text = generalises_verdict(cell["runs"], thresholds).strip("*")
+        verdict = next((v for v in (HOLDS, NOT_TESTABLE, NOT_MEASURED) if text.startswith(v)), DOES_NOT_HOLD)
+        values = [a for r in cell["runs"] if (a := accuracy_at(r, 1.0)) is not None]
+        rows = {row["x_train"]: row for row in cell["eval"]["lengths"] if "reveal_accuracy" in row}
+        longest = max(rows, default=1.0)
+        base = cell_baselines(cell["runs"][0], 1.0)
+        window = f"; window-{base.window_size} predictor {base.window:.3f} at 1x" if base else ""
+        evidence = (
+            f"k={cell['spacing']}: 1x {mean_range(values)}, {sum(v >= thresholds.learned for v in values)} of "
+            f"{len(values)} seeds ≥ {thresholds.learned:g}; {rows[longest]['reveal_accuracy']:.3f} at {longest:g}x"
+            f"{window}"
+        )
+        setting = f"{cell['group']} full actions"
+        claims.append(Claim("transformer-full", CLAIMS["transformer-full"], setting, verdict, evidence))
+    return claims
 
 
 def transformer_variants_lines(

@@ -12,7 +12,9 @@ whose final weights are RUN/last: the weights the cell's result JSON was evaluat
 * the 90%-variance PCA dimension of the head's flattened states (probes/subspace.py, every token);
 
 and reveal accuracy with each head in turn under beta-range ([0, 2] -> [0, 1]), beta-clip
-(min(beta, 1)), beta-reflect (2 - beta) and mean-ablation of its read-out z (mean-z). A [0, 1]
+(min(beta, 1)), beta-reflect (2 - beta), mean-ablation of its read-out z (mean-z) and, on [0, 2] models,
+the split interventions that change the transition or the write alone (transition-clip, write-clip,
+write-half, eigen-abs: scripts/mechanism_split.py, which also holds rule (d) and its table). A [0, 1]
 model has no beta > 1, so its beta-range and beta-clip are no-ops and are replaced by beta-half
 (beta x 0.5, the same write-halving the [0, 2] -> [0, 1] rescale applies). For a run folder the
 re-evaluated test accuracy (512 traces, the result JSON's own protocol and seed) is checked against
@@ -33,6 +35,7 @@ Decision rules (fixed in this file before seeds 1 and 2 were measured; the seed-
 (c) Subspace claim ("the tracking head's states use fewer dimensions than the other heads'"): T's
     PCA-90 dimension is the lowest of the model's heads (ties count as lowest). Over a set of models
     with a tracking head the claim is supported when that holds in at least 2/3 of them, else not.
+(d) The negative eigenvalue (not the write strength) carries the tracking: scripts/mechanism_split.py.
 [0, 1] models: the carrier is the head whose state decodes the values best; mean-ablation
     isolates one head when exactly one head's mean-ablation drop is >= MARGIN.
 Decisions are counted over learned models only: test reveal accuracy >= 0.9 at 1x (the result
@@ -41,8 +44,10 @@ JSON's, or the checkpoint's recorded evaluation), as the matched-budget and spar
     python3 scripts/mechanism_seeds.py MODEL [MODEL ...] --label sweep [--out results/mechanism]
            [--compare results/sweep] [--n-traces 128] [--force]
     python3 scripts/mechanism_seeds.py --table-only            # rewrite OUT/README.md from OUT/*.json
+    python3 scripts/mechanism_seeds.py MODEL --label L --add-sweeps   # only the split sweeps its JSON lacks
 
-Writes OUT/<label>-<name>.json per model and OUT/README.md, one markdown table over every JSON there.
+Writes OUT/<label>-<name>.json per model and OUT/README.md, one markdown table over every JSON there
+(sections another script keeps there between "<!-- name: begin -->" and its end marker stay).
 """
 
 from __future__ import annotations
@@ -61,13 +66,16 @@ from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress
 from deltalens.core.errors import DeltalensError
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
+from mechanism_split import SPLIT_SWEEPS, add_sweeps, kept_sections, split_rule, split_table  # noqa: E402
+
 MARGIN = 0.10
 NO_EFFECT = 0.05
 CLIP_SHARE = 2 / 3
 BETA2_REFLECTIONS = 0.5
 LEARNED = 0.9
 SUBSPACE_SHARE = 2 / 3
-SWEEPS_NEG = ("beta-range", "beta-clip", "beta-reflect", "mean-z")
+SWEEPS_NEG = ("beta-range", "beta-clip", "beta-reflect", "mean-z", *SPLIT_SWEEPS)
 SWEEPS_POS = ("beta-half", "beta-reflect", "mean-z")
 HASH = re.compile(r"-[0-9a-f]{8}$")
 
@@ -279,6 +287,7 @@ def decide(record: dict) -> dict:
         pca_lowest=all(top["pca_dim_90"] <= h["pca_dim_90"] for h in others),
         pca_below_median=top["pca_dim_90"] < statistics.median(h["pca_dim_90"] for h in others),
     )
+    out.update(split_rule(record, top, others, mean_drop, CLIP_SHARE, NO_EFFECT))
     return out
 
 
@@ -339,7 +348,7 @@ def table(records: list[dict]) -> str:
             f"{'yes' if d['isolated'] else 'no'} ({flags}) | "
             f"{'yes' if d['pca_lowest'] else 'no'} (rank {d['pca_rank']}) |"
         )
-    lines += ["", *summary_lines(neg), ""]
+    lines += ["", *summary_lines(neg), "", *split_table(neg)]
     if pos:
         lines += [
             "## DeltaNet [0, 1] (no beta > 1: beta-half = beta x 0.5 in place of the [0, 2] -> [0, 1] rescale)",
@@ -449,12 +458,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="measure again a model whose JSON exists")
     parser.add_argument("--table-only", action="store_true", help="only rewrite OUT/README.md")
+    parser.add_argument("--add-sweeps", action="store_true", help="only add the split sweeps a model's JSON lacks")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
     for path in progress([] if args.table_only else args.models, desc="models", unit="model"):
         where = locate(path)
         target = args.out / f"{args.label}-{where['name']}.json"
+        if args.add_sweeps:
+            write_json_atomic(target, add_sweeps(target, decide))
+            continue
         if where["run"] is not None and not where["result"].is_file():
             print(f"skip {path}: no {where['result']} yet (still training)", file=sys.stderr)
             continue
@@ -476,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
             record["decision"] = decision
             write_json_atomic(path, record)
         records.append(record)
-    (args.out / "README.md").write_text(table(records))
+    readme = args.out / "README.md"
+    readme.write_text(table(records) + kept_sections(readme))
     return 0
 
 

@@ -1,6 +1,6 @@
 """What models read: permutation groups, REPL traces, tokenizers and datasets.
 
-This room imports nothing else of deltalens. In data-flow order::
+Of deltalens this room imports only core (its errors); nothing of the rooms above. In data-flow order::
 
     get_group("S5") -> PermutationGroup          tasks.groups
     TraceSpec(...), generate_trace(spec, seed)   tasks.traces

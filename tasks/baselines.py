@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from deltalens.core.errors import DeltalensError
@@ -114,7 +115,7 @@ def _eval_traces(spec: TraceSpec, n_traces: int, seed: int):
 
 
 def baseline_scores(
-    spec: TraceSpec, n_traces: int = 512, seed: int = 0, window: int | None = None, curve: list[int] = ()
+    spec: TraceSpec, n_traces: int = 512, seed: int = 0, window: int | None = None, curve: Sequence[int] = ()
 ) -> BaselineScores:
     """The three baselines on the held-out traces `evaluate(..., seed=seed)` scores a model on; with
     `curve`, the window predictor's accuracy at each of those window sizes as well (same pass)."""

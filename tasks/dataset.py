@@ -168,7 +168,7 @@ def collate(
         raise DeltalensError("cannot collate an empty list of traces.")
     if supervision is not None and supervision not in SUPERVISIONS:
         raise DeltalensError(f"supervision must be 'all' or 'reveal', got {supervision!r}.")
-    items = [
+    rows: list[dict[str, torch.Tensor]] = [
         encoded_to_item(item, supervision or "all")
         if isinstance(item, EncodedTrace)
         else item
@@ -176,23 +176,23 @@ def collate(
         else {**item, "loss_mask": _loss_mask(item["tokens"], item["reveal_mask"], supervision)}
         for item in items
     ]
-    lengths = torch.tensor([len(item["tokens"]) for item in items], dtype=torch.long)
-    B, T = len(items), int(lengths.max())
-    n = items[0]["states"].shape[-1]
-    if any(item["states"].shape[-1] != n for item in items):
+    lengths = torch.tensor([len(item["tokens"]) for item in rows], dtype=torch.long)
+    B, T = len(rows), int(lengths.max())
+    n = rows[0]["states"].shape[-1]
+    if any(item["states"].shape[-1] != n for item in rows):
         raise DeltalensError("cannot collate traces with different numbers of variables in one batch.")
     batch: dict[str, torch.Tensor] = {}
     for key, pad in _PAD_VALUES.items():
-        out = torch.full((B, T), pad, dtype=items[0][key].dtype)
-        for b, item in enumerate(items):
+        out = torch.full((B, T), pad, dtype=rows[0][key].dtype)
+        for b, item in enumerate(rows):
             out[b, : len(item[key])] = item[key]
         batch[key] = out
     states = torch.zeros(B, T, n, dtype=torch.long)  # (B, T, n)
-    for b, item in enumerate(items):
+    for b, item in enumerate(rows):
         states[b, : len(item["states"])] = item["states"]
     batch["states"] = states
     batch["lengths"] = lengths
-    batch["trace_seeds"] = torch.stack([item["trace_seed"] for item in items])
+    batch["trace_seeds"] = torch.stack([item["trace_seed"] for item in rows])
     return batch
 
 
@@ -204,7 +204,13 @@ def make_batch(
     split: str = "eval",
     supervision: str = "all",
 ) -> dict[str, torch.Tensor]:
-    """Traces 0..batch_size-1 of ``TraceDataset(spec, tokenizer, batch_size, seed, split)``, collated."""
+    """Traces 0..batch_size-1 of ``TraceDataset(spec, tokenizer, batch_size, seed, split)``, collated.
+
+    >>> spec = dl.TraceSpec(group="S3", actions=8, spacing=2)
+    >>> tokens = dl.make_batch(spec, dl.make_tokenizer("statement", spec), 4)["tokens"]
+    >>> tokens.shape[0]
+    4
+    """
     dataset = TraceDataset(spec, tokenizer, batch_size, seed=seed, split=split, supervision=supervision)
     return collate([dataset[i] for i in range(batch_size)])
 

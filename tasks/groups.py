@@ -31,7 +31,7 @@ import random
 import re
 from collections.abc import Iterator, Sequence
 
-from deltalens.core.errors import DeltalensError
+from deltalens.core.errors import DeltalensError, did_you_mean
 from deltalens.tasks.permutations import (
     VARIABLE_NAMES,
     Permutation,
@@ -405,7 +405,8 @@ def get_action_set(group: PermutationGroup | str, name: str) -> ActionSet:
     """The action set ``name`` of ``group``; DeltalensError when the group has no such actions."""
     group = get_group(group) if isinstance(group, str) else group
     if name not in ACTION_SETS:
-        raise DeltalensError(f"unknown action set {name!r}; use one of {', '.join(ACTION_SETS)}.")
+        hint = did_you_mean(str(name), ACTION_SETS)
+        raise DeltalensError(f"unknown action set {name!r}; use one of {', '.join(ACTION_SETS)}{hint or '.'}")
     actions = _cached_action_set(group.name, name)
     if actions.size == 0:
         others = [s for s in ACTION_SETS if s != name and _cached_action_set(group.name, s).size]

@@ -279,7 +279,13 @@ def _refuse(obs: Observation, variable: int, value: int) -> DeltalensError:
 
 
 def joint_filter(pfsa: PFSA, events: Iterable[Event]) -> FilterResult:
-    """Exact Bayesian filtering over the n! states (float64): the b_t of the paper."""
+    """Exact Bayesian filtering over the n! states (float64): the b_t of the paper.
+
+    >>> program = dl.parse_prob_trace(dl.generate_prob_trace(dl.ProbTraceSpec(group="S3", actions=6), seed=0).text)
+    >>> result = dl.joint_filter(program.pfsa(), program.events)   # the exact belief b_t
+    >>> result is not None
+    True
+    """
     b = pfsa.initial_belief()
     reveals: list[RevealPosterior] = []
     marginals = [pfsa.marginals(b)]
@@ -338,6 +344,11 @@ def marginal_filter(n: int, q0: Sequence[int], events: Iterable[Event]) -> Filte
 
     Transitions are exact; reveals are an approximation (see the module docstring). The
     predictive of a printed value is the row of M for its variable.
+
+    >>> program = dl.parse_prob_trace(dl.generate_prob_trace(dl.ProbTraceSpec(group="S3", actions=6), seed=0).text)
+    >>> result = dl.marginal_filter(program.n, program.q0, program.events)   # the n x n marginal belief
+    >>> result is not None
+    True
     """
     m = point_marginals(q0)
     reveals: list[RevealPosterior] = []

@@ -105,7 +105,12 @@ __all__ = [
 
 def generate_prob_trace(spec: ProbTraceSpec, seed: int, posteriors: bool = True) -> ProbTrace:
     """The probabilistic trace for ``seed``; the same (spec, seed) always gives the same trace.
-    ``posteriors=False`` skips the exact filter (half the cost; training samples need no posterior)."""
+    ``posteriors=False`` skips the exact filter (half the cost; training samples need no posterior).
+
+    >>> trace = dl.generate_prob_trace(dl.ProbTraceSpec(group="S3", actions=6), seed=0)
+    >>> "random" in trace.text
+    True
+    """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise DeltalensError(f"a trace seed must be an integer, got {seed!r}.")
     if spec.hidden_block:
@@ -251,6 +256,11 @@ def parse_prob_trace(text: str) -> ProbProgram:
     ``L = random.choice([(R1), (R2), ...])`` (any permutations of L, repeats allowed), and
     prints of one (``print('a', a)``) or several variables (``print(a, b, c)``) each followed
     by its output line. Anything else is refused with its line number.
+
+    >>> text = dl.generate_prob_trace(dl.ProbTraceSpec(group="S3", actions=6), seed=0, posteriors=False).text
+    >>> program = dl.parse_prob_trace(text)
+    >>> program.n, len(program.events) > 0
+    (3, True)
     """
     if not isinstance(text, str) or not text.strip():
         raise DeltalensError("the trace is empty; give the REPL transcript text (lines starting with '>>> ').")

@@ -164,7 +164,7 @@ def render(trace: Trace, fmt: TextFormat | None = None) -> RenderedTrace:
     lengths = np.array([label[0] for label in writer.labels], dtype=np.int64)
     columns = np.array([label[1:] for label in writer.labels], dtype=np.int64).reshape(-1, 6)
     per_char = [np.repeat(columns[:, j], lengths) for j in range(6)]
-    return RenderedTrace("".join(writer.parts), *per_char, trace=trace)
+    return RenderedTrace("".join(writer.parts), *per_char, trace=trace)  # type: ignore[misc, arg-type]  # 6 arrays
 
 
 def _rename(statement: str, fmt: TextFormat) -> str:

@@ -35,6 +35,7 @@ import contextlib
 import io
 import random
 import re
+import unicodedata
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Union
 
@@ -58,7 +59,12 @@ PROMPT = ">>> "
 
 @dataclass(frozen=True)
 class TraceSpec:
-    """Everything that defines a family of traces; a seed then picks one trace from it."""
+    """Everything that defines a family of traces; a seed then picks one trace from it.
+
+    >>> spec = dl.TraceSpec(group="S3", action_set="swaps", actions=8, spacing=2)
+    >>> spec.group, spec.actions
+    ('S3', 8)
+    """
 
     group: str = "S5"  # G: S<n>, A<n>, Z<n> or D<n>, n from 2 to 10
     action_set: str = "swaps"  # Sigma: swaps | cycles | full | generators
@@ -232,7 +238,12 @@ class Trace:
 
 
 def generate_trace(spec: TraceSpec, seed: int) -> Trace:
-    """The trace for ``seed`` (any int); the same (spec, seed) always gives the same trace."""
+    """The trace for ``seed`` (any int); the same (spec, seed) always gives the same trace.
+
+    >>> trace = dl.generate_trace(dl.TraceSpec(group="S3", actions=4, spacing=2), seed=0)
+    >>> "print(" in trace.text
+    True
+    """
     if _not_int(seed):
         raise DeltalensError(f"a trace seed must be an integer, got {seed!r}.")
     group = get_group(spec.group)
@@ -294,6 +305,7 @@ _PRINT_ONE = re.compile(r">>> print\('([a-j])', \1\)\n")
 _PRINT_ALL = re.compile(r">>> print\(([a-j](?:, [a-j])*)\)\n")
 
 
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 MAX_LINE = 1_000  # characters in one REPL line: any statement we write is far shorter
 MAX_TRACE_CHARS = 5_000_000  # one transcript (100,000 actions of the longest statements fit)
 
@@ -303,12 +315,63 @@ def check_text_size(text: str) -> None:
     also keeps every parser's regular expressions and number conversions fast)."""
     if len(text) > MAX_TRACE_CHARS:
         raise DeltalensError(f"the trace has {len(text):,} characters; a trace is at most {MAX_TRACE_CHARS:,}.")
+    for found in _NON_ASCII.finditer(text):  # a digit Python would not read as one: said with its line
+        char = found.group()
+        if char.isdigit() or char.isnumeric():
+            lineno = text.count("\n", 0, found.start()) + 1
+            name = unicodedata.name(char, f"U+{ord(char):04X}")
+            raise DeltalensError(
+                f"line {lineno}: {char!r} ({name}) is not an ASCII digit; values in a trace are written 0-9"
+            )
     for lineno, line in enumerate(text.split("\n"), start=1):
         if len(line) > MAX_LINE:
             raise DeltalensError(
                 f"line {lineno} has {len(line):,} characters; a line of a trace is at most "
                 f"{MAX_LINE:,} (is it a trace?)."
             )
+
+
+def _read_action(line: str, n: int, lineno: int) -> Permutation:
+    """The permutation of an action line, or one true sentence: Python's own word for a line that is not
+    Python, the two print forms for a print that is neither, else what an action looks like."""
+    body = line[len(PROMPT) :].rstrip("\n")
+    try:
+        return read_assignment(body, n)
+    except DeltalensError as err:
+        try:
+            compile(body, "<line>", "exec")
+        except IndentationError:
+            raise DeltalensError(
+                f"line {lineno}: {body!r} is indented; a statement starts right after '>>> '"
+            ) from None
+        except SyntaxError as bad:
+            raise DeltalensError(f"line {lineno}: {body!r} is not valid Python ({bad.msg})") from None
+        except ValueError:  # a NUL character: not Python either
+            raise DeltalensError(f"line {lineno}: {body!r} is not valid Python") from None
+        if re.match(r"print\s*\(", body):
+            raise DeltalensError(
+                f"line {lineno}: {body!r} is not a print a trace holds; write print('a', a) for one variable or "
+                f"print(a, b, c) for several"
+            ) from None
+        if "=" not in body:
+            raise DeltalensError(
+                f"line {lineno}: {body!r} is neither an action like 'a, b = b, a' nor a print like print('a', a)"
+            ) from None
+        raise DeltalensError(f"line {lineno}: {err}") from None
+
+
+def _read_print(line: str, n: int, lineno: int) -> tuple[tuple[int, ...], bool] | None:
+    """(variables shown, whether it is the one-variable form) of a print line; None for any other line."""
+    one, every = _PRINT_ONE.fullmatch(line), _PRINT_ALL.fullmatch(line)
+    if one:
+        shown: tuple[int, ...] = (VARIABLE_NAMES.index(one.group(1)),)
+    elif every:
+        shown = tuple(VARIABLE_NAMES.index(x) for x in every.group(1).split(", "))
+    else:
+        return None
+    if max(shown) >= n:
+        raise DeltalensError(f"line {lineno}: prints a variable the trace never initialised.")
+    return shown, one is not None
 
 
 def parse_trace(text: str, group: str | None = None, action_set: str = "full") -> Trace:
@@ -341,15 +404,9 @@ def parse_trace(text: str, group: str | None = None, action_set: str = "full") -
         line, lineno = lines[index], index + 1
         if not line.startswith(PROMPT):
             raise DeltalensError(f"line {lineno}: {line.rstrip()!r} is an output line with no print before it.")
-        one, every = _PRINT_ONE.fullmatch(line), _PRINT_ALL.fullmatch(line)
-        if one or every:
-            shown = (
-                (VARIABLE_NAMES.index(one.group(1)),)
-                if one
-                else tuple(VARIABLE_NAMES.index(x) for x in every.group(1).split(", "))
-            )
-            if max(shown) >= n:
-                raise DeltalensError(f"line {lineno}: prints a variable the trace never initialised.")
+        printed = _read_print(line, n, lineno)
+        if printed is not None:
+            shown, one = printed
             expected = (
                 f"{VARIABLE_NAMES[shown[0]]} {state[shown[0]]}\n"
                 if one
@@ -366,10 +423,7 @@ def parse_trace(text: str, group: str | None = None, action_set: str = "full") -
             reveals.append(Reveal(index + 1, t, shown, tuple(state[v] for v in shown)))
             index += 2
             continue
-        try:
-            p = read_assignment(line[len(PROMPT) :].rstrip("\n"), n)
-        except DeltalensError as err:
-            raise DeltalensError(f"line {lineno}: {err}") from None
+        p = _read_action(line, n, lineno)
         actions.append(p)
         state = apply_permutation(state, p)
         states.append(state)
@@ -402,7 +456,7 @@ def _given_values(line: str, shown: tuple[int, ...], one: bool, n: int, lineno: 
     """The values an output line prints after a print of `shown` (it must have the print's format)."""
     name = VARIABLE_NAMES[shown[0]]
     found = _OUTPUT_ONE.fullmatch(line) if one else _OUTPUT_ALL.fullmatch(line)
-    values = (int(found.group(2)),) if one and found and found.group(1) == name else None
+    values: tuple[int, ...] | None = (int(found.group(2)),) if one and found and found.group(1) == name else None
     if not one and found:
         values = tuple(int(x) for x in line.split())
     if values is None or len(values) != len(shown):
@@ -437,15 +491,9 @@ def read_query_trace(text: str, group: str | None = None, action_set: str = "ful
         line, lineno = lines[index], index + 1
         if not line.startswith(PROMPT):
             raise DeltalensError(f"line {lineno}: {line.rstrip()!r} is an output line with no print before it.")
-        one, every = _PRINT_ONE.fullmatch(line), _PRINT_ALL.fullmatch(line)
-        if one or every:
-            shown = (
-                (VARIABLE_NAMES.index(one.group(1)),)
-                if one
-                else tuple(VARIABLE_NAMES.index(x) for x in every.group(1).split(", "))
-            )
-            if max(shown) >= n:
-                raise DeltalensError(f"line {lineno}: prints a variable the trace never initialised.")
+        printed = _read_print(line, n, lineno)
+        if printed is not None:
+            shown, one = printed
             truth = tuple(state[v] for v in shown)
             answered = index + 1 < len(lines) and not lines[index + 1].startswith(PROMPT)
             given = _given_values(lines[index + 1], shown, bool(one), n, lineno + 1) if answered else None
@@ -457,10 +505,7 @@ def read_query_trace(text: str, group: str | None = None, action_set: str = "ful
             queries.append(Query(len(out) - 1, shown, given, truth))
             index += 2 if answered else 1
             continue
-        try:
-            p = read_assignment(line[len(PROMPT) :].rstrip("\n"), n)
-        except DeltalensError as err:
-            raise DeltalensError(f"line {lineno}: {err}") from None
+        p = _read_action(line, n, lineno)
         actions.append(p)
         state = apply_permutation(state, p)
         states.append(state)

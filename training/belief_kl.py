@@ -191,6 +191,14 @@ def adversarial_traces(spec: ProbTraceSpec, count: int, cycles: int, seed: int =
 
 @dataclass(repr=False)
 class BeliefKL(Summary):
+    """KL(exact posterior || model) at every printed value of random and adversarial probabilistic traces.
+
+    >>> prob = dl.load("s3-deltanet-neg-statement-prob")
+    >>> result = dl.belief_kl(prob, prob.tokenizer, prob.checkpoint.spec, n_random=4, n_adversarial=2, cycles=2)
+    >>> "kl" in result.rows.columns
+    True
+    """
+
     rows: pd.DataFrame  # reveal_kl rows of both kinds
 
     def title(self) -> str:
@@ -216,7 +224,13 @@ class BeliefKL(Summary):
 def belief_kl(
     model, tokenizer, spec: ProbTraceSpec, n_random: int = 256, n_adversarial: int = 64, cycles: int = 16, seed: int = 0
 ) -> BeliefKL:
-    """KL(exact || model) at every reveal of held-out random and adversarial traces."""
+    """KL(exact || model) at every reveal of held-out random and adversarial traces.
+
+    >>> prob = dl.load("s3-deltanet-neg-statement-prob")
+    >>> result = dl.belief_kl(prob, prob.tokenizer, prob.checkpoint.spec, n_random=4, n_adversarial=2, cycles=2)
+    >>> isinstance(result, dl.BeliefKL)
+    True
+    """
     frames = [reveal_kl(model, tokenizer, random_traces(spec, n_random, seed), "random")]
     if n_adversarial and (spec.hidden_block or spec.swap_prob == 0.5):  # what the adversary can write
         frames.append(reveal_kl(model, tokenizer, adversarial_traces(spec, n_adversarial, cycles, seed), "adversarial"))
@@ -229,7 +243,14 @@ def kl_figure(
     """Mean KL vs partial reveals since the last full reveal, one line per model and trace kind
     (one colour per model; solid: random, dashed: adversarial). ``tables`` maps a model label to
     ``BeliefKL.table().to_dict("records")`` (what checkpoints store); rows with fewer than
-    ``min_count`` reveals are dropped."""
+    ``min_count`` reveals are dropped.
+
+    >>> prob = dl.load("s3-deltanet-neg-statement-prob")
+    >>> result = dl.belief_kl(prob, prob.tokenizer, prob.checkpoint.spec, n_random=4, n_adversarial=2, cycles=2)
+    >>> fig = dl.kl_figure({"DeltaNet": result.table().to_dict("records")}, min_count=1)
+    >>> len(fig.data) > 0
+    True
+    """
     palette = plotly.colors.qualitative.Plotly
     colors = {label: (colors or {}).get(label, palette[i % len(palette)]) for i, label in enumerate(tables)}
     fig = go.Figure()

@@ -126,7 +126,12 @@ def evaluate(
     model, tokenizer, spec: TraceSpec, n_traces: int = 256, seed: int = 0, batch_size: int = 64, bar=None
 ) -> EvalResult:
     """Accuracy on `n_traces` fresh held-out traces drawn from `spec` (`bar`: a progress bar to advance
-    by one per batch)."""
+    by one per batch).
+
+    >>> result = dl.evaluate(model, model.tokenizer, model.checkpoint.spec, n_traces=8)
+    >>> result.reveal_accuracy > 0.99
+    True
+    """
     if n_traces < 1:
         raise DeltalensError(f"the number of evaluation traces must be at least 1, got {n_traces}")
     was_training = model.training
@@ -153,15 +158,21 @@ def evaluate_checkpoint(
     reveal: str | None = None,
     progress: bool = False,
     dtype=None,
+    folder=None,
 ) -> dict[str, Any]:
     """Accuracy of a checkpoint at several trace lengths (default 1x, 2x and 4x its training length),
     its weights in `dtype` ("fp32", "bf16"; None = as saved).
 
     The headline `reveal_accuracy` / `trace_accuracy` is the lowest over the lengths evaluated.
     A default length the model cannot take (past a Transformer's context) is listed under
-    `skipped` with the reason; lengths asked for explicitly must all fit.
+    `skipped` with the reason; lengths asked for explicitly must all fit. `folder`: `path` already read
+    (a ModelFolder, models/io/model_folder.py), so its config.json is not read again.
+
+    >>> report = dl.evaluate_checkpoint("s3-deltanet-neg-statement", lengths=[16], n_traces=8)
+    >>> report["reveal_accuracy"] > 0.99
+    True
     """
-    checkpoint = open_checkpoint(path, dtype=dtype)
+    checkpoint = open_checkpoint(folder or path, dtype=dtype)
     data, model = checkpoint.require_task(), checkpoint.model
     task = data.task
     train_length = task.actions[1]
@@ -250,10 +261,10 @@ def _parse_at(text: str, path, start: int) -> Trace:
 MAX_BATCH_TOKENS = 1 << 18  # tokens scored together: memory is set by this, not by the file
 
 
-def evaluate_text_file(path, traces_file, batch_size: int = 64) -> EvalResult:
+def evaluate_text_file(path, traces_file, batch_size: int = 64, folder=None) -> EvalResult:
     """Accuracy of a checkpoint on code-format REPL traces written elsewhere (blank-line separated),
-    scored a batch at a time."""
-    checkpoint = open_checkpoint(path, load_model=False)
+    scored a batch at a time (`folder`: `path` already read, as for evaluate_checkpoint)."""
+    checkpoint = open_checkpoint(folder or path, load_model=False)
     tokenizer = checkpoint.tokenizer
     if tokenizer is None:
         raise DeltalensError(
@@ -264,7 +275,7 @@ def evaluate_text_file(path, traces_file, batch_size: int = 64) -> EvalResult:
     first = next(transcripts, None)
     if first is None:
         raise DeltalensError(f"{traces_file} holds no traces (expected REPL transcripts separated by blank lines)")
-    model = models.load(checkpoint.path)
+    model = models.load(checkpoint.folder)
     model.eval()
     tally, batch, tokens = Tally(), [], 0
     for start, text in itertools.chain([first], transcripts):

@@ -14,7 +14,7 @@ from deltalens.core.errors import DeltalensError
 from deltalens.models.checkpoint import is_replaceable
 from deltalens.training.belief_kl import belief_kl
 from deltalens.training.evaluate import evaluate_checkpoint
-from deltalens.training.loop import LAST
+from deltalens.training.loop import LAST, training_history
 from deltalens.training.opened import open_checkpoint
 
 # besides the weights and config.json (the tokenizer files of an hf tokenizer: tokenizers/hf.py)
@@ -64,7 +64,8 @@ def export_run(
         kl = None
         metrics = {**(meta.get("metrics") or {}), "eval": report, f"eval_reveal_{other}": reports[1]}
     extra = {key: meta[key] for key in ("tokenizer", "task", "training")}
-    extra["training"] = {**extra["training"], "command": command}
+    history = training_history(last)  # the curves the Checkpoints page draws, kept with the model
+    extra["training"] = {**extra["training"], "command": command, **({"history": history} if history else {})}
     card = model_card(Path(target).name, meta, reports, command, kl)
     models.save(
         models.load(last),

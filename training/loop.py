@@ -76,10 +76,13 @@ def train(
     resume: bool = False,
     progress: bool = True,
     on_step: Callable[[int, float], None] | None = None,
+    log: str | None = None,
 ) -> TrainResult:
     """Train `config` into `run_dir`; with `resume`, continue from `run_dir/last`.
 
     `on_step(step, loss)` is called after every optimiser step (tests use it to simulate a kill).
+    `log="tensorboard"` also writes the loss, the learning rate and the held-out accuracy at 1x, 2x and
+    4x the training length as TensorBoard events in run_dir/tensorboard (training/tensorboard_log.py).
     """
     run_dir = Path(run_dir)
     check_run_dir(run_dir)
@@ -97,11 +100,11 @@ def train(
         model.parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas), weight_decay=config.optim.weight_decay
     )
     with RunLock(run_dir):  # a second writer of the same folder is refused before anything is read
-        return _resume_and_train(config, run_dir, resume, progress, on_step, data, model, optimizer, device)
+        return _resume_and_train(config, run_dir, resume, progress, on_step, data, model, optimizer, device, log)
 
 
 def _resume_and_train(
-    config, run_dir: Path, resume: bool, progress: bool, on_step, data, model, optimizer, device
+    config, run_dir: Path, resume: bool, progress: bool, on_step, data, model, optimizer, device, log=None
 ) -> TrainResult:
     step, wall, history, stopped_early = 0, 0.0, [], False
     last = run_dir / LAST
@@ -122,8 +125,15 @@ def _resume_and_train(
     elif last.exists():
         raise DeltalensError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
     (run_dir / "train.toml").write_text(dump_toml(config))
-    run = _Run(config, run_dir, data, model, optimizer, device, step, wall, history, stopped_early)
-    return _train_steps(run, progress, on_step)
+    from deltalens.training.tensorboard_log import make_log
+
+    logger = make_log(log, run_dir, resume_step=step if resume else None)
+    run = _Run(config, run_dir, data, model, optimizer, device, step, wall, history, stopped_early, logger)
+    try:
+        return _train_steps(run, progress, on_step)
+    finally:
+        if logger is not None:
+            logger.close()
 
 
 @dataclass
@@ -141,6 +151,7 @@ class _Run:
     wall: float  # training time so far, evaluations excluded
     history: list[dict[str, Any]]  # one entry per evaluation
     stopped_early: bool
+    log: Any = None  # a TensorBoardLog (training/tensorboard_log.py), or None
 
     @property
     def last(self) -> Path:
@@ -199,13 +210,25 @@ class _Run:
             n_traces=config.run.eval_traces,
             seed=validation_seed(config),
         )
-        self.model.train()
         entry = {
             "step": self.step,
             "reveal_accuracy": result.reveal_accuracy,
             "trace_accuracy": result.trace_accuracy,
             "train_wall_s": round(self.wall, 1),
         }  # training time so far, evaluations excluded
+        if self.log is not None:  # the longer lengths too: what extrapolation looks like while training
+            from deltalens.training.tensorboard_log import LENGTHS
+
+            by_length = {1: result.reveal_accuracy}
+            for multiple in LENGTHS[1:]:
+                longer = self.data.eval_spec(actions=multiple * self.data.eval_spec().actions)
+                score = evaluate(
+                    self.model, self.data.tokenizer, longer, config.run.eval_traces, validation_seed(config)
+                )
+                by_length[multiple] = score.reveal_accuracy
+            entry["reveal_accuracy_by_length"] = {f"{k}x": v for k, v in by_length.items()}
+            self.log.evaluation(self.step, by_length)
+        self.model.train()
         self.history.append(entry)
         return entry
 
@@ -267,6 +290,8 @@ def _train_steps(run: _Run, progress: bool, on_step) -> TrainResult:
                 run.wall += time.perf_counter() - started
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{accuracy.item():.3f}", lr=f"{lr:.1e}")
+                if run.log is not None:
+                    run.log.step(run.step, loss.item(), accuracy.item(), lr)
                 if on_step is not None:
                     on_step(run.step, loss.item())
                 run.evaluate_and_checkpoint(bar, progress)
@@ -282,6 +307,20 @@ def _train_steps(run: _Run, progress: bool, on_step) -> TrainResult:
         run.run_eval()
     run.save(run.history[-1])
     return TrainResult(run.run_dir, run.step, run.wall, run.history, run.stopped_early)
+
+
+def training_history(folder) -> list[dict[str, Any]]:
+    """A checkpoint's evaluations during training (step, reveal_accuracy, ...): its trainer_state.json
+    (a run's last/), else the history an export keeps in its metadata; [] when it keeps none."""
+    folder = Path(folder)
+    try:
+        return list(json.loads((folder / TRAINER_STATE).read_text())["history"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        return list((models.read_checkpoint_meta(folder).get("training") or {}).get("history") or [])
+    except DeltalensError:
+        return []
 
 
 RUN_MARKER = ".deltalens-run"  # written into every run folder: what `--out` may reuse

@@ -27,20 +27,34 @@ from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import architecture_of, is_delta_rule
 from deltalens.models.checkpoint import CONFIG_NAME
+from deltalens.models.io.model_folder import ModelFolder
 from deltalens.models.lm.lens import attach_tokenizer
-from deltalens.models.ops.precision import cast_model
+from deltalens.models.ops.precision import cast_model, resolve_dtype
 from deltalens.tasks.dataset import make_batch
 from deltalens.tasks.tokenizers import Tokenizer
 from deltalens.tasks.tokenizers.hf import HFTokenizer, has_tokenizer, spec_is_hf
 from deltalens.tasks.traces import TraceSpec
-from deltalens.training.checkpoint_names import SHIPPED, _checkpoint_dirs, checkpoint_roots, resolve_checkpoint  # noqa: F401 (re-exported)
+from deltalens.training.checkpoint_names import (  # noqa: F401 (re-exported)
+    NO_SHIPPED,
+    SHIPPED,
+    _checkpoint_dirs,
+    checkpoint_roots,
+    no_shipped_checkpoints,
+    open_folder,
+    resolve_checkpoint,
+)
 from deltalens.training.config import TaskConfig
 from deltalens.training.data import TrainingData
 
 
 @dataclass(repr=False)
 class Checkpoint(Summary):
-    """A loaded checkpoint with what is needed to draw its held-out traces."""
+    """A loaded checkpoint with what is needed to draw its held-out traces.
+
+    >>> checkpoint = model.checkpoint                      # what dl.load attaches
+    >>> checkpoint.batch(4)["tokens"].shape[0], checkpoint.spec.group
+    (4, 'S3')
+    """
 
     path: Path
     model: Any  # None when opened with load_model=False
@@ -48,6 +62,7 @@ class Checkpoint(Summary):
     data: TrainingData | None = None  # its task: tokenizer, eval specs (None: no task recorded)
     tokenizer: Tokenizer | None = None
     spec: Any = None  # TraceSpec (or ProbTraceSpec) of its held-out evaluation traces
+    folder: ModelFolder | None = None  # its config.json as read once (models.load(checkpoint.folder) reads no more)
 
     def title(self) -> str:
         return f"Checkpoint {self.path.name} ({self.arch})"
@@ -166,16 +181,29 @@ def _task_of(meta: dict[str, Any], folder: Path | None = None) -> tuple[Training
     return None, tokenizer, None
 
 
+def _loaded(folder: ModelFolder, dtype):
+    """models.load with a named precision set before the weights arrive (a bf16 file never held in fp32);
+    "auto" is chosen on the loaded model by cast_model."""
+    if isinstance(dtype, str) and dtype.strip().lower() == "auto":
+        return models.load(folder)
+    return models.load(folder, dtype=resolve_dtype(dtype))
+
+
 def open_checkpoint(path, load_model: bool = True, revision: str | None = None, dtype=None) -> Checkpoint:
-    """Load checkpoint `path` (a folder, a shipped checkpoint's name, or a Hugging Face Hub id
-    "org/name", pinned by `revision` or "org/name@revision") with its tokenizer and held-out trace
+    """Load checkpoint `path` (a folder, a shipped checkpoint's name, a ModelFolder already read, or a
+    Hugging Face Hub id "org/name", pinned by `revision` or "org/name@revision") with its tokenizer and held-out trace
     spec; the model gets the tokenizer too (model.to_tokens, ...). `dtype` ("fp32", "bf16" or a torch
-    dtype; None = as saved) casts its weights; the recurrence stays fp32 (models/ops/precision.py)."""
-    path = resolve_checkpoint(path, revision=revision)
-    meta = models.read_checkpoint_meta(path)
-    data, tokenizer, spec = _task_of(meta, path)
-    model = attach_tokenizer(cast_model(models.load(path), dtype), tokenizer) if load_model else None
-    return Checkpoint(path=path, model=model, meta=meta, data=data, tokenizer=tokenizer, spec=spec)
+    dtype; None = as saved) casts its weights; the recurrence stays fp32 (models/ops/precision.py).
+
+    >>> checkpoint = dl.open_checkpoint("s3-deltanet-neg-statement", load_model=False)
+    >>> checkpoint.spec.group, checkpoint.model is None
+    ('S3', True)
+    """
+    folder = open_folder(path, revision=revision)  # config.json read and checked once, then passed down
+    meta = folder.meta
+    data, tokenizer, spec = _task_of(meta, folder.path)
+    model = attach_tokenizer(cast_model(_loaded(folder, dtype), dtype), tokenizer) if load_model else None
+    return Checkpoint(folder.path, model, meta, data, tokenizer, spec, folder)
 
 
 def load(
@@ -191,10 +219,13 @@ def load(
     the HF cache; `revision` pins a branch, tag or commit). The model has `model.tokenizer` (the
     folder's own tokenizer.json / tokenizer.model when it has one; None for a bare fla folder) and
     `model.checkpoint` (the Checkpoint: metadata, held-out spec, `.batch(n)`).
+
+    >>> model = dl.load("s3-deltanet-neg-statement")       # a shipped name, a folder or a Hub id
+    >>> model.cfg.n_layers, model.cfg.n_heads
+    (2, 4)
     """
-    checkpoint = open_checkpoint(name_or_path, revision=revision)
+    checkpoint = open_checkpoint(name_or_path, revision=revision, dtype=dtype)  # "bf16": bf16 matmuls, fp32 state
     model = checkpoint.model
-    model = cast_model(model, dtype)  # "bf16": bf16 matmuls, fp32 recurrence and state
     if device is not None:
         model = model.to(device)
     model.checkpoint = checkpoint
@@ -202,15 +233,18 @@ def load(
 
 
 CARD_NAME = "CARD.md"
+HUB_CARD_NAME = "README.md"
 MAX_CARD_BYTES = 1 << 20  # a model card is prose; a bigger file is not one
 
 
 def read_card(folder) -> str | None:
-    """The checkpoint's CARD.md as text, None when it has none.
+    """The checkpoint's CARD.md (a Hub model's README.md) as text, None when it has none.
 
     Only a plain file inside the folder is read: a symlink (which could point anywhere readable, and
     the dashboard may be served to others) or a card that is not UTF-8 is refused with a sentence."""
     card = Path(folder) / CARD_NAME
+    if not os.path.lexists(card) and os.path.lexists(Path(folder) / HUB_CARD_NAME):
+        card = Path(folder) / HUB_CARD_NAME  # a model from the Hub: its README is its card
     if not os.path.lexists(card):
         return None
     if card.is_symlink() or not card.is_file():
@@ -228,9 +262,16 @@ def list_checkpoints(root: str | Path | None = None, skip_unreadable: bool = Fal
     metadata (no weights read): name, architecture, group, tokenizer, beta range, steps and
     held-out reveal accuracy at 1x / 2x / 4x the training length. With `skip_unreadable`, a
     folder whose metadata cannot be read is left out and its error sentence kept in
-    `frame.attrs["skipped"]` (name -> sentence) instead of raising."""
+    `frame.attrs["skipped"]` (name -> sentence) instead of raising.
+
+    >>> table = dl.list_checkpoints()                      # printed whole, every column
+    >>> "s3-deltanet-neg-statement" in set(table["name"])
+    True
+    """
     if root is not None and not Path(root).is_dir():
         raise DeltalensError(f"checkpoint folder {root} does not exist or is not a folder.")
+    if root is None and no_shipped_checkpoints():
+        raise DeltalensError(f"{NO_SHIPPED} as `root`.")
     paths = (
         [
             Path(root) / name
@@ -243,30 +284,49 @@ def list_checkpoints(root: str | Path | None = None, skip_unreadable: bool = Fal
     rows, skipped = [], {}
     for path in paths:
         try:
-            meta = models.read_checkpoint_meta(path)
+            rows.append(checkpoint_row(path))
         except DeltalensError as err:
             if not skip_unreadable:
                 raise
             skipped[path.name] = str(err)
-            continue
-        config = (meta.get("task") or {}).get("config") or {}
-        model_config = meta.get("model_config") or {}
-        row = {
-            "name": path.name,
-            "architecture": meta["architecture"],
-            "group": config.get("group"),
-            "tokenizer": config.get("tokenizer"),
-            "beta_range": ("[0, 2]" if model_config.get("allow_neg_eigval") else "[0, 1]")
-            if is_delta_rule(meta["architecture"])
-            else None,
-            "steps": (meta.get("training") or {}).get("step"),
-        }
-        for length in ((meta.get("metrics") or {}).get("eval") or {}).get("lengths", []):
-            row[f"acc_{length['x_train']:g}x"] = length["reveal_accuracy"]
-        rows.append(row)
-    frame = pd.DataFrame(rows)
+    frame = CheckpointTable(rows)
     frame.attrs["skipped"] = skipped
     return frame
+
+
+def checkpoint_row(path: Path, name: str | None = None) -> dict[str, Any]:
+    """One row of list_checkpoints for checkpoint folder `path` (from its metadata; no weights read).
+    A model that records no task but has its own tokenizer is named with the task it is asked by default."""
+    meta = models.read_checkpoint_meta(path)
+    config = (meta.get("task") or {}).get("config") or {}
+    model_config = meta.get("model_config") or {}
+    group, tokenizer = config.get("group"), config.get("tokenizer")
+    if not config and has_tokenizer(path):  # what open_checkpoint asks it: DEFAULT_TEXT_SPEC, its own tokenizer
+        group, tokenizer = f"{DEFAULT_TEXT_SPEC.group} (default)", "its own"
+    row = {
+        "name": name or path.name,
+        "architecture": meta["architecture"],
+        "group": group,
+        "tokenizer": tokenizer,
+        "beta_range": ("[0, 2]" if model_config.get("allow_neg_eigval") else "[0, 1]")
+        if is_delta_rule(meta["architecture"])
+        else None,
+        "steps": (meta.get("training") or {}).get("step"),
+    }
+    for length in ((meta.get("metrics") or {}).get("eval") or {}).get("lengths", []):
+        row[f"acc_{length['x_train']:g}x"] = length["reveal_accuracy"]
+    return row
+
+
+class CheckpointTable(pd.DataFrame):
+    """list_checkpoints' frame: printed whole (every column, however narrow the terminal), not elided."""
+
+    @property
+    def _constructor(self):
+        return CheckpointTable
+
+    def __repr__(self) -> str:
+        return self.to_string(index=False, max_rows=200, float_format=lambda x: f"{x:.3f}")
 
 
 def checkpoint_batch(

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -45,6 +47,7 @@ from deltalens.training.sweep_cells import SearchRun, Sweep, config_hash, job_co
 from deltalens.training.sweep_results import CellStatus, read_results, read_search
 
 ACTIVE = ("pending", "running")
+SBATCH_TIMEOUT_S = 120  # an sbatch that has not answered by then is stopped (Ctrl-C waits for it till then)
 FINISHED = ("done", "failed", "cancelled", "missing")
 
 
@@ -147,6 +150,47 @@ def make_executor(options: SlurmOptions, name: str):
     except ValueError as err:
         raise DeltalensError(f"bad Slurm option: {str(err).splitlines()[0]}") from None
     return executor
+
+
+@contextmanager
+def bounded_sbatch() -> Iterator[None]:
+    """Within the block `sbatch` is a shim that stops the real one after SBATCH_TIMEOUT_S (coreutils' timeout;
+    --kill-after, since sbatch inherits the held SIGTERM). A PATH entry, because submitit builds its own
+    executor for job arrays and runs plain "sbatch" from PATH."""
+    real = shutil.which("sbatch")
+    if real is None or shutil.which("timeout") is None:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="deltalens-sbatch-") as shim:
+        script = Path(shim) / "sbatch"
+        script.write_text(f'#!/bin/sh\nexec timeout --kill-after=5 {SBATCH_TIMEOUT_S} {shlex.quote(real)} "$@"\n')
+        script.chmod(0o700)
+        old = os.environ.get("PATH", "")
+        os.environ["PATH"] = shim + os.pathsep + old
+        try:
+            yield
+        finally:
+            os.environ["PATH"] = old
+
+
+def sbatch_failure(err: BaseException) -> str:
+    """One sentence for a submission that failed: sbatch's refusal, its silence, or an answer without a job id."""
+    text = str(err)
+    unclear = re.search(r'Could not make sense of sbatch output "(.*)"', text, re.DOTALL)
+    if unclear:
+        said = unclear.group(1).strip().splitlines()
+        return (
+            f"sbatch answered without a job id ({said[-1][:200] if said else 'nothing'!r}), so no job is in the "
+            "ledger; check squeue for this sweep's jobs before submitting again"
+        )
+    cause = getattr(err, "__cause__", None)
+    if getattr(cause, "returncode", None) in (124, 137, -9) and shutil.which("timeout"):
+        return (
+            f"sbatch did not answer within {SBATCH_TIMEOUT_S} s and was stopped; check that slurmctld is up "
+            "(sinfo), then submit again"
+        )
+    lines = [line for line in text.splitlines() if line.strip()]
+    return f"sbatch refused the jobs: {lines[-1] if lines else type(err).__name__}"
 
 
 class SlurmScheduler:
@@ -315,10 +359,10 @@ class SlurmSweep:
             jobs = [CellJob(status.cell, sweep, runs_dir, results_dir) for status in fresh]
             with held_signals():
                 try:
-                    handles = executor.submit_array(jobs)
-                except Exception as err:  # sbatch refused: its own words, one line
-                    lines = [line for line in str(err).splitlines() if line.strip()]
-                    raise DeltalensError(f"sbatch refused the jobs: {lines[-1] if lines else err}") from None
+                    with bounded_sbatch():  # a hung sbatch holds Ctrl-C and SIGTERM only this long
+                        handles = executor.submit_array(jobs)
+                except Exception as err:  # sbatch refused, hung or answered without an id: one sentence
+                    raise DeltalensError(sbatch_failure(err)) from None
                 for status, handle in zip(fresh, handles):
                     ledger.record(
                         JobEntry(

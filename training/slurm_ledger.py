@@ -28,7 +28,7 @@ from typing import Protocol
 
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.errors import DeltalensError
-from deltalens.training.sweep_cells import SearchRun, Sweep, config_hash, job_config
+from deltalens.training.sweep_cells import Sweep, config_hash, job_config
 from deltalens.training.sweep_results import CellStatus
 
 LEDGER = "slurm-jobs.json"
@@ -72,6 +72,12 @@ class Ledger:
         try:
             data = json.loads(path.read_text())
             jobs = {name: JobEntry(**entry) for name, entry in data["jobs"].items()}
+            for name, entry in jobs.items():  # every field is text: a null log path is a damaged ledger
+                for key, value in vars(entry).items():
+                    if not isinstance(value, str):
+                        raise TypeError(f"job {name!r} has {key}={value!r}, not text")
+            if not isinstance(data.get("sweep", ""), str):
+                raise TypeError(f"sweep={data['sweep']!r} is not text")
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as err:
             raise DeltalensError(
                 f"{path} is not a jobs ledger ({err}); move it aside to start a new one "
@@ -155,10 +161,6 @@ def _state(sweep: Sweep, status: CellStatus, entry: JobEntry | None, states: dic
     what = f"job {entry.job_id} ended {slurm or '(state unknown)'} without a result"
     tail = log_tail(entry.stderr)
     return CellState(name, "failed", entry.job_id, f"{what}; the log ends:\n{tail}" if tail else what)
-
-
-def is_search(status: CellStatus) -> bool:
-    return isinstance(status.cell, SearchRun)
 
 
 def format_states(states: list[CellState]) -> str:

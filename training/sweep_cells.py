@@ -193,9 +193,9 @@ def job_config(job: Cell | SearchRun, sweep: Sweep) -> TrainConfig:
 def canonical_config(config: dict[str, Any]) -> dict[str, Any]:
     """A config dict with today's keys (defaults for keys added since it was written) and the
     validation seed spelled out (-1 means the run's seed), for comparing a result with the sweep."""
-    config = TrainConfig.from_dict(config)
-    config.run.validation_seed = validation_seed(config)
-    return config.to_dict()
+    parsed = TrainConfig.from_dict(config)
+    parsed.run.validation_seed = validation_seed(parsed)
+    return parsed.to_dict()
 
 
 def config_hash(config: TrainConfig) -> str:

@@ -23,6 +23,7 @@ import torch
 from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
+from deltalens.models.lm.chunked import log_probs_at
 from deltalens.tasks.dataset import collate, generate_any, trace_seed
 from deltalens.tasks.text_traces import reveal_context
 from deltalens.tasks.traces import TraceSpec
@@ -63,20 +64,26 @@ def score_reveals(model, tokenizer, traces) -> list[dict[str, Any]]:
         raise DeltalensError("scoring by reveal needs a tokenizer that aligns text (an hf tokenizer)")
     batch = collate(encoded)
     device = next(model.parameters()).device
-    logits = model(batch["tokens"].to(device)).float()  # (B, T, V)
-    rows = []
+    tokens = batch["tokens"]
+    scored = []  # (trace, reveal, info, positions of the value's tokens)
+    read = torch.zeros(tokens.shape, dtype=torch.bool)  # the positions whose next-token prediction is read
     for b, (trace, enc) in enumerate(zip(traces, encoded)):
-        context = reveal_context(trace)
-        for r, info in enumerate(context):
+        for r, info in enumerate(reveal_context(trace)):
             where = [t for t in enc.value_tokens[r] if t > 0]
             if not where:
                 raise DeltalensError(f"reveal {r} of a trace has no token to score (it sits at the very start?)")
-            at = torch.tensor(where, device=device)
-            step = logits[b, at - 1].log_softmax(-1)  # (tokens, V): predictions of the value's tokens
-            target = batch["tokens"][b, at.cpu()].to(device)
-            correct = bool((step.argmax(-1) == target).all())
-            p = float(step.gather(1, target[:, None]).sum().exp())
-            rows.append({**info, "correct": correct, "p": p, "tokens": len(where)})
+            read[b, torch.tensor(where) - 1] = True
+            scored.append((b, info, where))
+    # those rows alone, chunk by chunk with the state carried: long traces never hold (B, T, V) logits at once
+    picked = log_probs_at(model, tokens.to(device), read.to(device)).cpu()
+    index = {pos: i for i, pos in enumerate(zip(*(x.tolist() for x in read.nonzero(as_tuple=True))))}
+    rows = []
+    for b, info, where in scored:
+        step = picked[[index[(b, t - 1)] for t in where]]  # (tokens, V): predictions of the value's tokens
+        target = tokens[b, torch.tensor(where)]
+        correct = bool((step.argmax(-1) == target).all())
+        p = float(step.gather(1, target[:, None]).sum().exp())
+        rows.append({**info, "correct": correct, "p": p, "tokens": len(where)})
     return rows
 
 

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from deltalens.app import figures
-from deltalens.app.common import attempt, checkpoint_dir, checkpoint_table, locked, opened
+from deltalens.app.common import attempt, checkpoint_sources, checkpoint_table, folder_of, locked, opened
 from deltalens.probes.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
 from deltalens.tasks.probabilistic import generate_prob_trace
 from deltalens.training.belief_kl import transcript_beliefs
@@ -63,11 +63,14 @@ def belief_tables(frames: dict[str, pd.DataFrame]) -> None:
     figures.show(fig, title_width=110)
 
 
-table = attempt(checkpoint_table, str(checkpoint_dir()))
+table = attempt(checkpoint_table, tuple(checkpoint_sources()))
 names = [] if table is None else [n for n, tok in zip(table["name"], table["tokenizer"]) if str(tok).endswith("-prob")]
 if table is not None and not names:
-    st.error(f"no checkpoint in {checkpoint_dir()} was trained on probabilistic traces (a *-prob tokenizer).")
-checkpoints = {name: c for name in names if (c := attempt(opened, str(checkpoint_dir() / name))) is not None}
+    st.info(  # a page for another kind of model: one sentence, not an error
+        f"No checkpoint in {', '.join(checkpoint_sources())} was trained on probabilistic traces (a *-prob "
+        "tokenizer), so there are no models to compare; the exact decay below needs none."
+    )
+checkpoints = {name: c for name in names if (c := attempt(opened, folder_of(table, name))) is not None}
 if checkpoints:
     first = next(iter(checkpoints.values()))
     st.caption(

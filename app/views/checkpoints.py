@@ -1,4 +1,5 @@
-"""Checkpoints: every checkpoint in the folder, its card, saved accuracies side by side, the family
+"""Checkpoints: every checkpoint the dashboard was given (folders, model folders, Hub ids by their id),
+its card, saved accuracies side by side, each run's training curves (the history it keeps), the family
 table (which hooks and probes apply to which architecture), and the reproduce report's claims with
 their verdicts (all from saved files: nothing is re-evaluated)."""
 
@@ -7,27 +8,36 @@ import streamlit as st
 
 from deltalens import models
 from deltalens.app import figures
-from deltalens.app.common import PAPER_MODEL, attempt, checkpoint_dir, checkpoint_table
-from deltalens.models.architecture import DISPLAY, FAMILY
+from deltalens.app.common import (
+    PAPER_MODEL,
+    attempt,
+    checkpoint_sources,
+    checkpoint_table,
+    command_name,
+    folder_of,
+    shown,
+)
+from deltalens.models.registry import families
 from deltalens.reports.claims import evaluate_claims
-from deltalens.reports.figures import checkpoint_length_figure, length_figure, spacing_figure
+from deltalens.reports.figures import checkpoint_length_figure, length_figure, spacing_figure, training_curve_figure
 from deltalens.reports.reproduce import expected_cells
 from deltalens.training.grid import load_sweep, read_sweep
+from deltalens.training.loop import training_history
 from deltalens.training.opened import SHIPPED, read_card
 
 REPO = SHIPPED.parent
 RESULTS = REPO / "results" / "sweep"
 COMPARED = ("s3-deltanet-pos-statement", "s3-transformer-statement")  # the paper's baselines, compared by default
 
-table = attempt(checkpoint_table, str(checkpoint_dir()))
+table = attempt(checkpoint_table, tuple(checkpoint_sources()))
 if table is not None:
     for sentence in table.attrs.get("skipped", {}).values():
         st.error(sentence)
     st.caption(
-        f"{len(table)} checkpoints in `{checkpoint_dir()}`; accuracies are the held-out reveal accuracy "
-        "saved at export, at 1x / 2x / 4x the training length."
+        f"{len(table)} checkpoint{'s' if len(table) != 1 else ''} in `{', '.join(checkpoint_sources())}`; "
+        "accuracies are the held-out reveal accuracy saved at export, at 1x / 2x / 4x the training length."
     )
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(shown(table), hide_index=True, width="stretch")
 
     names = list(table["name"])
     if st.session_state.get("card") not in names:  # opens on the paper's model, not the first name
@@ -38,27 +48,47 @@ if table is not None:
     chosen = right.multiselect("compare it with", names, default=[n for n in COMPARED if n in names], key="compare")
     left, right = st.columns(2)
     with left:
-        card = attempt(read_card, checkpoint_dir() / name)
+        card = attempt(read_card, folder_of(table, name))
         st.markdown(card if card is not None else f"*{name} has no CARD.md (or it cannot be shown).*")
     with right:
-        evals = {}
+        evals, histories = {}, {}
         for choice in dict.fromkeys([name, *chosen]):  # the card's own checkpoint first, always
-            meta = attempt(models.read_checkpoint_meta, checkpoint_dir() / choice)
+            meta = attempt(models.read_checkpoint_meta, folder_of(table, choice))
             evals[choice] = ((meta or {}).get("metrics") or {}).get("eval") or {}
-        figures.show(checkpoint_length_figure(evals))
+            histories[choice] = attempt(training_history, folder_of(table, choice)) or []
+        saved = {choice: report for choice, report in evals.items() if report.get("lengths")}
+        if saved:
+            figures.show(checkpoint_length_figure(saved))
+        unsaved = [choice for choice in evals if choice not in saved]
+        if unsaved:  # a model from elsewhere keeps no evaluation: say so rather than draw empty axes
+            one = len(unsaved) == 1
+            st.info(
+                f"{', '.join(unsaved)} keep{'s' if one else ''} no saved accuracy (evaluate with "
+                f"`deltalens eval {command_name(table, unsaved[0])}`), so {'it is' if one else 'they are'} "
+                "not drawn here."
+            )
+        kept = {choice: history for choice, history in histories.items() if history}
+        if kept:
+            figures.show(training_curve_figure(kept))
+        else:
+            st.caption(
+                "Training curves: none of these checkpoints keeps its training history (a run's last/ keeps it in "
+                "trainer_state.json, an export made now keeps it in config.json; `deltalens train --log tensorboard` "
+                "writes TensorBoard curves)."
+            )
 
 with st.expander("Architectures: which hooks, probes and interventions apply"):
     st.table(  # a table wraps its text: a dataframe cut the probes column off
         pd.DataFrame(
             [
                 {
-                    "architecture": DISPLAY[arch],
-                    "arch": arch,
-                    "per-head hooks": hooks,
-                    "probes": probes,
-                    "interventions": interventions,
+                    "architecture": record.display,
+                    "arch": record.arch,
+                    "per-head hooks": record.hooks,
+                    "probes": record.probes,
+                    "interventions": record.interventions,
                 }
-                for arch, (hooks, probes, interventions) in FAMILY.items()
+                for record in families()
             ]
         ),
         hide_index=True,

@@ -3,69 +3,134 @@ answer (direct logit attribution), which heads carry it (activation patching bes
 patching, on clean traces and their value-relabelled twins), and the automaton a head's states form.
 
 Every measurement is the library's (interp/effective_attention.py, interp/circuit.py,
-probes/automaton.py), cached per checkpoint and setting, and run under the checkpoint's model lock.
-A section that does not apply to the checkpoint (no delta rule, no heads, random actions) says so.
+probes/automaton.py), kept on disk keyed by the checkpoint's weights (app/disk_cache.py), computed
+under the checkpoint's model lock with a progress bar that names the step. A section that does not
+apply to the checkpoint (no delta rule, no heads, random actions) says so.
 """
+
+from collections.abc import Callable
 
 import plotly.graph_objects as go
 import streamlit as st
 
 from deltalens.app import figures
-from deltalens.app.common import Controls, attempt, describe, locked, opened, pick_checkpoint
-from deltalens.models.architecture import ARTICLE, is_delta_rule
+from deltalens.app.common import Controls, attempt, describe, model_lock, pick_checkpoint
+from deltalens.app.disk_cache import cached_result
+from deltalens.core.errors import DeltalensError
+from deltalens.models.architecture import article_of, is_delta_rule
 
 PAGE = "circuit"
 PAIRS = [4, 8, 16]
 AUTOMATON_TRACES = [32, 64, 128, 256]
 
 
-@st.cache_data(show_spinner="attribution patching and direct logit attribution ...", max_entries=16)
-def attribution_of(path: str, n_pairs: int, seed: int):
-    from deltalens.interp.circuit import head_attribution
+class Bar:
+    """A progress bar naming the checkpoint and the step, drawn only once something is computed."""
+
+    def __init__(self, checkpoint, what: str):
+        self.text, self.bar = f"{checkpoint.path.name}: {what}", None
+
+    def __call__(self, fraction: float, detail: str = "") -> None:
+        if self.bar is None:
+            self.bar = st.progress(0.0)
+        self.bar.progress(min(max(fraction, 0.0), 1.0), text=f"{self.text}{detail} ...")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.empty()
+
+
+def measured(checkpoint, step: str, params: str, what: str, compute: Callable[[Bar], object], applies: str = ""):
+    """compute(bar) under the model lock, kept on disk by weights and params; one error sentence, else the value.
+    applies: a section's name whose refusal (a DeltalensError) is a note that it does not apply, not an error."""
+    bar = Bar(checkpoint, what)
+
+    def run():
+        bar(0.0)
+        with model_lock(str(checkpoint.path)):
+            return compute(bar)
+
+    try:
+        if applies:
+            try:
+                return cached_result(f"circuit-{step}", checkpoint.path, params, run)
+            except DeltalensError as err:
+                st.info(f"{applies} do not apply to this checkpoint: {err}")
+                return None
+        return attempt(cached_result, f"circuit-{step}", checkpoint.path, params, run)
+    finally:
+        bar.close()
+
+
+def pair_of(checkpoint, n_pairs: int, seed: int):
     from deltalens.interp.trace_pairs import trace_pair
 
-    checkpoint = opened(path)
-    clean, corrupt = trace_pair(checkpoint.model, n_pairs, seed=seed, checkpoint=checkpoint)
-    return head_attribution(checkpoint.model, clean, corrupt)
+    return trace_pair(checkpoint.model, n_pairs, seed=seed, checkpoint=checkpoint)
 
 
-@st.cache_data(show_spinner="activation patching, one forward per head ...", max_entries=16)
-def grid_of(path: str, n_pairs: int, seed: int, site: str):
-    from deltalens.interp.circuit import patch_grid
-    from deltalens.interp.trace_pairs import trace_pair
+def attribution_of(checkpoint, n_pairs: int, seed: int):
+    def compute(bar):
+        from deltalens.interp.circuit import head_attribution
 
-    checkpoint = opened(path)
-    clean, corrupt = trace_pair(checkpoint.model, n_pairs, seed=seed, checkpoint=checkpoint)
-    return patch_grid(checkpoint.model, clean, corrupt, site=site, progress=False)
+        return head_attribution(checkpoint.model, *pair_of(checkpoint, n_pairs, seed))
+
+    what = f"attribution patching and direct logit attribution on {n_pairs} trace pairs (one forward and backward)"
+    applies = "Direct logit attribution and patching"
+    return measured(checkpoint, "attribution", f"{n_pairs}/{seed}", what, compute, applies=applies)
 
 
-@st.cache_data(show_spinner="effective attention of one trace ...", max_entries=32)
-def reading_of(path: str, seed: int, layer: int, head: int):
+def grid_of(checkpoint, n_pairs: int, seed: int, site: str):
+    total = checkpoint.model.cfg.n_layers * checkpoint.model.cfg.n_heads
+
+    def compute(bar):
+        from deltalens.interp.circuit import patch_grid
+
+        done = []
+
+        def on_head(layer: int, head: int) -> None:
+            done.append(1)
+            bar(len(done) / total, f", head L{layer}H{head} ({len(done)} of {total})")
+
+        return patch_grid(checkpoint.model, *pair_of(checkpoint, n_pairs, seed), site, progress=False, on_head=on_head)
+
+    what = f"activation patching of hook_{site}, one forward per head on {n_pairs} trace pairs"
+    return measured(checkpoint, "grid", f"{n_pairs}/{seed}/{site}", what, compute)
+
+
+def reading_of(checkpoint, seed: int, layer: int, head: int):
     """(token texts, reveal rows [(prediction position, text)], A (T, T) summed over factors) of one trace."""
-    from deltalens.interp.effective_attention import effective_attention
 
-    checkpoint = opened(path)
-    batch = checkpoint.batch(1, seed=seed)
-    tokens = batch["tokens"]
-    texts = [checkpoint.tokenizer.token_of(int(i)) for i in tokens[0]]
-    reveals = [
-        (t - 1, f"{texts[t - 2].strip() if t >= 2 else ''} -> {texts[t].strip()} (position {t})")
-        for t in batch["reveal_mask"][0].nonzero().flatten().tolist()
-        if t >= 1
-    ]
-    A = effective_attention(checkpoint.model, tokens, layer, head)[0]
-    A = A.sum(-1) if A.ndim == 3 else A  # DeltaProduct: factors summed
-    return texts, reveals, A.numpy()
+    def compute(bar):
+        from deltalens.interp.effective_attention import effective_attention
+
+        batch = checkpoint.batch(1, seed=seed)
+        tokens = batch["tokens"]
+        texts = [checkpoint.tokenizer.token_of(int(i)) for i in tokens[0]]
+        reveals = [
+            (t - 1, f"{texts[t - 2].strip() if t >= 2 else ''} -> {texts[t].strip()} (position {t})")
+            for t in batch["reveal_mask"][0].nonzero().flatten().tolist()
+            if t >= 1
+        ]
+        A = effective_attention(checkpoint.model, tokens, layer, head)[0]
+        A = A.sum(-1) if A.ndim == 3 else A  # DeltaProduct: factors summed
+        return texts, reveals, A.numpy()
+
+    what = f"effective attention of L{layer}H{head} on one trace"
+    return measured(checkpoint, "reading", f"{seed}/{layer}/{head}", what, compute)
 
 
-@st.cache_data(show_spinner="clustering the head's states ...", max_entries=16)
-def automaton_of(path: str, n_traces: int, seed: int, layer: int, head: int):
-    from deltalens.interp.capture import capture
-    from deltalens.probes.automaton import extract_automaton
+def automaton_of(checkpoint, n_traces: int, seed: int, layer: int, head: int):
+    def compute(bar):
+        from deltalens.interp.capture import capture
+        from deltalens.probes.automaton import extract_automaton
 
-    checkpoint = opened(path)
-    cap = capture(checkpoint.model, checkpoint.batch(n_traces, seed=seed), names=("state",))
-    return extract_automaton(cap, layer, head, seed=seed)
+        bar(0.1, f", step 1 of 2: the states of {n_traces} held-out traces")
+        cap = capture(checkpoint.model, checkpoint.batch(n_traces, seed=seed), names=("state",))
+        bar(0.5, ", step 2 of 2: clustering them and minimising the automaton")
+        return extract_automaton(cap, layer, head, seed=seed)
+
+    what = f"the automaton of L{layer}H{head}"
+    return measured(checkpoint, "automaton", f"{n_traces}/{seed}/{layer}/{head}", what, compute)
 
 
 def reading_figure(texts, A, row: int, layer: int, head: int) -> go.Figure:
@@ -100,7 +165,7 @@ def main() -> None:
     if checkpoint is None:
         return
     st.caption(describe(checkpoint))
-    path, article = str(checkpoint.path), ARTICLE.get(checkpoint.arch, checkpoint.arch)
+    article = article_of(checkpoint.arch)
     delta = is_delta_rule(checkpoint.arch)
     controls = Controls(PAGE, checkpoint)
     n_layers, n_heads = checkpoint.model.cfg.n_layers, getattr(checkpoint.model.cfg, "n_heads", 0)
@@ -119,17 +184,25 @@ def main() -> None:
             "relabelled pair with one answer each) do not apply; the other sections do."
         )
     else:
-        found = locked(checkpoint, attribution_of, path, n_pairs, seed)
+        found = attribution_of(checkpoint, n_pairs, seed)
     heads = [f"L{layer}H{head}" for layer in range(n_layers) for head in range(n_heads)]
     top = f"L{int(found.frame.iloc[0]['layer'])}H{int(found.frame.iloc[0]['head'])}" if found is not None else heads[0]
     chosen = controls.widget(
         st.selectbox,
         "head",
-        "head (effective attention and automaton; default: attribution patching's top head)",
+        "head (effective attention and automaton"
+        + ("; default: attribution patching's top head)" if found is not None else "; default: the first head)"),
         heads,
         default=top,
         valid=lambda value: value in heads,
+        carry=False,  # each checkpoint's own default: its attribution ranking's top head
+        why=lambda value, source: (
+            f"The head box shows {top}, the default of {checkpoint.path.name} "
+            f"({'the top head of its attribution ranking' if found is not None else 'its first head'}); "
+            f"{value} was chosen on {source}."
+        ),
     )
+    controls.show_notes()
     layer, head = (int(x) for x in chosen[1:].split("H"))
 
     st.subheader("Effective attention of one reveal")
@@ -139,7 +212,7 @@ def main() -> None:
             "this section applies to the delta-rule family only."
         )
     else:
-        reading = locked(checkpoint, reading_of, path, seed, layer, head)
+        reading = reading_of(checkpoint, seed, layer, head)
         if reading is not None:
             texts, reveals, A = reading
             if not reveals:
@@ -158,6 +231,8 @@ def main() -> None:
         st.caption(
             f"The components (heads, MLPs, embedding) sum to the real logit difference within {found.dla_error:.1e}."
         )
+    else:
+        st.caption("Not drawn: it needs the clean / relabelled trace pairs, which this checkpoint cannot have (above).")
 
     st.subheader("Patching grid")
     if found is not None:
@@ -165,29 +240,47 @@ def main() -> None:
         site = controls.widget(
             st.radio, "site", "patched site", sites, default="z", horizontal=True, valid=lambda value: value in sites
         )
-        grid = locked(checkpoint, grid_of, path, n_pairs, seed, site)
-        left, right = st.columns(2)
+        grid = grid_of(checkpoint, n_pairs, seed, site)
         if grid is not None:
+            from deltalens.interp.circuit import method_agreement
             from deltalens.interp.patching import patch_grid_figure
 
-            figures.show(
-                patch_grid_figure(grid, title=f"activation patching: hook_{site} ({grid.n_forwards} forwards)"), left
-            )
             estimate = found.ap_grid(site)
             approx = type(grid)(
                 estimate + grid.corrupt, grid.clean, grid.corrupt, site, n_forwards=0, method="attribution patching"
+            )
+            # one colour scale for both: the same colour is the same fraction restored in either grid
+            span = max(1.0, float(grid.normalised().abs().max()), float(approx.normalised().abs().max()))
+            scale = (-span, span)
+            left, right = st.columns(2)
+            figures.show(
+                patch_grid_figure(
+                    grid,
+                    title=f"activation patching: hook_{site} ({grid.n_forwards} forwards)",
+                    scale=scale,
+                    numbers=True,
+                ),
+                left,
             )
             figures.show(
                 patch_grid_figure(
                     approx,
                     title=f"attribution patching: hook_{site} ({found.forward_equivalents:.1f} forward-equivalents)",
+                    scale=scale,
+                    numbers=True,
                 ),
                 right,
             )
             st.caption(
-                "Each cell: the fraction of the clean answer's logit difference restored when that head's activation "
-                f"comes from the clean run (clean {grid.clean:.2f}, corrupt {grid.corrupt:.2f})."
+                f"Both grids share one colour scale, {-span:g} to {span:g}. Each cell: the fraction of the clean "
+                "answer's logit difference restored when that head's activation comes from the clean run (activation "
+                "patching: measured; attribution patching: its first-order estimate), clean "
+                f"{grid.clean:.2f}, corrupt {grid.corrupt:.2f}."
             )
+            agreement = method_agreement(grid, estimate)
+            st.info(f"How far the two methods agree on {checkpoint.path.name}, {agreement.sentence()}")
+    else:
+        st.caption("Not drawn: it needs the clean / relabelled trace pairs, which this checkpoint cannot have (above).")
 
     st.subheader("Automaton")
     if not delta:
@@ -196,8 +289,10 @@ def main() -> None:
     n_traces = controls.widget(
         st.selectbox, "traces", "traces to cluster (an S5 head needs 256)", AUTOMATON_TRACES, default=64
     )
-    automaton = locked(checkpoint, automaton_of, path, n_traces, seed, layer, head)
-    if automaton is not None:
+    automaton = automaton_of(checkpoint, n_traces, seed, layer, head)
+    if automaton is not None and not automaton.tracks():
+        st.info(automaton.verdict())  # a one-state graph with a legend of actions says nothing
+    elif automaton is not None:
         from deltalens.probes.automaton import automaton_figure
 
         st.markdown(automaton.title())

@@ -12,7 +12,7 @@ from deltalens.app import figures
 from deltalens.app.common import Controls, attempt, describe, pick_checkpoint
 from deltalens.app.heads_data import head_points, measure, one_trace_beta
 from deltalens.app.product_text import picked_sentence, span_sentence, span_table
-from deltalens.models.architecture import ARTICLE, is_delta_rule
+from deltalens.models.architecture import article_of, is_delta_rule
 from deltalens.probes.eigenvalues import (
     beta_heatmap,
     beta_kind_heatmap,
@@ -193,7 +193,7 @@ def probes_tab(checkpoint, n_traces: int, seed: int, step: str = "probes") -> No
 
 def residual_probes_only(checkpoint, controls: Controls) -> None:
     """A model without beta or a matrix state: its residual-stream probes, which every model has."""
-    article = ARTICLE.get(checkpoint.arch, checkpoint.arch)
+    article = article_of(checkpoint.arch)
     st.info(
         f"{article[0].upper()}{article[1:]} has no beta or matrix state, so the beta, eigenvalue, product and "
         "subspace views need a delta-rule model (DeltaNet, Gated DeltaNet, DeltaProduct). Its residual-stream "

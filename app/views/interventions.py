@@ -1,8 +1,9 @@
-"""Interventions: rescale (per factor, for DeltaProduct), ablate or patch chosen heads, or clamp a gated
-model's decay; reveal accuracy before and after (for state patching, how often the prediction follows
-the donor trace), the trace under the intervention, and the paper's beta-range sweep over every head
-(cached on disk). Every control belongs to the checkpoint (common.Controls): what is computed is what
-the controls show."""
+"""Interventions: rescale (per factor, for DeltaProduct), ablate or patch chosen heads, clamp a gated
+model's decay, or change a head's transition I - beta k k^T or its write beta k v^T alone (the other
+kept); reveal accuracy before and after (for state patching, how often the prediction follows the donor
+trace), the trace under the intervention, and the paper's beta-range sweep over every head (cached on
+disk). Every control belongs to the checkpoint (common.Controls): what is computed is what the controls
+show."""
 
 import streamlit as st
 import torch
@@ -30,14 +31,30 @@ from deltalens.interp.interventions import (
     rescale_beta,
     reveal_accuracy,
 )
+from deltalens.interp.split_interventions import (
+    abs_eigenvalue,
+    clip_transition,
+    clip_write,
+    rescale_transition,
+    scale_write,
+)
 from deltalens.models.architecture import is_delta_rule, n_heads_of, n_layers_of
 from deltalens.tasks.traces import generate_trace
 from deltalens.training.evaluate import trace_predictions
 
-KINDS = ["beta range map", "beta scale", "zero ablation", "mean ablation", "state patching"]
+BETA_KINDS = [  # the kinds that edit beta (per factor on a DeltaProduct); the last five one use of it only
+    "beta range map",
+    "beta scale",
+    "transition clip",
+    "transition range map",
+    "write clip",
+    "write scale",
+    "eigenvalue |1 - beta|",
+]
+ABLATIONS = ["zero ablation", "mean ablation"]
+KINDS = [*BETA_KINDS, *ABLATIONS, "state patching"]
 NEEDS = {  # what a kind of intervention edits, for the sentence when a model has none
-    "beta range map": "a write strength beta",
-    "beta scale": "a write strength beta",
+    **dict.fromkeys(BETA_KINDS, "a write strength beta"),
     "gate clamp": "a decay gate",
     "state patching": "a matrix state S_t",
 }
@@ -54,6 +71,8 @@ def build(model, heads, kind, options, source_cache):
             parts.append(rescale_beta(model, layer, head, to=(options["lo"], options["hi"]), factor=options["factor"]))
         elif kind == "beta scale":
             parts.append(rescale_beta(model, layer, head, scale=options["scale"], factor=options["factor"]))
+        elif kind in BETA_KINDS:
+            parts.append(split_one(model, layer, head, kind, options))
         elif kind == "gate clamp":
             parts.append(clamp_gate(model, layer, head, options["gate_lo"], options["gate_hi"]))
         elif kind == "state patching":
@@ -66,6 +85,20 @@ def build(model, heads, kind, options, source_cache):
     for part in parts[1:]:
         total = total + part
     return total
+
+
+def split_one(model, layer: int, head: int, kind: str, options):
+    """A transition-only or write-only intervention on one head (interp/split_interventions.py)."""
+    factor = options["factor"]
+    if kind == "transition clip":
+        return clip_transition(model, layer, head, hi=options["t_hi"], factor=factor)
+    if kind == "transition range map":
+        return rescale_transition(model, layer, head, to=(options["t_lo"], options["t_hi"]), factor=factor)
+    if kind == "write clip":
+        return clip_write(model, layer, head, hi=options["t_hi"], factor=factor)
+    if kind == "write scale":
+        return scale_write(model, layer, head, scale=options["write"], factor=factor)
+    return abs_eigenvalue(model, layer, head, factor=factor)
 
 
 def states_of(model, tokens):
@@ -112,7 +145,7 @@ def controls_row(checkpoint, controls: Controls, ranked):
     """Every control, drawn from `controls` (one key per checkpoint); returns what they say."""
     model, name, article = checkpoint.model, checkpoint.path.name, controls.article
     deltanet = is_delta_rule(checkpoint.arch)
-    kinds = (KINDS + (["gate clamp"] if getattr(model, "gated", False) else [])) if deltanet else KINDS[2:4]
+    kinds = (KINDS + (["gate clamp"] if getattr(model, "gated", False) else [])) if deltanet else ABLATIONS
     heads_all = [(layer, head) for layer in range(n_layers_of(model)) for head in range(n_heads_of(model))]
     first = heads_all[-1] if ranked is None else ranked.highlight()
     cols = st.columns([2, 2, 1, 1])
@@ -154,7 +187,7 @@ def controls_row(checkpoint, controls: Controls, ranked):
     seed = controls.widget(cols[3].number_input, "seed", "seed", default=0, min_value=0, max_value=10**6, step=1)
     options = {"site": "z", "reference": None, "factor": None, "kind": kind, "heads": heads}
     factors = getattr(model, "n_factors", 1)
-    if kind.startswith("beta") and factors > 1:  # DeltaProduct: one Householder factor, or all of them
+    if kind in BETA_KINDS and factors > 1:  # DeltaProduct: one Householder factor, or all of them
         choices = ["all", *range(factors)]
         choice = controls.widget(
             st.selectbox,
@@ -185,6 +218,27 @@ def more_controls(controls: Controls, kind: str, deltanet: bool, seed: int) -> d
     elif kind == "beta scale":
         out["scale"] = controls.widget(
             st.number_input, "scale", "multiply beta by", default=0.5, valid=_in(0, 4), min_value=0.0, max_value=4.0
+        )
+    elif kind in ("transition clip", "transition range map", "write clip"):  # one use of beta only
+        a, b = st.columns(2)
+        bounds = {"min_value": 0.0, "max_value": 2.0, "step": 0.1}
+        if kind == "transition range map":
+            out["t_lo"] = controls.widget(
+                a.number_input, "t-lo", "transition lo", default=0.0, valid=_in(0, 2), **bounds
+            )
+        label = {"transition range map": "transition hi", "write clip": "write beta at most"}.get(
+            kind, "transition beta at most"
+        )
+        out["t_hi"] = controls.widget(b.number_input, "t-hi", label, default=1.0, valid=_in(0, 2), **bounds)
+    elif kind == "write scale":  # beta k v^T only
+        out["write"] = controls.widget(
+            st.number_input,
+            "write",
+            "multiply the write by",
+            default=0.5,
+            valid=_in(0, 4),
+            min_value=0.0,
+            max_value=4.0,
         )
     elif kind == "gate clamp":  # alpha_t in [lo, hi]; 1, 1 switches forgetting off
         a, b = st.columns(2)

@@ -124,7 +124,10 @@ checkpoint = pick_checkpoint("trace-ckpt", where=lambda row: not str(row["tokeni
 if checkpoint is not None and checkpoint.spec is None:
     st.error(f"{checkpoint.path.name} records no task, so there is no tokenizer to write its traces with.")
 elif checkpoint is not None:
-    st.caption(f"{describe(checkpoint)}; trained on {checkpoint.task.actions[1]} actions per trace.")
+    # a model from elsewhere records no training task: its default task's length stands in
+    length = checkpoint.task.actions[1] if checkpoint.data is not None else checkpoint.spec.actions
+    trained = "trained on" if checkpoint.data is not None else "asked at"
+    st.caption(f"{describe(checkpoint)}; {trained} {length} actions per trace.")
     controls = Controls("trace", checkpoint)
     source = controls.widget(st.radio, "source", "trace", ["generate", "paste"], default="generate", horizontal=True)
     generated, seed = generated_trace(checkpoint, controls, draw=source == "generate")

@@ -7,7 +7,9 @@ One dataclass per architecture holds the arguments and defaults of fla's config 
 unknown keys as attributes (deltalens's `state_norm_every`, a config.json's "deltalens" section), and
 write the same config.json fields. The known fields are checked once, at construction
 (models/io/config_checks.py). fla stays the source of truth: tests/models/test_fla_compat.py checks
-every default table against fla's signature. `to_fla_config` turns one into fla's own object.
+every default table against fla's signature. `to_fla_config` turns one into fla's own object. A new
+fla-format family declares its class with `@settings_class` and names it in its record
+(models/families/, the registry's `settings`).
 
     arch            settings class               fla config / model class                  model_type
     deltanet        DeltaNetSettings             DeltaNetConfig / DeltaNetForCausalLM       delta_net
@@ -17,7 +19,7 @@ every default table against fla's signature. `to_fla_config` turns one into fla'
 
 import warnings
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from deltalens.models.io.config_checks import check_fields
 from deltalens.models.layers.attention_spec import parse_attention
@@ -63,7 +65,10 @@ class FlaSettings:
             setattr(self, known.name, known.default)
         for key, value in values.items():
             setattr(self, key, value)
-        check_fields(self, ARCH_OF_MODEL_TYPE.get(self.model_type, type(self).__name__))
+        from deltalens.models.registry import family_of_model_type  # which reads this module's classes
+
+        named = family_of_model_type(self.model_type)
+        check_fields(self, named.arch if named is not None else type(self).__name__)
         # hybrids: fla's defaults filled in fla's way, so the config.json written equals fla's
         self.attn = parse_attention(self.attn, self.num_hidden_layers)
 
@@ -83,7 +88,17 @@ class FlaSettings:
         return f"{type(self).__name__}({changed})"
 
 
-@dataclass(init=False, eq=False, repr=False)
+S = TypeVar("S", bound=type)
+
+
+def settings_class(cls: S) -> S:
+    """Make `cls` (a FlaSettings subclass declaring fla's fields) a settings dataclass with its `defaults`."""
+    cls = dataclass(init=False, eq=False, repr=False)(cls)
+    cls.defaults = {known.name: known.default for known in fields(cls)}
+    return cls
+
+
+@settings_class
 class DeltaNetSettings(FlaSettings):
     """fla.models.DeltaNetConfig: the delta rule S_t = S_{t-1} (I - beta_t k_t k_t^T) + beta_t k_t v_t^T."""
 
@@ -105,7 +120,7 @@ class DeltaNetSettings(FlaSettings):
     num_hidden_layers: int = 24
 
 
-@dataclass(init=False, eq=False, repr=False)
+@settings_class
 class GatedDeltaNetSettings(FlaSettings):
     """fla.models.GatedDeltaNetConfig: the delta rule with a decay gate alpha_t = exp(g_t)."""
 
@@ -125,7 +140,7 @@ class GatedDeltaNetSettings(FlaSettings):
     output_gate_activation: str = "swish"
 
 
-@dataclass(init=False, eq=False, repr=False)
+@settings_class
 class GatedDeltaProductSettings(FlaSettings):
     """fla.models.GatedDeltaProductConfig: n_h = num_householder Householder factors per token."""
 
@@ -145,33 +160,21 @@ class GatedDeltaProductSettings(FlaSettings):
     num_householder: int = 1
 
 
-# deltalens architecture name -> its settings class
-SETTINGS: dict[str, type[FlaSettings]] = {
-    "deltanet": DeltaNetSettings,
-    "gated_deltanet": GatedDeltaNetSettings,
-    "deltaproduct": GatedDeltaProductSettings,
-}
-ARCH_OF_MODEL_TYPE = {cls.model_type: arch for arch, cls in SETTINGS.items()}
-for _cls in SETTINGS.values():
-    _cls.defaults = {known.name: known.default for known in fields(_cls)}
 FLA_DEFAULTS: dict[str, Any] = DeltaNetSettings.defaults  # fla.models.DeltaNetConfig
 GATED_DELTANET_DEFAULTS: dict[str, Any] = GatedDeltaNetSettings.defaults  # fla.models.GatedDeltaNetConfig
 GATED_DELTAPRODUCT_DEFAULTS: dict[str, Any] = GatedDeltaProductSettings.defaults  # fla.models.GatedDeltaProductConfig
 
-# deltalens's own config fields per architecture. fla's configs keep unknown keyword arguments as
-# attributes and write them to config.json, so these ride along in the same config object; fla
-# itself ignores them (its DeltaNetForCausalLM runs the plain delta rule on the same weights).
-EXTENSION_KEYS: dict[str, tuple[str, ...]] = {
-    "deltanet": ("state_norm_every",),
-    "gated_deltanet": (),
-    "deltaproduct": (),
-}
-DELTANET_EXTENSION_KEYS = EXTENSION_KEYS["deltanet"]
+# deltalens's own config fields of DeltaNet (its family's `extension_keys`). fla's configs keep unknown
+# keyword arguments as attributes and write them to config.json, so these ride along in the same config
+# object; fla itself ignores them (its DeltaNetForCausalLM runs the plain delta rule on the same weights).
+DELTANET_EXTENSION_KEYS = ("state_norm_every",)
 
 
 def config_keys(arch: str) -> list[str]:
     """The keys `models.build(arch, ...)` takes: fla's arguments, then deltalens's extensions."""
-    return list(SETTINGS[arch].defaults) + list(EXTENSION_KEYS[arch])
+    from deltalens.models.registry import family  # which reads this module's classes
+
+    return family(arch).config_keys() or []
 
 
 def fla_model_config(config, arch: str = "deltanet") -> dict[str, Any]:

@@ -5,7 +5,7 @@ and how a config.json says which architecture it is.
       ...fla's config fields...                # delta-rule family only: the file IS an HF/fla config
       "deltalens": {
         "format_version": 1,
-        "architecture": "deltanet" | "gated_deltanet" | "deltaproduct" | "transformer" | "lstm",
+        "architecture": "deltanet" | "gated_deltanet" | ... (a family of models/registry.py),
         "model_config": {...},                 # build(architecture, **model_config) rebuilds the model
         "tokenizer": {...} | null,             # tokenizer spec (tasks)
         "task": {...} | null,                  # task spec: group, reveal spacing, lengths, ...
@@ -14,8 +14,8 @@ and how a config.json says which architecture it is.
       }
     }
 
-A config.json written by fla itself (no "deltalens" section, `"model_type"` "delta_net",
-"gated_deltanet" or "gated_deltaproduct") reads as that architecture with an empty section.
+A config.json written by fla itself (no "deltalens" section, a `"model_type"` a family claims: "delta_net",
+"gated_deltanet", "gated_deltaproduct") reads as that architecture with an empty section.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from deltalens.core.errors import DeltalensError
-from deltalens.models.architecture import ARCHITECTURES, is_delta_rule
-from deltalens.models.io.configs import ARCH_OF_MODEL_TYPE, fla_model_config
+from deltalens.models.io.configs import fla_model_config
 from deltalens.models.io.hf_folder import FLA_BOOKKEEPING, first_line, read_json_object
+from deltalens.models.registry import architectures, family, family_of_model_type
 
 FORMAT_VERSION = 1
 SECTION = "deltalens"
@@ -46,7 +46,7 @@ HF_BOOKKEEPING = (*FLA_BOOKKEEPING, "transformers_version", "_name_or_path", SEC
 def arch_of(model) -> str:
     """The `arch` of a model models.save can write, or one sentence saying why not."""
     arch = getattr(model, "arch", None)
-    if arch not in ARCHITECTURES:
+    if arch not in architectures():
         raise DeltalensError(
             f"cannot save a {type(model).__name__}: it has no known `arch` attribute; build it with models.build(...)"
         )
@@ -80,7 +80,7 @@ def make_section(model, arch: str, extra: dict[str, Any]) -> dict[str, Any]:
 
 def _model_config_of(model, arch: str) -> dict[str, Any]:
     config = getattr(model, "model_config", None)
-    if config is None and is_delta_rule(arch):
+    if config is None and family(arch).settings is not None:
         config = fla_model_config(model.config, arch)
     return dict(config)
 
@@ -103,36 +103,54 @@ def _to_json(value: Any) -> Any:
 
 def read_config(config_file: Path) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(architecture, model_config, deltalens section, whole config) from a config.json, validated."""
-    config = read_json_object(config_file)
+    return interpret_config(config_file, read_json_object(config_file))
+
+
+def interpret_config(
+    config_file: Path, config: dict[str, Any]
+) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """read_config of the object already read from `config_file` (named in the sentences)."""
     section = config.get(SECTION)
-    fla_arch = ARCH_OF_MODEL_TYPE.get(config.get("model_type"))
+    fla_family = family_of_model_type(config.get("model_type"))
+    fla_arch = fla_family.arch if fla_family is not None else None
     if isinstance(section, dict) and "architecture" not in section and fla_arch is not None:
         section = None  # an fla config that carries a user's own "deltalens" entry: still fla's model
     if section is None:
         if fla_arch is not None:
             return fla_arch, fla_fields(config), {}, config
+        from deltalens.models.registry import families  # the model_types deltalens reads, said in the sentence
+
+        known = ", ".join(repr(t) for f in families() for t in f.model_types)
         raise DeltalensError(
-            f"{config_file} has no {SECTION!r} section and is not an fla DeltaNet, Gated DeltaNet or "
-            f"DeltaProduct config "
-            f"(model_type {config.get('model_type')!r}), so its architecture is unknown; "
-            f"save models with models.save"
+            f"{config_file} is a model of type {config.get('model_type')!r}, which deltalens does not open: it reads "
+            f"fla folders of model_type {known} and its own checkpoints (with a {SECTION!r} section)"
         )
     if not isinstance(section, dict):
         raise DeltalensError(f"{config_file} has a {SECTION!r} entry that is not a JSON object; re-save the checkpoint")
     arch = section.get("architecture")
-    if arch not in ARCHITECTURES:
+    if arch not in architectures():
         raise DeltalensError(
             f"{config_file} names architecture {arch!r}, which deltalens does not know; "
-            f"expected one of {', '.join(ARCHITECTURES)}"
+            f"expected one of {', '.join(architectures())}"
         )
     model_config = section.get("model_config")
-    if is_delta_rule(arch) and not isinstance(model_config, dict):
+    if family(arch).settings is not None and not isinstance(model_config, dict):
         model_config = fla_fields(config)
     if not isinstance(model_config, dict):
         raise DeltalensError(
             f"{config_file} has no 'model_config' object in its {SECTION!r} section; re-save the checkpoint"
         )
     return arch, dict(model_config), section, config
+
+
+def meta_of(arch: str, model_config: dict[str, Any], section: dict[str, Any]) -> dict[str, Any]:
+    """The section with every key present (None where unknown), its architecture and model_config:
+    what models.read_checkpoint_meta returns."""
+    meta = {key: section.get(key) for key in ("format_version", *EXTRA_KEYS)}
+    meta.update({key: value for key, value in section.items() if key not in meta})
+    meta["architecture"] = arch
+    meta["model_config"] = model_config
+    return meta
 
 
 def fla_fields(config: dict[str, Any]) -> dict[str, Any]:

@@ -2,15 +2,18 @@
 
 A model folder from elsewhere may ask for hidden_size 10**7 or vocab_size 10**9; building it to
 find out would allocate gigabytes, or take minutes for 10**5 layers. `weights_lower_bound` counts
-the big matrices of each architecture from its config alone (embeddings, projections, MLPs,
-recurrent weights; norms, convolutions and biases left out, so it never overestimates: the tests
-compare it with the exact count of a model built on the meta device). `check_fits` refuses a
-config whose bound exceeds the memory budget, before the exact check and the build.
+the big matrices of each architecture from its config alone, by its family's `weights`
+(models/registry.py; embeddings, projections, MLPs, recurrent weights; norms, convolutions and
+biases left out, so it never overestimates: the tests compare it with the exact count of a model
+built on the meta device, models.build.weight_bytes). `check_fits` refuses a config whose bound
+exceeds the memory budget; it is a pure function of the config, checked once when a folder is read
+(models/io/model_folder.py), before the build.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ SIZE_FIELDS = (
 )  # fmt: skip
 
 
-def _number(config: dict[str, Any], key: str, default: float) -> float:
+def number(config: dict[str, Any], key: str, default: float) -> float:
     """A size field as a number for counting (the typed config checks refuse bad ones with a sentence)."""
     value = config.get(key, default)
     if value is None:
@@ -36,29 +39,23 @@ def _number(config: dict[str, Any], key: str, default: float) -> float:
 
 def _mlp_width(hidden: float, config: dict[str, Any]) -> float:
     if config.get("intermediate_size") is not None:
-        return _number(config, "intermediate_size", 0)
-    width = int(hidden * _number(config, "hidden_ratio", 4) * 2 / 3)
+        return number(config, "intermediate_size", 0)
+    width = int(hidden * number(config, "hidden_ratio", 4) * 2 / 3)
     return 256 * ((width + 255) // 256)  # fla rounds it up to a multiple of 256
 
 
-def _delta_family(arch: str, config: dict[str, Any], defaults: dict[str, Any]) -> float:
+def fla_lm_weights(
+    config: dict[str, Any], defaults: dict[str, Any], mixer: Callable[[dict[str, Any], float], float]
+) -> float:
+    """The weights of fla's language model around a delta-rule mixer (embeddings, MLPs, a hybrid's
+    attention layers), with `mixer(config, hidden)` counting one mixer's; `defaults` fill absent fields."""
     config = {**defaults, **{k: v for k, v in config.items() if v is not None}}
-    hidden, vocab = _number(config, "hidden_size", 0), _number(config, "vocab_size", 0)
-    layers = _number(config, "num_hidden_layers", 0)
-    heads = _number(config, "num_heads", 1)
-    if arch == "deltanet":
-        key, value = hidden * _number(config, "expand_k", 1), hidden * _number(config, "expand_v", 1)
-        mixer = hidden * (2 * key + 2 * value)  # q, k, v, o projections
-    else:
-        factors = _number(config, "num_householder", 1) if arch == "deltaproduct" else 1
-        head_dim = _number(config, "head_dim", 0)
-        value_heads = _number(config, "num_v_heads", heads) if arch == "gated_deltanet" else heads
-        key, value = heads * head_dim, value_heads * head_dim * _number(config, "expand_v", 1)
-        mixer = hidden * (key * (1 + factors) + value * (factors + 1))  # q, k and v per factor, o
+    hidden, vocab = number(config, "hidden_size", 0), number(config, "vocab_size", 0)
+    layers = number(config, "num_hidden_layers", 0)
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
     # a hybrid's softmax-attention layers hold at least q_proj and o_proj (hidden x hidden each)
     attention = min(_attention_layer_count(config.get("attn")), layers)
-    mixers = (layers - attention) * mixer + attention * 2 * hidden * hidden
+    mixers = (layers - attention) * mixer(config, hidden) + attention * 2 * hidden * hidden
     return embeddings + mixers + layers * 3 * hidden * _mlp_width(hidden, config)
 
 
@@ -70,23 +67,12 @@ def _attention_layer_count(attn: Any) -> int:
 
 
 def weights_lower_bound(arch: str, config: dict[str, Any]) -> int:
-    """Bytes the model's weights take at least (fp32), from the config alone."""
-    if arch in ("deltanet", "gated_deltanet", "deltaproduct"):
-        from deltalens.models.io.configs import SETTINGS  # the family's defaults; no torch
+    """Bytes the model's weights take at least (fp32), from the config alone: its family's `weights`
+    count (models/registry.py); 0 for an architecture without one (the build refuses an unknown one)."""
+    from deltalens.models.registry import architectures, family  # torch-free
 
-        count = _delta_family(arch, config, SETTINGS[arch].defaults)
-    elif arch == "lstm":
-        d, vocab = _number(config, "d_model", 64), _number(config, "d_vocab", 64)
-        count = 2 * vocab * d + _number(config, "n_layers", 2) * 8 * d * d  # embed, unembed, 4 gates x (W_ih, W_hh)
-    elif arch == "transformer":
-        d, vocab = _number(config, "d_model", 64), _number(config, "d_vocab", 64)
-        heads = _number(config, "n_heads", 4)
-        d_head = _number(config, "d_head", d // max(heads, 1))
-        d_mlp = _number(config, "d_mlp", 4 * d)
-        count = 2 * vocab * d + _number(config, "n_layers", 2) * (4 * d * heads * d_head + 2 * d * d_mlp)
-    else:
-        return 0  # an unknown architecture is refused by the build with its own sentence
-    return int(max(count, 0) * BYTES_PER_WEIGHT)
+    count = family(arch).weights if arch in architectures() else None
+    return int(max(count(config), 0) * BYTES_PER_WEIGHT) if count is not None else 0
 
 
 def available_memory() -> int | None:
@@ -130,7 +116,7 @@ def memory_budget() -> tuple[int | None, str]:
 def check_fits(arch: str, config: dict[str, Any], need: int | None = None) -> None:
     """Refuse, with one sentence naming the size fields, a config whose weights exceed the budget.
 
-    need: the exact byte count when known (models.build.weight_bytes), else the lower bound."""
+    need: the exact byte count when known (models.build.weight_bytes), else the bound from the config alone."""
     need = weights_lower_bound(arch, config) if need is None else need
     budget, source = memory_budget()
     if budget is not None and need > budget:
@@ -141,21 +127,14 @@ def check_fits(arch: str, config: dict[str, Any], need: int | None = None) -> No
         )
 
 
-def check_folder(folder) -> None:
+def check_folder(folder):
     """Check a model folder's config.json before torch or any module is loaded: the typed config
-    fields of the delta-rule family and the memory bound. Problems the full loader explains better
-    (a missing file, say) are left to it."""
-    from deltalens.models.architecture import is_delta_rule
-    from deltalens.models.io.configs import SETTINGS
-    from deltalens.models.io.deltalens_section import explained_build_errors, fla_build_config, read_config
+    fields of an fla-format family and the memory bound. Returns the folder's reading
+    (models/io/model_folder.py), to be passed down; None where there is no config.json (problems the
+    full loader explains better, a missing file say, are left to it)."""
     from deltalens.models.io.hf_folder import CONFIG_NAME
+    from deltalens.models.io.model_folder import read_model_folder  # which reads this module's bound
 
-    config_file = Path(folder) / CONFIG_NAME
-    if not config_file.is_file():
-        return
-    arch, model_config, _, raw = read_config(config_file)
-    with explained_build_errors(config_file, arch):
-        if is_delta_rule(arch):
-            model_config = fla_build_config(raw, arch)
-            SETTINGS[arch](**model_config)  # every field's type and range, one sentence naming it
-        check_fits(arch, model_config)
+    if not (Path(folder) / CONFIG_NAME).is_file():
+        return None
+    return read_model_folder(folder)

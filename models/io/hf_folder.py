@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltalens.core.atomic import fsync_file, write_atomic
 from deltalens.core.errors import DeltalensError
-from deltalens.models.architecture import is_delta_rule
-from deltalens.models.io.configs import SETTINGS
+from deltalens.models.registry import architectures, family
 
 if TYPE_CHECKING:  # torch loads with the first tensor read or written: reading config.json needs none
     import torch
@@ -66,9 +65,9 @@ def write_model_folder(
 def config_json_of(model, extra_config: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
     """(the config.json object of `model`, whether its keys are written sorted)."""
     arch = getattr(model, "arch", None)
-    if not is_delta_rule(arch):
+    settings = family(arch).settings if arch in architectures() else None
+    if settings is None:  # not an fla-format family: the "deltalens" section alone
         return dict(extra_config or {}), False
-    settings = SETTINGS[arch]
     config = model.config.to_dict()
     if extra_config:
         reserved = set(type(model.config)().to_dict()) | set(FLA_BOOKKEEPING)
@@ -156,20 +155,59 @@ def read_json_object(config_file: Path) -> dict[str, Any]:
 
 
 def load_weights(model, arch: str, weights_file: Path, described_by: str = CONFIG_NAME) -> None:
-    """Read `weights_file` (or the shards its index names), check it fits `model`, load it in place.
+    """Read `weights_file` (or the shards its index names), check it fits `model`, and put its tensors
+    in place of the model's: memory-mapped, not copied (a tensor of another dtype is converted once).
 
+    The model may have been built with its parameters on the meta device (models/io/meta_build.py);
+    names it ties to one another (same tensor object) are tied again to the tensor the file holds.
     described_by names what the model was built from, for the error sentences ("config.json").
     """
-    saved = read_weights(weights_file)
-    check_tensors(model, arch, saved, weights_file, described_by)
     import torch
 
+    saved = read_weights(weights_file)
+    check_tensors(model, arch, saved, weights_file, described_by)
+    targets = model.state_dict(keep_vars=True)
+    for name, tensor in saved.items():
+        if tensor.dtype != targets[name].dtype:
+            saved[name] = tensor.to(targets[name].dtype)  # the one conversion; same dtype stays mapped
+    ties = tied_groups(model)
     with torch.no_grad():
-        result = model.load_state_dict(saved, strict=False)
+        result = model.load_state_dict(saved, strict=False, assign=True)
     # check_tensors already vetted names; anything the model still reports is a bug, not user error.
     unexpected = list(getattr(result, "unexpected_keys", []) or [])
     if unexpected:
         raise RuntimeError(f"load_state_dict rejected {unexpected} after validation")
+    _tie_again(model, ties, saved)
+    from deltalens.models.io.meta_build import meta_tensors
+
+    left = meta_tensors(model)
+    if left:
+        raise RuntimeError(f"tensors {left[:3]} were not loaded from {weights_file} after validation")
+
+
+def tied_groups(model) -> list[list[str]]:
+    """Names (parameters and buffers) that refer to one tensor object: a tie, such as lm_head to the embedding."""
+    by_object: dict[int, list[str]] = {}
+    named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    for name, tensor in named:
+        by_object.setdefault(id(tensor), []).append(name)
+    return [names for names in by_object.values() if len(names) > 1]
+
+
+def _tie_again(model, ties: list[list[str]], saved: dict[str, Any]) -> None:
+    """assign=True replaced the tensor under the name the file holds; point its aliases at it too."""
+    for names in ties:
+        loaded = next((name for name in names if name in saved), None)
+        if loaded is None:
+            continue
+        owner_name, _, attr = loaded.rpartition(".")
+        owner = model.get_submodule(owner_name)
+        tensor = owner._parameters[attr] if attr in owner._parameters else owner._buffers[attr]
+        for alias in names:
+            owner_name, _, attr = alias.rpartition(".")
+            owner = model.get_submodule(owner_name)
+            slots = owner._parameters if attr in owner._parameters else owner._buffers
+            slots[attr] = tensor
 
 
 def read_weights(weights_file: Path) -> dict[str, torch.Tensor]:
@@ -210,14 +248,9 @@ def read_weights(weights_file: Path) -> dict[str, torch.Tensor]:
 def check_tensors(model, arch: str, saved: dict[str, Any], weights_file: Path, described_by: str) -> None:
     """One sentence for a tensor the model lacks, one it does not have, or one of the wrong shape."""
     expected = model.state_dict()
-    # Names the model ties to another name (same storage) may be absent from the file.
-    groups: dict[tuple, list[str]] = {}
-    for name, tensor in expected.items():
-        if not tensor.numel():
-            continue
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
-        groups.setdefault(key, []).append(name)
-    tied_to = {name: names for names in groups.values() if len(names) > 1 for name in names}
+    # Names the model ties to another name (one tensor object; meta tensors have no storage to compare)
+    # may be absent from the file.
+    tied_to = {name: names for names in tied_groups(model) for name in names}
 
     missing = [
         name for name in expected if name not in saved and not any(alias in saved for alias in tied_to.get(name, ()))
@@ -251,12 +284,18 @@ def check_values(name: str, tensor: torch.Tensor, parameter: torch.Tensor, weigh
             f"{weights_file} tensor {name} holds {str(tensor.dtype).replace('torch.', '')} values where the model "
             f"has a {str(parameter.dtype).replace('torch.', '')} parameter; the weights are not this model's"
         )
-    if tensor.dtype.is_floating_point and not bool(tensor.isfinite().all()):
+    if tensor.dtype.is_floating_point and not _all_finite(tensor):
         bad = int((~tensor.isfinite()).sum())
         raise DeltalensError(
             f"{weights_file} tensor {name} has {bad} non-finite value(s) (NaN or infinity); the checkpoint is "
             "damaged or its training diverged: use an earlier checkpoint"
         )
+
+
+def _all_finite(tensor: torch.Tensor, chunk: int = 1 << 22) -> bool:
+    """isfinite in slices of `chunk` values: the check reads the mapped file once, with no full-size mask."""
+    flat = tensor.reshape(-1)
+    return all(bool(part.isfinite().all()) for part in flat.split(chunk))
 
 
 def _names(names: list[str], shown: int = 3) -> str:

@@ -1,6 +1,7 @@
 """Models on the Hugging Face Hub by id: "org/name" (optionally "org/name@revision") made a local folder.
 
     hub_folder("fla-hub/delta_net-1.3B-100B", revision=None, check=...)   -> the snapshot folder
+    hub_model_folder("fla-hub/delta_net-1.3B-100B")                       -> its reading (a ModelFolder)
 
 The files land in the standard Hugging Face cache (huggingface_hub's own layout,
 models--ORG--NAME/snapshots/REV with refs/main), so a model fetched by transformers is found here and
@@ -8,7 +9,7 @@ the other way round. The environment is read at each call, not at import: HF_HUB
 HF_HOME/hub, else ~/.cache/huggingface/hub; HF_HUB_OFFLINE=1 reads the cache only. A revision (a
 branch, tag or commit) pins what is read.
 
-config.json comes first and `check` (the caller's: model type, fields, memory) sees it before any
+config.json comes first and `check` (hub_model_folder's: model type, fields, memory) sees it before any
 weight is fetched, so a 5 GB download never starts for a model that would be refused. Only the files
 a folder is opened from are fetched: config and tokenizer files and safetensors weights (never pickle).
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.io.hf_folder import CONFIG_NAME, first_line
+from deltalens.models.io.model_folder import ModelFolder, read_model_folder
 
 # an id as the Hub spells them: one "/" between an owner and a name of letters, digits, - _ .
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
@@ -55,6 +57,28 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
 
 
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hub's host cannot be reached now (no name resolution, no connection), or None when it can."""
+    import socket
+    from urllib.parse import urlparse
+
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as err:
+        return f"{host}: {err.strerror or type(err).__name__}"
+    return None
+
+
+def hub_model_folder(repo_id: str, revision: str | None = None) -> ModelFolder:
+    """The snapshot folder of `repo_id` at `revision`, its config.json read and checked once (model type,
+    fields, memory: models/io/model_folder.py) before any weight is fetched."""
+    read: list[ModelFolder] = []
+    folder = hub_folder(repo_id, revision, check=lambda where: read.append(read_model_folder(where, hub_id=repo_id)))
+    return read[0].moved(folder)
+
+
 def hub_folder(repo_id: str, revision: str | None = None, check: Callable[[Path], None] | None = None) -> Path:
     """The local snapshot folder of `repo_id` at `revision` (default: main), fetched if need be.
 
@@ -76,6 +100,9 @@ def hub_folder(repo_id: str, revision: str | None = None, check: Callable[[Path]
         ) from None
     offline, cache = hub_offline(), hub_cache()
     at = f" at revision {revision}" if revision else ""
+    unreachable = None if offline else hub_unreachable()
+    if unreachable:  # read the cache alone: huggingface_hub would retry for ~25 s before saying the same
+        offline = True
     options = {"revision": revision, "cache_dir": str(cache), "local_files_only": offline}
     try:
         config_file = Path(hf_hub_download(repo_id, CONFIG_NAME, **options))
@@ -83,6 +110,11 @@ def hub_folder(repo_id: str, revision: str | None = None, check: Callable[[Path]
             check(config_file.parent)
         folder = Path(snapshot_download(repo_id, allow_patterns=FETCHED, **options))
     except LocalEntryNotFoundError:
+        if unreachable:
+            raise DeltalensError(
+                f"{repo_id}{at} is not in the Hugging Face cache {cache} and the Hub cannot be reached "
+                f"({unreachable}); check the network, or give a local folder"
+            ) from None
         if offline:
             raise DeltalensError(
                 f"{repo_id}{at} is not in the Hugging Face cache {cache} and HF_HUB_OFFLINE is set; download it "

@@ -8,7 +8,7 @@ no such tensors), so weights move freely between models whatever their ranges.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Union
 
 import torch
@@ -23,6 +23,13 @@ class BetaRangeMixin:
     (and `n_factors` factors per token where `factor_axis`); its __init__ calls `_init_beta_range`."""
 
     factor_axis = False  # one range per head and factor (DeltaProduct) or per head
+
+    # what the nn.Module mixer provides, and the buffers _init_beta_range registers (for the type checker)
+    num_heads: int
+    n_factors: int
+    beta_lo: torch.Tensor
+    beta_hi: torch.Tensor
+    register_buffer: Callable[..., None]
 
     def _init_beta_range(self, allow_neg_eigval: bool) -> None:
         self.default_beta_hi = 2.0 if allow_neg_eigval else 1.0
@@ -48,7 +55,7 @@ class BetaRangeMixin:
             self.beta_lo[heads] = float(lo)
             self.beta_hi[heads] = float(hi)
             return
-        factors = slice(None)
+        factors: slice | torch.Tensor = slice(None)
         if factor is not None:
             factors = torch.as_tensor(factor, dtype=torch.long).reshape(-1)
             if factors.min() < 0 or factors.max() >= self.n_factors:

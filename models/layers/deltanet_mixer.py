@@ -186,6 +186,13 @@ class DeltaNetMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
             )
             return o, keep_last(self.carry, states)
 
+        def with_state_rows(kernel, rows):  # only the (b, t) rows' S_t; the final state kept for a carry
+            o, final, states = chunk_delta_rule_with_states(
+                q, k, v, beta, chunk_size=C, renorm_every=R, kernel=kernel, initial_state=S0, rows=rows,
+                output_final_state=self.carry is not None,
+            )  # fmt: skip
+            return keep_final(self.carry, o, final), states
+
         def read_out(states):  # o_t = S_t^T (q_t / sqrt(d_k)), in fp32 under autocast too
             with no_autocast():
                 return torch.einsum("bthkv,bthk->bthv", states.float(), q.float() * q.shape[-1] ** -0.5).to(q.dtype)
@@ -216,6 +223,7 @@ class DeltaNetMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
                     self.carry, *replay_with_state_edits(q, k, v, beta, original, seen, chunk_size=C, renorm_every=R)
                 ),
                 read_out=read_out,
+                with_state_rows=with_state_rows,
             )
         )
 

@@ -213,6 +213,13 @@ class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
             )
             return deinterleave(o, n), keep_last(self.carry, states)
 
+        def with_state_rows(kernel, rows):  # only the (b, token) rows' S_t; the final state kept for a carry
+            o, final, states = chunk_gated_delta_rule(
+                qi, ki, vi, bi, gi, chunk_size=C, with_states=True, state_every=n, kernel=kernel, initial_state=S0,
+                rows=rows, output_final_state=self.carry is not None,
+            )  # fmt: skip
+            return deinterleave(keep_final(self.carry, o, final), n), states
+
         return self._run_recurrence(
             Recurrence(
                 select=lambda **flags: select_kernel_for(
@@ -241,6 +248,7 @@ class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
                 replay=lambda original, seen: replay_kept(
                     self.carry, *replay_gated_with_state_edits(q, k, v, beta, g, original, seen, chunk_size=C)
                 ),
+                with_state_rows=with_state_rows,
             )
         )
 

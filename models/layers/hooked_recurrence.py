@@ -16,6 +16,13 @@ One forward of the recurrence, after the kernel selector (models/ops/kernel_sele
   hook was shown is recomputed by the same path, so that its rounding equals the shown tensor's and
   only the edited steps count as changed.
 
+A capture that keeps S_t at some positions only (interp/capture.py) sets `mixer.state_tap`, a
+`StateTap` naming the (batch, position) rows and where to deliver them, instead of hooking hook_state:
+with no hook on hook_state and no state_edit, the layer runs `with_state_rows`, whose C kernel writes
+only those rows (a reveal-position capture never holds the layer's (B, T, H, d_k, d_v) states);
+otherwise the tap receives the kept rows of whatever states the path above computed (under a hook, the
+states the hook returned: what o read).
+
 Each mixer supplies its kernels as a `Recurrence` of closures over its prepared inputs, and records
 the path that ran as `mixer.last_kernel` (a KernelChoice), also logged on "deltalens.kernels".
 """
@@ -25,18 +32,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
-import torch
+from torch import Tensor
 
 from deltalens.models.ops.common import StateEdit
 from deltalens.models.ops.kernel_select import FLA_CHUNK, FLA_RECURRENT, REFERENCE, KernelChoice
 
-__all__ = ["Recurrence", "HookedRecurrenceMixin", "logger"]
+__all__ = ["Recurrence", "HookedRecurrenceMixin", "StateTap", "logger"]
 
 logger = logging.getLogger("deltalens.kernels")
-
-Tensor = torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -59,12 +64,32 @@ class Recurrence:
     with_states: Callable[[KernelChoice], tuple[Tensor, Tensor]]
     replay: Callable[[Tensor, Tensor], Tensor]
     read_out: Optional[Callable[[Tensor], Tensor]] = None
+    with_state_rows: Optional[Callable[[KernelChoice, tuple[Tensor, Tensor]], tuple[Tensor, Tensor]]] = None
+    """with_state_rows(kernel, (b, t)) -> (o, states of those rows (n, H, d_k, d_v)); None: index with_states."""
+
+
+@dataclass(frozen=True)
+class StateTap:
+    """Keep S_t at rows (b, t) of this forward's batch only and hand them, (n, H, d_k, d_v), to deliver."""
+
+    rows: tuple[Tensor, Tensor]
+    deliver: Callable[[Tensor], None]
+
+    def take(self, states: Tensor) -> None:
+        b, t = (x.to(states.device) for x in self.rows)
+        self.deliver(states[b, t])
 
 
 class HookedRecurrenceMixin:
     """For an nn.Module mixer with `hook_state` (a HookPoint), `state_edit` and `layer_idx`."""
 
+    # what the mixer this is mixed into provides (declared for the type checker)
+    hook_state: Any
+    state_edit: Optional[StateEdit]
+    layer_idx: int
+
     last_kernel: Optional[KernelChoice] = None  # the path the latest forward took
+    state_tap: Optional[StateTap] = None  # set by a capture that keeps some positions' S_t (module docstring)
 
     def _record(self, choice: KernelChoice) -> KernelChoice:
         self.last_kernel = choice
@@ -75,9 +100,16 @@ class HookedRecurrenceMixin:
     def _run_recurrence(self, kernels: Recurrence) -> Tensor:
         """o for this forward, S_t computed only when a hook or an edit asks for them (module docstring)."""
         wants_states = self.hook_state.has_hooks()
-        choice = self._record(kernels.select(wants_states=wants_states, state_edit=self.state_edit is not None))
+        tap = self.state_tap
+        if tap is not None and not wants_states and self.state_edit is None:
+            return self._tapped(kernels, tap)
+        choice = self._record(
+            kernels.select(wants_states=wants_states or tap is not None, state_edit=self.state_edit is not None)
+        )
         if choice.path == REFERENCE:
             o, states = kernels.reference(self.state_edit)
+            if tap is not None:
+                tap.take(states)
             if wants_states:
                 version = states._version
                 if self.hook_state(states) is not states or states._version != version:
@@ -97,6 +129,8 @@ class HookedRecurrenceMixin:
         version = states._version  # detects hooks that edit in place and return None
         seen = self.hook_state(states)
         untouched = states._version == version
+        if tap is not None:
+            tap.take(seen)
         if seen is states and untouched:
             if kernels.read_out is not None and self.hook_state.has_hooks(dir="bwd"):
                 # Read o out of the hooked tensor so backward hooks on hook_state receive dL/dS_t
@@ -106,3 +140,22 @@ class HookedRecurrenceMixin:
         original = states if untouched else kernels.with_states(choice)[1].detach()
         self._record(kernels.select(wants_states=True, state_edit=False, hook_edited=True))
         return kernels.replay(original, seen)
+
+    def _tapped(self, kernels: Recurrence, tap: StateTap) -> Tensor:
+        """o, with only the tapped rows' S_t computed (module docstring)."""
+        choice = self._record(kernels.select(wants_states=True, state_edit=False))
+        if not choice.gives_states:  # no states kernel here: the reference gives them all
+            o, states = kernels.reference(None)
+            tap.take(states)
+            return o
+        if kernels.with_state_rows is not None:
+            o, rows = kernels.with_state_rows(choice, tap.rows)
+            tap.deliver(rows)
+        else:
+            o, states = kernels.with_states(choice)
+            tap.take(states)
+            del states
+        plain = kernels.select(wants_states=False, state_edit=False)
+        if plain.path in (FLA_CHUNK, FLA_RECURRENT):  # the plain forward's o, as in _run_recurrence
+            o = kernels.fast(plain)
+        return o

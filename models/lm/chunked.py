@@ -25,7 +25,7 @@ from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import architecture_of, is_delta_rule
 from deltalens.models.layers.carry import Carry
 
-__all__ = ["DEFAULT_CHUNK", "argmax_in_chunks", "carried", "forward_in_chunks"]
+__all__ = ["DEFAULT_CHUNK", "argmax_in_chunks", "carried", "forward_in_chunks", "log_probs_at"]
 
 DEFAULT_CHUNK = 4096  # tokens per chunk: a few MB of activations at this project's sizes
 
@@ -110,6 +110,23 @@ def forward_in_chunks(
 def _cached(model, tokens: torch.Tensor, names_filter):
     logits, cache = model.run_with_cache(tokens, names_filter=names_filter)
     return logits, dict(cache.items())
+
+
+def log_probs_at(model, tokens: torch.Tensor, where: torch.Tensor, chunk_size: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """(N, vocab) float32 log-probabilities of the next token at the N positions where `where` (B, T, bool)
+    is True, in row-major order, holding one chunk's logits at a time (a model with its own tokenizer
+    scores reveals spread over traces of a million tokens this way)."""
+    T = tokens.shape[-1]
+    step = T if not _recurrent_layers(model) or T <= chunk_size else _grid(model, chunk_size)
+    rows = []
+    with carried(model) if step < T else contextlib.nullcontext():
+        for start in range(0, T, step):
+            logits = model(tokens[..., start : start + step])
+            b, t = where[:, start : start + step].to(logits.device).nonzero(as_tuple=True)
+            rows.append((b, t + start, logits[b, t].float().log_softmax(-1)))
+    b, t, picked = (torch.cat(parts) for parts in zip(*rows))
+    order = torch.argsort(b * T + t)  # chunks come position-major; the caller reads trace by trace
+    return picked[order]
 
 
 def argmax_in_chunks(model, tokens: torch.Tensor, chunk_size: int = DEFAULT_CHUNK) -> torch.Tensor:

@@ -47,48 +47,20 @@ from transformer_lens.utilities import Slice
 from transformer_lens.utilities import remove_batch_dim as drop_batch_dim
 
 from deltalens.core.errors import DeltalensError
-from deltalens.models.architecture import CLASS_NAME
 from deltalens.models.init_skipped import random_init_skipped
 from deltalens.models.io.configs import FlaSettings, fla_class, fla_model_config, to_fla_config
-from deltalens.models.io.deltalens_section import explained_build_errors, fla_build_config, read_config
-from deltalens.models.io.hf_folder import CONFIG_NAME, WEIGHTS_NAME, checked_dir, load_weights, write_model_folder
+from deltalens.models.io.deltalens_section import explained_build_errors
+from deltalens.models.io.hf_folder import load_weights, write_model_folder
+from deltalens.models.io.model_folder import read_model_folder
 from deltalens.models.layers.attention_spec import attention_layers, attention_spec_for, parse_attention
+from deltalens.models.layers.gated_mlp import GatedMLP
 from deltalens.models.layers.rms_norm import RMSNorm
 from deltalens.models.layers.softmax_attention import SoftmaxAttention
 from deltalens.models.lm.hook_names import lens_name
 from deltalens.models.lm.lens import LensModel
+from deltalens.models.registry import family
 
 __all__ = ["HookedDeltaLM", "DeltaBlock", "GatedMLP"]
-
-
-class GatedMLP(nn.Module):
-    """fla `GatedMLP` with hidden_act='swish': down_proj(silu(gate_proj(x)) * up_proj(x))."""
-
-    def __init__(
-        self,
-        hidden_size: int,
-        hidden_ratio: Optional[float] = None,
-        intermediate_size: Optional[int] = None,
-        hidden_act: str = "swish",
-    ) -> None:
-        super().__init__()
-        if hidden_act != "swish":
-            raise NotImplementedError(
-                f"hidden_act={hidden_act!r} is not implemented by deltalens; use 'swish' (fla's default)."
-            )
-        if hidden_ratio is None:
-            hidden_ratio = 4
-        if intermediate_size is None:
-            # fla: 2/3 * hidden_ratio * hidden_size, rounded up to a multiple of 256
-            intermediate_size = int(hidden_size * hidden_ratio * 2 / 3)
-            intermediate_size = 256 * ((intermediate_size + 256 - 1) // 256)
-        self.intermediate_size = intermediate_size
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model) -> (B, T, d_model)
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DeltaBlock(nn.Module):
@@ -290,7 +262,7 @@ class HookedDeltaLM(LensModel, HookedRootModule):
             attn_only=False,
             parallel_attn_mlp=False,
             eps=self.config.norm_eps,
-            allow_neg_eigval=self.config.allow_neg_eigval,
+            allow_neg_eigval=getattr(self.config, "allow_neg_eigval", False),  # an M²RNN stack has no beta
             device=self.device,
             state_norm_every=self.state_norm_every,
             n_factors=self.n_factors,
@@ -497,18 +469,19 @@ class HookedDeltaLM(LensModel, HookedRootModule):
     ) -> HookedDeltaLM:
         """Load a directory written by this class's or fla's `save_pretrained` (safetensors only).
 
-        models/io reads it, as it does for models.load; extra keys in config.json (e.g.
-        "deltalens") stay on `model.config` as attributes, as HF does.
+        models/io reads and checks it once (models/io/model_folder.py: fields, memory), as for
+        models.load; extra keys in config.json (e.g. "deltalens") stay on `model.config` as
+        attributes, as HF does. HookedDeltaLM itself opens the folder's own architecture.
         """
-        folder = checked_dir(directory)
-        config_file = folder / CONFIG_NAME
-        arch, _, _, raw_config = read_config(config_file)
-        model_class = cls._class_for(arch, directory)
-        with explained_build_errors(config_file, arch), random_init_skipped():  # load_weights sets every tensor
-            model = model_class(model_class.settings(**fla_build_config(raw_config, arch)))
-        load_weights(model, arch, folder / WEIGHTS_NAME)
+        folder = read_model_folder(directory)
+        model_class = family(folder.arch).resolve_model()
+        if not (isinstance(model_class, type) and issubclass(model_class, cls)):
+            raise DeltalensError(f"{directory} holds a {family(folder.arch).class_name}, not a {cls.__name__}.")
+        with explained_build_errors(folder.config_file, folder.arch), random_init_skipped():  # weights set below
+            model = model_class(model_class.settings(**folder.build_config))
+        load_weights(model, folder.arch, folder.weights_file)
         model.eval()
-        for key, value in raw_config.items():
+        for key, value in folder.config.items():
             if not hasattr(model.config, key):
                 setattr(model.config, key, value)
         if dtype is not None:
@@ -516,15 +489,3 @@ class HookedDeltaLM(LensModel, HookedRootModule):
         if device is not None:
             model = model.to(device)
         return model
-
-    @classmethod
-    def _class_for(cls, arch: str, directory) -> type[HookedDeltaLM]:
-        """`cls`, or (when `cls` is HookedDeltaLM itself) its subclass of architecture `arch`."""
-        lineage = [cls]
-        while lineage:
-            candidate = lineage.pop(0)
-            if candidate.arch == arch:
-                return candidate
-            if not candidate.arch:  # a base class: look among the architectures built on it
-                lineage += candidate.__subclasses__()
-        raise DeltalensError(f"{directory} holds a {CLASS_NAME.get(arch, arch)}, not a {cls.__name__}.")

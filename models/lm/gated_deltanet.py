@@ -8,8 +8,9 @@ models/layers/gated_delta_mixer.py's. Config: `fla.models.GatedDeltaNetConfig` o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Optional
+from typing import Any, Optional
 
 from deltalens.models.io.configs import GatedDeltaNetSettings
 from deltalens.models.layers.gated_delta_mixer import GatedDeltaNetMixer
@@ -20,6 +21,8 @@ __all__ = ["HookedGatedDeltaNet", "GatedMixin"]
 
 class GatedMixin:
     """The gate intervention of models whose state decays (alpha_t = exp(g_t))."""
+
+    _mixers: Callable[[Optional[int]], list[Any]]  # HookedDeltaLM's, which this is mixed into
 
     def set_gate_range(self, layer: Optional[int], head, lo: float, hi: float) -> None:
         """Clamp alpha_t into [lo, hi] for that layer and head (None = all). lo = hi = 1: no forgetting."""

@@ -6,7 +6,7 @@ model.layers.{l}.attn, model.norm, lm_head) so that state_dicts are interchangea
 `mod_dict` keys use TransformerLens's vocabulary instead (blocks.{l}.attn.hook_q, ...).
 `lens_name` maps a module path to that name; `deltanet_hook_names` lists the hooks of an n-layer
 model in forward order; `act_name("beta", 0)` is TransformerLens's `get_act_name` for our names,
-on every architecture (`ACT_NAMES` says which short names each one has).
+on every architecture (`ACT_NAMES`, from each family's record, says which short names each one has).
 
     hook_embed                      (batch, pos, d_model)      token embedding
     blocks.{l}.hook_resid_pre       (batch, pos, d_model)
@@ -33,13 +33,16 @@ key_pos), hook_z (batch, pos, head, d_head); no beta, gate or state.
 DeltaProduct adds a factor axis (n_h) where a token has one value per Householder factor:
 hook_k (batch, pos, head, factor, d_k), hook_v (..., factor, d_v), hook_beta_logit and hook_beta
 (batch, pos, head, factor).
+
+>>> "beta" in dl.ACT_NAMES["deltanet"], "beta" in dl.ACT_NAMES["transformer"]   # the short names each has
+(True, False)
 """
 
 from __future__ import annotations
 
 from deltalens.core.errors import DeltalensError
 
-__all__ = ["ACT_NAMES", "ATTN_HOOKS", "BLOCK_HOOKS", "act_name", "deltanet_hook_names", "lens_name"]
+__all__ = ["ATTN_HOOKS", "BLOCK_HOOKS", "act_name", "deltanet_hook_names", "lens_name"]
 
 ATTN_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_beta_logit", "hook_beta", "hook_gate", "hook_state", "hook_z")
 BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
@@ -110,84 +113,25 @@ _GLOBAL = {
     "normalized": "ln_final.hook_normalized",
     "scale": "ln_final.hook_scale",
 }
-# the short names each architecture has a hook for (pos_embed: a Transformer with learned positions only)
-ACT_NAMES = {
-    "deltanet": (
-        "embed",
-        "resid_pre",
-        "q",
-        "k",
-        "v",
-        "beta_logit",
-        "beta",
-        "state",
-        "z",
-        "attn_out",
-        "resid_mid",
-        "mlp_out",
-        "resid_post",
-        "scale",
-        "normalized",
-    ),
-    "gated_deltanet": (
-        "embed",
-        "resid_pre",
-        "q",
-        "k",
-        "v",
-        "beta_logit",
-        "beta",
-        "gate",
-        "state",
-        "z",
-        "attn_out",
-        "resid_mid",
-        "mlp_out",
-        "resid_post",
-        "scale",
-        "normalized",
-    ),
-    "deltaproduct": (
-        "embed",
-        "resid_pre",
-        "q",
-        "k",
-        "v",
-        "beta_logit",
-        "beta",
-        "gate",
-        "state",
-        "z",
-        "attn_out",
-        "resid_mid",
-        "mlp_out",
-        "resid_post",
-        "scale",
-        "normalized",
-    ),  # gate: with use_forget_gate
-    "transformer": (
-        "embed",
-        "resid_pre",
-        "q",
-        "k",
-        "v",
-        "attn_scores",
-        "pattern",
-        "z",
-        "attn_out",
-        "resid_mid",
-        "mlp_out",
-        "resid_post",
-        "normalized",
-    ),
-    "lstm": ("embed", "hidden", "cell", "scale", "normalized"),
-}
+
+
+def __getattr__(name: str):
+    """`ACT_NAMES`: architecture -> the short names it has a hook for (each family's `act_names` in
+    models/registry.py; pos_embed: a Transformer with learned positions only), read when asked."""
+    if name == "ACT_NAMES":
+        from deltalens.models.registry import families
+
+        return {record.arch: record.act_names for record in families()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def act_name(name: str, layer: int | None = None) -> str:
     """A hook's full name from its short name: act_name("beta", 0) -> "blocks.0.attn.hook_beta".
 
     Short names are those of `ACT_NAMES` (with or without "hook_"); a full name passes through.
+
+    >>> dl.act_name("beta", 0)
+    'blocks.0.attn.hook_beta'
     """
     if "." in name or name in _GLOBAL.values():
         return name

@@ -17,7 +17,7 @@ is the checkpoint's (training/opened.py attaches it when it loads a model).
 
 from __future__ import annotations
 
-import contextlib
+import re
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -25,9 +25,16 @@ from typing import Any
 import torch
 from transformer_lens import ActivationCache
 
-from deltalens.core.errors import DeltalensError
+from deltalens.core.errors import DeltalensError, did_you_mean
 from deltalens.models.lm.hook_names import act_name
 from deltalens.tasks.tokenizers import BOS_ID, PAD_ID, Tokenizer
+
+
+class CacheKeyError(DeltalensError, KeyError):
+    """A cache key that names no cached hook, said in one sentence (still a KeyError for `in`-style code)."""
+
+    def __str__(self) -> str:  # KeyError would quote the sentence
+        return str(self.args[0]) if self.args else ""
 
 
 class LensCache(ActivationCache):
@@ -40,12 +47,34 @@ class LensCache(ActivationCache):
             name, layer = key[0], key[1] if len(key) > 1 else None
             if isinstance(layer, int) and layer < 0:
                 layer += self.model.cfg.n_layers
+            full, unknown = None, None
             if len(key) < 3 or key[2] is None:
-                with contextlib.suppress(DeltalensError):
+                try:
                     full = act_name(name, layer)
-                    if full in self.cache_dict:
-                        return self.cache_dict[full]
-        return super().__getitem__(key)
+                except DeltalensError as err:  # not ours: TransformerLens's own short names are tried below
+                    full, unknown = None, err
+                if full in self.cache_dict:
+                    return self.cache_dict[full]
+                if full is not None and full not in self.model.hook_dict:  # else TL's KeyError: blocks.5.hook_beta
+                    raise CacheKeyError(self._missing(full, layer))
+            try:
+                return super().__getitem__(key)
+            except KeyError:
+                raise CacheKeyError(str(unknown) if unknown else self._missing(full or str(key), layer)) from None
+        try:
+            return super().__getitem__(key)
+        except KeyError:
+            if isinstance(key, str):
+                raise CacheKeyError(self._missing(key, None)) from None
+            raise
+
+    def _missing(self, full: str, layer) -> str:
+        n_layers = self.model.cfg.n_layers
+        if isinstance(layer, int) and not 0 <= layer < n_layers:
+            return f"layer {layer} is out of range: this model has layers 0..{n_layers - 1}"
+        if full in self.model.hook_dict:
+            return f"{full!r} was not cached in this run; run_with_cache without names_filter caches it"
+        return f"{full!r} is not a hook of this model{did_you_mean(full, list(self.model.hook_dict))}"
 
     def _residual_stream(self) -> None:
         if getattr(self.model.cfg, "model_type", None) == "lstm":
@@ -67,6 +96,7 @@ class LensModel:
     """Mixin (before HookedRootModule in the bases) with TransformerLens's user-facing helpers."""
 
     tokenizer: Tokenizer | None = None
+    cfg: Any  # the model's config, set by the model class (declared for the type checker)
 
     def run_with_cache(self, *model_args: Any, layers: Sequence[int] | None = None, **kwargs: Any):
         """`HookedRootModule.run_with_cache`, returning an ActivationCache instead of a dict.
@@ -75,13 +105,21 @@ class LensModel:
         names_filter; positions are TransformerLens's pos_slice (a slice, or a list of positions)."""
         if layers is not None:
             kwargs["names_filter"] = _layer_filter(kwargs.get("names_filter"), layers, self.cfg.n_layers)
-        out, cache = super().run_with_cache(*model_args, **kwargs)
+        out, cache = super().run_with_cache(*model_args, **kwargs)  # type: ignore[misc]  # HookedRootModule's
         return out, LensCache(dict(cache), self, has_batch_dim=not kwargs.get("remove_batch_dim", False))
 
     def to_single_token(self, string: str) -> int:
         return to_single_token(self, string)
 
     def generate(self, input: str | torch.Tensor, max_new_tokens: int = 16, **options: Any):
+        """Continue a transcript (text, or ids (1, T)) by up to `max_new_tokens` tokens, hooks attached
+        still active. options: temperature (0, the default: greedy; else sampled from softmax(logits / T)),
+        stop_at_newline (True: stop once a line is finished, e.g. a print's output), seed (for sampling).
+        Returns text for text, ids (1, T + new) for ids.
+
+        >>> model.generate(">>> a = 1\\n>>> b = 2\\n>>> c = 3\\n>>> a, b = b, a\\n>>> print('a', a)\\na", 1)[-3:]
+        'a 2'
+        """
         return generate(self, input, max_new_tokens, **options)
 
     def to_tokens(self, text: str | Sequence[str], prepend_bos: bool = True) -> torch.Tensor:
@@ -122,6 +160,13 @@ def _layer_filter(names_filter, layers: Sequence[int], n_layers: int):
 
 def attach_tokenizer(model, tokenizer: Tokenizer | None):
     """Give `model` its checkpoint's tokenizer and, if it lacks them, the LensModel string helpers."""
+    vocab = _model_vocab(model)
+    if tokenizer is not None and vocab and tokenizer.vocab_size > vocab:  # else an IndexError deep in a forward
+        where = getattr(tokenizer, "source", "") or tokenizer.describe()
+        raise DeltalensError(
+            f"the tokenizer ({where}) has {tokenizer.vocab_size} tokens but the model's embedding has {vocab} rows, "
+            f"so its ids {vocab}..{tokenizer.vocab_size - 1} have no embedding; use the tokenizer it was trained with"
+        )
     model.tokenizer = tokenizer
     if not isinstance(model, LensModel):  # TransformerLens's bridge: bind ours on this instance only
         for name in ("to_tokens", "to_str_tokens", "to_string", "to_single_token", "generate"):
@@ -178,7 +223,7 @@ def to_str_tokens(model, text: str | torch.Tensor | Sequence[int], prepend_bos: 
 def to_string(model, tokens: torch.Tensor | Sequence[int]) -> str | list[str]:
     """Text of ids (<bos> and <pad> dropped): one string, or a list for a (B, T) batch."""
     tokenizer = _tokenizer_of(model)
-    if torch.is_tensor(tokens) and tokens.ndim == 2:
+    if isinstance(tokens, torch.Tensor) and tokens.ndim == 2:
         return [tokenizer.decode(row.tolist()) for row in tokens]
     return tokenizer.decode(_one_sequence(tokens))
 
@@ -190,7 +235,7 @@ def _bos(tokenizer: Tokenizer, prepend_bos: bool) -> list[int]:
 
 
 def _one_sequence(tokens: torch.Tensor | Sequence[int]) -> list[int]:
-    if torch.is_tensor(tokens):
+    if isinstance(tokens, torch.Tensor):
         if tokens.ndim == 2 and tokens.shape[0] == 1:
             tokens = tokens[0]
         if tokens.ndim != 1:
@@ -207,6 +252,41 @@ def to_single_token(model, string: str) -> int:
     return ids[0]
 
 
+MAX_NEW_TOKENS = 256  # generate's cap on new tokens per call: each one re-reads the whole transcript (no cache)
+
+
+def _model_vocab(model) -> int | None:
+    """How many token ids the model embeds (TransformerLens's cfg.d_vocab), None when it does not say."""
+    vocab = getattr(getattr(model, "cfg", None), "d_vocab", None)
+    return vocab if isinstance(vocab, int) and vocab > 0 else None
+
+
+def _input_ids(model, input) -> torch.Tensor:
+    """(1, T) ids given to generate, each checked against the model's vocabulary (not an IndexError later)."""
+    try:
+        tokens = torch.as_tensor(input).reshape(1, -1)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise DeltalensError(f"generate takes text or a sequence of token ids, got {type(input).__name__}") from err
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise DeltalensError(f"token ids must be integers, got a tensor of {tokens.dtype}")
+    tokens = tokens.long()
+    vocab = _model_vocab(model)
+    if vocab and tokens.numel() and not (0 <= int(tokens.min()) and int(tokens.max()) < vocab):
+        bad = int(tokens.max()) if int(tokens.max()) >= vocab else int(tokens.min())
+        raise DeltalensError(f"token id {bad} is outside this model's vocabulary (0..{vocab - 1})")
+    return tokens
+
+
+def _values_asked(text: str) -> int:
+    """How many values the output line after `text` holds when `text` ends with a print statement (print('a', a):
+    1; print(a, b, c): 3), else 0. Models trained on reveals alone never learn to write the newline after them."""
+    lines = text.splitlines()
+    found = re.fullmatch(r">>> print\((.*)\)", lines[-1]) if text.endswith("\n") and lines else None
+    if not found:
+        return 0
+    return sum(1 for arg in found.group(1).split(",") if arg.strip().isidentifier())
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -218,15 +298,30 @@ def generate(
 ):
     """Continue a transcript (text, or ids (1, T)) by up to max_new_tokens tokens: greedy at temperature 0,
     else sampled from softmax(logits / temperature). Hooks attached to the model stay active. Stops after
-    a token that ends a line when stop_at_newline. Returns text for text, ids (1, T + new) for ids."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    a token that ends a line when stop_at_newline (after a print statement: once its values are written).
+    At most MAX_NEW_TOKENS new tokens; input ids are checked against the vocabulary. Returns text for text,
+    ids (1, T + new) for ids."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or not 0 <= max_new_tokens:
         raise DeltalensError(f"max_new_tokens must be a whole number >= 0, got {max_new_tokens!r}")
+    if max_new_tokens > MAX_NEW_TOKENS:  # each new token re-reads the whole transcript: bound the work
+        raise DeltalensError(
+            f"max_new_tokens={max_new_tokens} is more than generate's cap of {MAX_NEW_TOKENS}; "
+            f"ask for fewer, or call generate again on its output"
+        )
     if not temperature >= 0:
         raise DeltalensError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
     text_in = isinstance(input, str)
-    tokens = to_tokens(model, input) if text_in else torch.as_tensor(input, dtype=torch.long).reshape(1, -1)
+    tokens = to_tokens(model, input) if text_in else _input_ids(model, input)
+    n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
+    if not isinstance(model, LensModel) and n_ctx and tokens.shape[1] + max_new_tokens > n_ctx:  # a Transformer
+        raise DeltalensError(
+            f"{tokens.shape[1]} tokens of input + max_new_tokens={max_new_tokens} exceed this Transformer's context "
+            f"of {n_ctx} tokens; ask for at most {max(n_ctx - tokens.shape[1], 0)} new tokens"
+        )
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     tokenizer = getattr(model, "tokenizer", None)
+    tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else None
+    asked = _values_asked(tokenizer.decode(tokens[0].tolist())) if stop_at_newline and tokenizer else 0
     for _ in range(max_new_tokens):
         logits = model(tokens.to(_device_of(model)))[0, -1].float().cpu()
         if temperature == 0:
@@ -234,6 +329,11 @@ def generate(
         else:
             nxt = int(torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator))
         tokens = torch.cat([tokens, torch.tensor([[nxt]], device=tokens.device)], dim=1)
-        if stop_at_newline and isinstance(tokenizer, Tokenizer) and "\n" in tokenizer.decode([nxt]):
+        piece = tokenizer.decode([nxt]) if stop_at_newline and tokenizer else ""
+        if "\n" in piece:
             break
+        if asked and piece.strip().isdigit():  # a value of the print line's answer
+            asked -= 1
+            if not asked:
+                break
     return to_string(model, tokens[0]) if text_in else tokens

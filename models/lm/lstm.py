@@ -50,7 +50,7 @@ edit are never recomputed, so they stay bit-identical.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 import torch.nn as nn
@@ -60,6 +60,9 @@ from transformer_lens.HookedRootModule import HookedRootModule
 from deltalens.core.errors import DeltalensError
 from deltalens.models.io.config_from_dict import config_from_dict
 from deltalens.models.lm.lens import LensModel
+
+if TYPE_CHECKING:
+    from deltalens.models.layers.carry import Carry
 
 
 @dataclass
@@ -109,7 +112,7 @@ class LSTMBlock(nn.Module):
         self.lstm = nn.LSTM(d_model, d_model, batch_first=True)
         self.hook_cell = HookPoint()  # (B, T, d_model) c_t
         self.hook_hidden = HookPoint()  # (B, T, d_model) h_t, the layer's output
-        self.carry = None  # a layers.carry.Carry while a long sequence runs in chunks (models/lm/chunked.py)
+        self.carry: Optional[Carry] = None  # set while a long sequence runs in chunks (models/lm/chunked.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (B, T, d_model) -> h: (B, T, d_model)

@@ -11,6 +11,7 @@
     gated_delta_rule.py   the same with a decay gate and per-token Householder products (DeltaProduct)
     common.py             what they share: StateEdit, input checks, the renormalisation step
     precision.py          the precision policy: bf16 matmuls, the recurrence and its state in fp32
+    bf16_check.py         is bf16 faster than fp32 on this CPU? measured once, cached (--dtype auto)
     short_conv.py         the short causal convolution: reference and C kernel (csrc/short_conv.c)
     native.py             builds and caches the C kernels (csrc/) on first use
 

@@ -81,7 +81,7 @@ from deltalens.models.ops.kernel_select import (
     select_kernel_for,
 )
 from deltalens.models.ops.precision import fp32_recurrence, no_autocast
-from deltalens.models.ops.replay import replay_segments, replay_with_state_edits
+from deltalens.models.ops.replay import replay_with_state_edits
 
 __all__ = [
     "l2_normalize",
@@ -92,11 +92,6 @@ __all__ = [
     "chunk_delta_rule_with_states",
     "replay_with_state_edits",
     "fla_kernels_available",
-    # where they moved (models/ops/common.py, replay.py), importable from here as before
-    "StateEdit",
-    "check_shapes",
-    "check_state_every",
-    "replay_segments",
 ]
 
 
@@ -255,6 +250,7 @@ def chunk_delta_rule_with_states(
     state_every: int = 1,
     native: Optional[bool] = None,
     kernel: Optional[KernelChoice] = None,
+    rows: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
     """The chunked kernel plus every per-step state S_t.
 
@@ -268,6 +264,9 @@ def chunk_delta_rule_with_states(
     (about the cost of the forward, and o equals `chunk_delta_rule`'s to the bit); otherwise (and with
     native=False) the chunked torch kernel, vectorised chunk by chunk and differentiable. kernel:
     c_states or chunked_states as `select_kernel` chose it (None = choose here).
+
+    rows = (b, step) index tensors: only those states, [len(b), H, K, V]. The C kernel writes just
+    those rows (no [B, T, H, K, V] tensor exists); the chunked kernel builds every state and indexes.
     """
     check_shapes(q, k, v, beta, initial_state)
     renorm_every = check_renorm_every(renorm_every)
@@ -281,11 +280,13 @@ def chunk_delta_rule_with_states(
     qp, kp, vp, bp = prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel)
     if kernel.path == C_STATES:
         o, S, states = native_delta_rule_with_states(
-            qp, kp, vp, bp, None if initial_state is None else initial_state.float(), stride=state_every
+            qp, kp, vp, bp, None if initial_state is None else initial_state.float(), stride=state_every, rows=rows
         )
     else:
         o, S, states = chunk_forward(
             qp, kp, vp, bp, initial_state, chunk_size, with_states=True, renorm_every=renorm_every
         )
         states = states[:, state_every - 1 :: state_every]
+        if rows is not None:
+            states = states[rows[0].to(states.device), rows[1].to(states.device)]
     return o.to(out_dtype), (S if output_final_state else None), states

@@ -8,7 +8,7 @@ than the chunked torch kernel at this project's sizes (benchmarks/delta_rule.py)
 from __future__ import annotations
 
 import ctypes
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -23,12 +23,13 @@ NAME = "delta_rule"
 def _kernels() -> Optional[ctypes.CDLL]:
     lib = library(NAME)
     if lib is not None and lib.delta_rule_forward.argtypes is None:
-        sizes = [ctypes.c_int64] * 5
+        sizes: list[Any] = [ctypes.c_int64] * 5  # Any: ctypes' argtypes mix pointer and integer types
         lib.delta_rule_forward.argtypes = [ctypes.c_void_p] * 8 + sizes
         lib.delta_rule_backward.argtypes = [ctypes.c_void_p] * 14 + sizes
         lib.delta_rule_forward_states.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] + sizes
+        lib.delta_rule_forward_rows.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_int64] + sizes
         lib.delta_rule_forward.restype = lib.delta_rule_backward.restype = None
-        lib.delta_rule_forward_states.restype = None
+        lib.delta_rule_forward_states.restype = lib.delta_rule_forward_rows.restype = None
         lib.delta_rule_block.restype = ctypes.c_int64
     return lib
 
@@ -117,10 +118,19 @@ def native_delta_rule(q, k, v, beta, initial_state: Optional[torch.Tensor], alph
 
 
 def native_delta_rule_with_states(
-    q, k, v, beta, initial_state: Optional[torch.Tensor], alpha: Optional[torch.Tensor] = None, stride: int = 1
+    q,
+    k,
+    v,
+    beta,
+    initial_state: Optional[torch.Tensor],
+    alpha: Optional[torch.Tensor] = None,
+    stride: int = 1,
+    rows: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
 ):
     """`native_delta_rule` that also returns the state after every stride-th token,
     [B, T / stride, H, K, V] (T a multiple of stride; stride n_h: one state per DeltaProduct token).
+    rows = (b, step) index tensors: only those states, [len(b), H, K, V] in that order; the others are
+    never written anywhere (a capture of the reveal positions allocates only theirs).
 
     Inference only (no graph): the states are copied out as the recurrence passes them, so capturing
     them costs little more than the forward itself; with gradients use the chunked torch kernel.
@@ -139,6 +149,17 @@ def native_delta_rule_with_states(
     alpha = None if alpha is None else alpha.contiguous()
     S = S0.clone(memory_format=torch.contiguous_format)
     o = q.new_empty(B, T, H, V)
-    states = q.new_empty(B, T // stride, H, K, V)
-    _kernels().delta_rule_forward_states(*map(pointer, (q, k, v, beta, alpha, S, o, states)), stride, B, T, H, K, V)
+    if rows is None:
+        states = q.new_empty(B, T // stride, H, K, V)
+        _kernels().delta_rule_forward_states(*map(pointer, (q, k, v, beta, alpha, S, o, states)), stride, B, T, H, K, V)
+        return o, S, states
+    b_idx, step_idx = (torch.as_tensor(x, dtype=torch.long).cpu() for x in rows)
+    slots = torch.full((B, T // stride), -1, dtype=torch.long)
+    slots[b_idx, step_idx] = torch.arange(len(b_idx))
+    if int((slots >= 0).sum()) != len(b_idx):
+        raise ValueError("rows must name each (batch, step) once.")
+    states = q.new_empty(len(b_idx), H, K, V)
+    _kernels().delta_rule_forward_rows(
+        *map(pointer, (q, k, v, beta, alpha, S, o, states, slots)), stride, B, T, H, K, V
+    )
     return o, S, states

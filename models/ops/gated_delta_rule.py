@@ -42,7 +42,7 @@ for s <= t (0 above the diagonal):
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -186,6 +186,7 @@ def chunk_gated_delta_rule(
     native: Optional[bool] = None,
     state_every: int = 1,
     kernel: Optional[KernelChoice] = None,
+    rows: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
     """The gated delta rule, chunked. Argument order as `gated_delta_rule_recurrence` (beta before g;
     fla's `chunk_gated_delta_rule` takes g before beta).
@@ -196,18 +197,19 @@ def chunk_gated_delta_rule(
     token). native: the CPU path's kernel, as `chunk_delta_rule`'s (None = the C kernel, with the
     decay, when it builds here; False = the chunked torch kernel). kernel: the path to run, as
     `select_kernel` chose it for these inputs (None = choose here); g None runs the plain delta rule's
-    entry points, which choose (or take `kernel`) the same way.
+    entry points, which choose (or take `kernel`) the same way. rows = (b, step) with with_states: only
+    those states, [len(b), H, K, V] (the C kernel writes only them; the chunked one indexes).
     Returns (o in q's dtype, S_T or None, states or None).
     """
     _check(q, k, v, beta, g, initial_state)
     if with_states:
         check_state_every(state_every, q.shape[1])
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    common = dict(chunk_size=chunk_size, native=native, kernel=kernel)
+    common: dict[str, Any] = dict(chunk_size=chunk_size, native=native, kernel=kernel)
     if g is None:  # the plain delta rule: its own kernels (the C one on CPU)
         if with_states:
             return chunk_delta_rule_with_states(
-                q, k, v, beta, scale, initial_state, output_final_state, state_every=state_every, **common
+                q, k, v, beta, scale, initial_state, output_final_state, state_every=state_every, rows=rows, **common
             )
         o, S = chunk_delta_rule(q, k, v, beta, scale, initial_state, output_final_state, use_fla=use_fla, **common)
         return o, S, None
@@ -227,13 +229,15 @@ def chunk_gated_delta_rule(
         return o, S, None
     with no_autocast():  # the recurrence in fp32 (models/ops/precision.py)
         return _torch_gated(
-            q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size, with_states, state_every, kernel
-        )
+            q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size, with_states, state_every, kernel,
+            rows,
+        )  # fmt: skip
 
 
 def _torch_gated(
-    q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size, with_states, state_every, kernel
-):
+    q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size, with_states, state_every, kernel,
+    rows=None,
+):  # fmt: skip
     """`chunk_gated_delta_rule`'s C and chunked torch paths (g given), in fp32."""
     B, T, H, K = q.shape
     S = q.new_zeros(B, H, K, v.shape[-1], dtype=torch.float32) if initial_state is None else initial_state.float()
@@ -242,7 +246,7 @@ def _torch_gated(
         return q.new_zeros(B, 0, H, v.shape[-1]), (S if output_final_state else None), states
     prepared = (q.float() * scale, k.float(), v.float(), beta.float())
     if kernel.path == C_STATES:
-        o, S, states = native_delta_rule_with_states(*prepared, S, alpha=g.float().exp(), stride=state_every)
+        o, S, states = native_delta_rule_with_states(*prepared, S, alpha=g.float().exp(), stride=state_every, rows=rows)
         return o.to(q.dtype), (S if output_final_state else None), states
     if kernel.path == C:
         o, S = native_delta_rule(*prepared, S, alpha=g.float().exp())
@@ -250,6 +254,8 @@ def _torch_gated(
     o, S, states = _chunk_gated(*prepared, g.float(), S, chunk_size, with_states)
     if with_states:
         states = states[:, state_every - 1 :: state_every]
+        if rows is not None:
+            states = states[rows[0].to(states.device), rows[1].to(states.device)]
     return o.to(q.dtype), (S if output_final_state else None), states
 
 

@@ -1,7 +1,9 @@
 """The precision policy: what runs in bf16 and what stays fp32, written once for every device.
 
 deltalens runs a model in one of two precisions, named "fp32" and "bf16" (`resolve_dtype` reads the
-names; `deltalens train --precision`, `dl.load(..., dtype=)`, `--dtype` on eval / probe / intervene):
+names; `deltalens train --precision`, `dl.load(..., dtype=)`, `--dtype` on eval / probe / intervene).
+"auto" (`cast_model`, the CLI's default) picks one per machine: bf16 only where a measured bf16 matmul
+beats fp32 (models/ops/bf16_check.py), the saved dtype for small models:
 
 bf16 (autocast while training, or weights cast to bf16 for inference):
     the matmuls: every linear projection (q/k/v/beta/gate/output projections, the MLP, the LM head,
@@ -38,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any, Optional, TypeVar
 
@@ -55,6 +58,7 @@ __all__ = [
     "fla_dtype",
     "training_autocast",
     "cast_model",
+    "auto_dtype",
 ]
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -63,11 +67,20 @@ _ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16"}
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+_RUNNABLE = (torch.float32, torch.bfloat16, torch.float16, torch.float64)  # what every kernel computes in
+
+
 def resolve_dtype(value) -> Optional[torch.dtype]:
     """A precision name ("fp32", "bf16", "float32", "bfloat16") -> its dtype; a floating torch dtype and None
     pass through (fp64 for long-horizon studies, fp16 at the caller's risk)."""
-    if value is None or isinstance(value, torch.dtype) and value.is_floating_point:
+    if value is None or value in _RUNNABLE:
         return value
+    if isinstance(value, torch.dtype):  # fp8, complex, integers: the kernels and the short conv have no such path
+        raise DeltalensError(
+            f"deltalens runs models in {', '.join(str(d).replace('torch.', '') for d in _RUNNABLE)}, not "
+            f"{str(value).replace('torch.', '')}; "
+            f"choose one of {', '.join(PRECISIONS)}."
+        )
     if isinstance(value, str):
         name = value.strip().lower().removeprefix("torch.")
         name = _ALIASES.get(name, name)
@@ -135,9 +148,70 @@ def training_autocast(device: torch.device, precision: str):
 
 def cast_model(model, dtype):
     """The model with its weights in `dtype` (a name or torch dtype; None = as it is), for inference. Its
-    kernels keep the recurrence in fp32 whatever the weights (module docstring)."""
-    dtype = resolve_dtype(dtype)
+    kernels keep the recurrence in fp32 whatever the weights (module docstring).
+
+    "auto": the dtype this CPU runs the model fastest in (`auto_dtype`); bf16 asked for on a CPU whose
+    bf16 matmuls are slower than fp32 is done, with one warning that gives the measured ratio."""
+    if isinstance(dtype, str) and dtype.strip().lower() == "auto":
+        dtype = auto_dtype(model)
+    else:
+        dtype = resolve_dtype(dtype)
+        if dtype == torch.bfloat16 and _on_cpu(model) and _big_enough(model):
+            _warn_if_bf16_slow(model)
     if dtype is None:
         return model
     with contextlib.redirect_stdout(sys.stderr):  # TransformerLens prints "Changing model dtype to ..."
         return model.to(dtype)
+
+
+def _on_cpu(model) -> bool:
+    parameter = next(iter(model.parameters()), None)
+    return parameter is None or parameter.device.type == "cpu"
+
+
+def _n_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _big_enough(model) -> bool:
+    """Big enough for precision to matter: a tiny model runs in milliseconds either way (no timing taken)."""
+    from deltalens.models.ops.bf16_check import AUTO_MIN_PARAMS
+
+    return _n_params(model) >= AUTO_MIN_PARAMS
+
+
+def auto_dtype(model) -> Optional[torch.dtype]:
+    """What `--dtype auto` gives `model`: None (as saved) below AUTO_MIN_PARAMS parameters or off the CPU;
+    else bf16 where this CPU's bf16 matmuls beat fp32 at the model's shapes (models/ops/bf16_check.py),
+    fp32 where they do not, unless the fp32 weights would not fit in the memory left (then as saved)."""
+    if not _on_cpu(model) or not _big_enough(model):
+        return None
+    from deltalens.models.ops.bf16_check import bf16_check, model_shape
+
+    if bf16_check(model_shape(model)).bf16_faster:
+        return torch.bfloat16
+    parameter = next(model.parameters())
+    if parameter.dtype != torch.float32:
+        from deltalens.models.io.footprint import available_memory
+
+        free = available_memory()
+        growth = _n_params(model) * (4 - parameter.element_size())
+        if free is not None and growth > free:
+            return None  # a bf16 7B model stays bf16 in 24 GB: slower beats not running
+    return torch.float32
+
+
+def _warn_if_bf16_slow(model) -> None:
+    from deltalens.models.ops.bf16_check import bf16_check, model_shape
+
+    check = bf16_check(model_shape(model))
+    if not check.bf16_faster:
+        M, K, N = check.shape
+        native = f"flags {', '.join(check.native_flags)}" if check.native_flags else "no native bf16"
+        warnings.warn(
+            f"deltalens: bf16 matmuls run at {check.ratio:.2f}x fp32 on this CPU ({check.bf16_gflops:.1f} vs "
+            f"{check.fp32_gflops:.1f} GFLOP/s at {M}x{K}x{N}, {native}), so this bf16 model will be "
+            "slower than fp32; use --dtype auto or fp32 unless memory is what you need.",
+            RuntimeWarning,
+            stacklevel=3,
+        )

@@ -97,8 +97,12 @@ def replay_with_state_edits(
     def run_segment(start: int, stop: int, S: torch.Tensor) -> torch.Tensor:
         # q's scale does not matter here, only the states are used. The phase puts token `start` at
         # its place on the renormalisation grid.
+        q_s, k_s, v_s, beta_s = (x[:, start:stop].float() for x in (q, k, v, beta))
         return chunk_forward(
-            *(x[:, start:stop].float() for x in (q, k, v, beta)),
+            q_s,
+            k_s,
+            v_s,
+            beta_s,
             S,
             chunk_size,
             with_states=True,

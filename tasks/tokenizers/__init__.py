@@ -77,6 +77,10 @@ def make_tokenizer(
     ``task`` is a TraceSpec, a group (object or name like "S5"), or for ``code`` just n.
     ``statement`` needs the action set: from the TraceSpec or the ``action_set`` argument;
     ``statement-prob`` needs a ProbTraceSpec (its vocabulary holds the family's p and choice size).
+
+    >>> tokenizer = dl.make_tokenizer("statement", dl.TraceSpec(group="S3"))
+    >>> tokenizer.vocab_size > 0
+    True
     """
     if isinstance(kind, str) and kind.startswith(HF_PREFIX):  # a tokenizer.json, read by transformers
         from deltalens.tasks.tokenizers.hf import load_hf_tokenizer
@@ -107,7 +111,7 @@ def make_tokenizer(
         raise DeltalensError(f"make_tokenizer needs a TraceSpec, a group or n, got {task!r}.")
     if kind in ("code", "code-prob"):
         n = group.n if group is not None else task
-        return TOKENIZERS[kind](n)  # type: ignore[call-arg]
+        return TOKENIZERS[kind](n)  # type: ignore[call-arg, arg-type]
     if group is None:
         raise DeltalensError("a statement tokenizer needs a group and an action set, not just n.")
     if action_set is None:

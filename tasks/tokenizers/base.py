@@ -154,6 +154,7 @@ class Tokenizer:
     kind = ""
     # kind -> class, filled as each kind's module defines its class; ``from_spec`` reads it
     kinds: ClassVar[dict[str, type[Tokenizer]]] = {}
+    _value_ids: frozenset[int]  # ids of the value tokens, set by each kind's __init__
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -30,9 +30,27 @@ from deltalens.tasks.text_traces import AlignedTrace, TextFormat, align, render
 from deltalens.tasks.tokenizers.base import SPEC_FORMAT, SPEC_VERSION, Tokenizer
 from deltalens.tasks.traces import Trace, TraceSpec
 
+PROBE_TEXT = ">>> a = 1\n>>> b = 2\n>>> a, b = b, a\n>>> print('a', a)\na 2\n" + "a" * 64 + "\n"  # read at load
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")  # what makes a folder's tokenizer (either one)
 HF_KIND = "hf"
 HF_PREFIX = "hf:"  # task.tokenizer = "hf:PATH": a tokenizer.json file or a folder holding one
+
+
+def refuse_folder_code(config_file: Path) -> None:
+    """Refuse a tokenizer_config.json / config.json whose `auto_map` names Python classes of the folder:
+    deltalens never runs code from a model folder, whatever a terminal prompt would answer."""
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    except (OSError, ValueError):
+        return  # the reader after this one names what is wrong with the file
+    auto_map = config.get("auto_map") if isinstance(config, dict) else None
+    if config_file.name == "config.json" and isinstance(auto_map, dict):
+        auto_map = {k: v for k, v in auto_map.items() if "Tokenizer" in k}  # the model's own classes are not read
+    if auto_map:
+        raise DeltalensError(
+            f"{config_file} asks to run Python code from its folder (auto_map); deltalens never runs code from a "
+            f"model folder, so remove auto_map (a tokenizer.json alone is read without code)"
+        )
 
 
 def has_tokenizer(folder) -> bool:
@@ -58,6 +76,22 @@ class HFTokenizer(Tokenizer):
         self.pad_id = hf.pad_token_id if hf.pad_token_id is not None else 0
         self._specials = frozenset(hf.all_special_ids)
         self._size = len(hf)
+        self._tokenize(PROBE_TEXT)  # a pre-tokenizer that cannot read a trace is refused here, at load
+
+    def _tokenize(self, text: str, **options):
+        """The tokenizer on `text`; a regular expression of its pre-tokenizer that backtracks past Oniguruma's
+        retry limit (a Rust panic, not an Exception) becomes one sentence."""
+        try:
+            return self.hf(text, add_special_tokens=False, **options)
+        except BaseException as err:
+            if type(err).__name__ != "PanicException":
+                raise
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else "a panic"
+            raise DeltalensError(
+                f"the tokenizer of {self.source or 'this model'} cannot split REPL text: its pre-tokenizer's regular "
+                f"expression backtracks past the regex engine's limit ({reason}); use a tokenizer.json with a simpler "
+                f"pattern"
+            ) from None
 
     # --- construction ---
     @classmethod
@@ -67,12 +101,18 @@ class HFTokenizer(Tokenizer):
             raise DeltalensError(f"{folder} holds no tokenizer ({' or '.join(TOKENIZER_FILES)})")
         if not (folder / "tokenizer_config.json").is_file() and (folder / "tokenizer.json").is_file():
             return cls.from_file(folder / "tokenizer.json", text_format)  # a bare tokenizers file
+        for name in ("tokenizer_config.json", "config.json"):  # AutoTokenizer reads a tokenizer class from both
+            refuse_folder_code(folder / name)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                from transformers import AutoTokenizer
+                from transformers import AutoTokenizer, PretrainedConfig
 
-                hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+                # trust_remote_code never left to transformers' "run custom code? [y/N]" prompt at a terminal; a
+                # blank config so config.json (a delta_net type transformers may not know) is not read for it
+                hf = AutoTokenizer.from_pretrained(
+                    str(folder), config=PretrainedConfig(), local_files_only=True, trust_remote_code=False
+                )
         except Exception as err:  # transformers raises many kinds (OSError, ValueError, ImportError, ...)
             text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             hint = " (pip install sentencepiece protobuf)" if "sentencepiece" in text.lower() else ""
@@ -129,7 +169,7 @@ class HFTokenizer(Tokenizer):
         self.text_format.check(spec.n)
 
     def encode(self, text: str) -> list[int]:
-        return list(self.hf(text, add_special_tokens=False)["input_ids"])
+        return list(self._tokenize(text)["input_ids"])
 
     def decode(self, ids) -> str:
         keep = [int(i) for i in ids if int(i) not in self._specials]
@@ -137,7 +177,7 @@ class HFTokenizer(Tokenizer):
 
     def encode_trace(self, trace: Trace, add_bos: bool = True) -> AlignedTrace:
         rendered = render(trace, self.text_format)
-        found = self.hf(rendered.text, add_special_tokens=False, return_offsets_mapping=True)
+        found = self._tokenize(rendered.text, return_offsets_mapping=True)
         return align(rendered, found["input_ids"], found["offset_mapping"], self.bos_id if add_bos else None)
 
     def files(self) -> dict[str, str]:

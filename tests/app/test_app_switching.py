@@ -124,3 +124,18 @@ def test_trace_explorer_correctness_is_shown_for_revealed_values_only():
     judged = dict(zip(table["kind"], table["model right?"]))
     assert judged["reveal"] == "yes" and judged["other"] == ""
     assert any("Only revealed values are predictions" in c.value for c in app.caption)
+
+
+def test_interventions_transition_and_write_apart():
+    app = page("views/interventions.py")  # the paper's model; the default head is its tracking head
+    labelled(app.selectbox, "intervention").select("transition clip").run()
+    assert not app.exception and not app.error
+    assert "transition beta clipped at 1 (write kept)" in app.metric[1].label and float(app.metric[1].value) < 0.8
+    labelled(app.selectbox, "intervention").select("write scale").run()
+    assert "write x0.5 (transition kept)" in app.metric[1].label
+    assert float(app.metric[1].value) == float(app.metric[0].value)  # a uniform write scale: o_norm undoes it
+    labelled(app.selectbox, "intervention").select("write clip").run()
+    assert "write beta clipped at 1 (transition kept)" in app.metric[1].label
+    assert float(app.metric[1].value) == float(app.metric[0].value)  # the reflections, not the writes, track
+    labelled(app.selectbox, "intervention").select("eigenvalue |1 - beta|").run()
+    assert "|1 - beta|" in app.metric[1].label and float(app.metric[1].value) < 0.8

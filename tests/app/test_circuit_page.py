@@ -3,6 +3,8 @@ and an LSTM the sections that do not apply say so in a sentence."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from test_app import PAPER, page
 
@@ -51,3 +53,34 @@ def test_circuit_page_on_an_empty_folder_says_so(tmp_path, monkeypatch):
     empty.mkdir()
     app = page("views/circuit.py", empty, monkeypatch)
     assert app.error and "holds no checkpoints" in app.error[0].value and not app.exception
+
+
+def test_both_patching_grids_share_one_scale_with_numbers_and_say_how_far_they_agree():
+    """Issue 44: activation patching restores 0.998 at L0H3 and attribution patching estimates 0.024; with
+    a colour scale each, both cells were the same saturated blue."""
+    app = page("views/circuit.py")
+    grids = [c for c in app.get("plotly_chart") if "patching: hook_z" in c.proto.spec]
+    assert len(grids) == 2
+    traces = [json.loads(c.proto.spec)["data"][0] for c in grids]
+    assert traces[0]["zmin"] == traces[1]["zmin"] and traces[0]["zmax"] == traces[1]["zmax"]
+    assert all(t.get("texttemplate") for t in traces)  # the numbers are in the cells
+    agree = [i.value for i in app.info if "Spearman" in i.value]
+    assert agree and "L0H3" in agree[0] and "top head" in agree[0]
+
+
+def test_a_head_chosen_on_one_checkpoint_is_reset_and_noted_on_another():
+    app = page("views/circuit.py")
+    app.selectbox(key="circuit-head@" + PAPER).select("L1H1").run()
+    app.selectbox(key="circuit-ckpt").select("s5-deltanet-neg-statement").run()
+    assert not app.exception and not app.error
+    shown = app.selectbox(key="circuit-head@s5-deltanet-neg-statement").value
+    notes = " ".join(i.value for i in app.info)
+    assert "L1H1 was chosen on " + PAPER in notes and f"The head box shows {shown}" in notes
+
+
+def test_a_head_that_does_not_track_is_said_in_a_sentence_not_drawn():
+    app = page("views/circuit.py")
+    app.selectbox(key="circuit-head@" + PAPER).select("L1H1").run()
+    assert not app.exception and not app.error
+    assert "L1H1 does not track" in " ".join(i.value for i in app.info)
+    assert not any("Automaton of L1H1" in s for s in charts(app))

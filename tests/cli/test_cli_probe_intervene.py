@@ -98,6 +98,20 @@ def test_intervene_beta_reflect(capsys, hand_path):
     assert "not allowed with argument --beta-reflect" in capsys.readouterr().err
 
 
+def test_intervene_split_transition_and_write(capsys, hand_path):
+    head = ["intervene", hand_path, "--layer", "1", "--head", "1", "--json", "--n-traces", "16"]
+    clipped = _json(capsys, [*head, "--transition-clip", "1"])
+    assert clipped["intervention"] == "L1H1 transition beta clipped at 1 (write kept)" and clipped["accuracy"] < 0.6
+    assert _json(capsys, [*head, "--eigen-abs"])["accuracy"] < 0.6
+    assert _json(capsys, [*head, "--transition-range", "0", "1"])["accuracy"] < 0.6
+    halved = _json(capsys, [*head, "--write-scale", "0.5"])  # the tracker's reflections need no write
+    assert halved["intervention"] == "L1H1 write x0.5 (transition kept)" and halved["accuracy"] == 1.0
+    swept = _json(capsys, ["intervene", hand_path, "--sweep", "transition-clip", "--json", "--n-traces", "16"])
+    assert (swept["heads"][0]["layer"], swept["heads"][0]["head"]) == (1, 1) and swept["heads"][0]["accuracy"] < 0.6
+    assert main([*head, "--eigen-abs", "--factor", "1"]) == 2
+    assert "factor 1 is out of range" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv,message",
     [

@@ -36,3 +36,34 @@ def test_eval_errors_are_one_line(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nowhere" in err[0]
+
+
+def test_each_command_reads_config_json_once(monkeypatch, capsys):
+    """The CLI reads and checks the folder once, before torch, and passes that reading down (before:
+    eval opened config.json 4 times and checked the memory bound 3 times; probe and intervene 3 and 3)."""
+    import builtins
+    import io
+    import os
+
+    from deltalens.models.io import footprint
+
+    opened, budgets = [], []
+    real_open, real_budget = io.open, footprint.memory_budget
+
+    def counting_open(file, *args, **kwargs):
+        if os.path.basename(str(file)) == "config.json":
+            opened.append(file)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    monkeypatch.setattr(io, "open", counting_open)
+    monkeypatch.setattr(footprint, "memory_budget", lambda: budgets.append(1) or real_budget())
+    checkpoint = "s3-deltanet-neg-statement"
+    for argv in (
+        ["eval", checkpoint, "--n-traces", "4", "--json"],
+        ["probe", checkpoint, "--n-traces", "4", "--no-probes", "--json"],
+        ["intervene", checkpoint, "--layer", "0", "--head", "1", "--beta-range", "0", "1", "--n-traces", "4", "--json"],
+    ):
+        opened.clear(), budgets.clear()
+        assert main(argv) == 0 and json.loads(capsys.readouterr().out)
+        assert (len(opened), len(budgets)) == (1, 1), (argv[0], opened)

@@ -299,7 +299,8 @@ def test_config_of_some_other_model(lstm_checkpoint):
     _, path = lstm_checkpoint
     (path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
     message = load_error(path)
-    assert "is not an fla DeltaNet, Gated DeltaNet or DeltaProduct config (model_type 'llama')" in message
+    assert "is a model of type 'llama', which deltalens does not open" in message
+    assert "'delta_net'" in message  # and it names the types it does open
 
 
 def test_model_config_that_does_not_build(lstm_checkpoint):

@@ -248,15 +248,17 @@ def test_models_save_and_load_keep_arch_config_and_weights(tmp_path, name):
 def test_the_fla_free_configs_have_fla_s_fields_and_defaults():
     import inspect
 
-    from deltalens.models.io.configs import SETTINGS, to_fla_config
+    from deltalens.models.io.configs import to_fla_config
+    from deltalens.models.registry import family
 
     for arch, (config_cls, _, _) in FLA.items():
         params = inspect.signature(config_cls.__init__).parameters.values()
         fla_defaults = {p.name: p.default for p in params if p.name != "self" and p.kind is not p.VAR_KEYWORD}
-        assert SETTINGS[arch].defaults == fla_defaults, arch
-        ours = SETTINGS[arch](**BASE, allow_neg_eigval=True)
+        settings = family(arch).settings
+        assert settings.defaults == fla_defaults, arch
+        ours = settings(**BASE, allow_neg_eigval=True)
         theirs = to_fla_config(ours)
-        assert type(theirs) is config_cls and theirs.model_type == SETTINGS[arch].model_type
+        assert type(theirs) is config_cls and theirs.model_type == settings.model_type == family(arch).model_types[0]
         for key in fla_defaults:
             assert getattr(theirs, key) == getattr(ours, key), key
 

@@ -5,7 +5,9 @@ sentences for what cannot be opened."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 
 import pytest
 import torch
@@ -137,3 +139,38 @@ def test_the_published_1p3b_deltanet_config_has_fla_hubs_tensors_and_parameters(
     assert sum(t.numel() for t in state.values()) == 1_365_677_056
     extra = weight_bytes("deltanet", **config) - 4 * 1_365_677_056
     assert 0 <= extra <= 24 * 128  # and a few small buffers (per-layer beta-range bounds), counted as well
+
+
+def test_a_hub_id_load_reads_config_json_once_and_checks_memory_once(offline, monkeypatch):
+    """The folder is read and checked once (models/io/model_folder.py) and that reading passed down:
+    before it, dl.load("org/tiny") opened config.json 5 times, checked the memory bound 5 times and built
+    the model 4 times on the meta device for an exact count."""
+    import builtins
+    import io
+
+    from deltalens.models.io import footprint
+
+    opened, budgets, metas = [], [], []
+    real_open, real_budget = io.open, footprint.memory_budget
+    meta_bytes = sys.modules["deltalens.models.build"]._meta_bytes
+
+    def counting_open(file, *args, **kwargs):
+        if os.path.basename(str(file)) == "config.json":
+            opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    monkeypatch.setattr(io, "open", counting_open)
+    monkeypatch.setattr(footprint, "memory_budget", lambda: budgets.append(1) or real_budget())
+    monkeypatch.setattr(
+        sys.modules["deltalens.models.build"], "_meta_bytes", lambda *a: metas.append(1) or meta_bytes(*a)
+    )
+    # the tokenizer's own check of a folder's config.json (no auto_map code) is a read apart, counted apart
+    from deltalens.tasks.tokenizers import hf
+
+    tokenizer_checks, refuse = [], hf.refuse_folder_code
+    monkeypatch.setattr(hf, "refuse_folder_code", lambda file: tokenizer_checks.append(file.name) or refuse(file))
+    model = dl.load("org/tiny")
+    assert _same_weights(model, offline["models"][NEW])
+    model_reads = len(opened) - tokenizer_checks.count("config.json")
+    assert (model_reads, len(budgets), len(metas)) == (1, 1, 0), opened

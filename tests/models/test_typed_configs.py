@@ -14,12 +14,12 @@ from deltalens.models.io.configs import (
     FLA_DEFAULTS,
     GATED_DELTANET_DEFAULTS,
     GATED_DELTAPRODUCT_DEFAULTS,
-    SETTINGS,
     DeltaNetSettings,
     GatedDeltaNetSettings,
     GatedDeltaProductSettings,
 )
 from deltalens.models.io.deltalens_section import fla_build_config, read_config
+from deltalens.models.registry import family
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,7 +68,7 @@ def test_unknown_keys_are_kept_after_the_fields():
 )
 def test_a_bad_field_is_refused_with_its_name(arch, field, value, rule):
     with pytest.raises(DeltalensError) as info:
-        SETTINGS[arch](**{field: value})
+        family(arch).settings(**{field: value})
     message = str(info.value)
     assert message == f"{arch} config field {field} must be {rule}, got {value!r}"
     with pytest.raises(DeltalensError, match=f"field {field} "):
@@ -84,8 +84,8 @@ def test_every_shipped_family_checkpoint_builds_its_config():
     checked = 0
     for config_file in sorted(REPO.glob("checkpoints/*/config.json")):
         arch, _, _, raw = read_config(config_file)
-        if arch in SETTINGS:
-            config = SETTINGS[arch](**fla_build_config(raw, arch))
+        if family(arch).settings is not None:
+            config = family(arch).settings(**fla_build_config(raw, arch))
             assert config.vocab_size == raw["vocab_size"]
             checked += 1
             assert json.loads(json.dumps(config.to_dict())) == config.to_dict()

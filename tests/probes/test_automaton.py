@@ -2,7 +2,8 @@
 
 import itertools
 
-from deltalens.probes.automaton import _apply, _isomorphic, _moore, automaton_figure, extract_automaton
+from deltalens.probes.automaton import automaton_figure, extract_automaton
+from deltalens.probes.automaton_graph import _apply, _isomorphic, _moore
 
 
 def _cayley_s3():

@@ -139,6 +139,7 @@ def test_tiny_sweep_end_to_end_then_nothing_is_retrained(tmp_path, monkeypatch, 
     assert "## Training time" in md and "| s3-lstm-statement-k2 | 3: " in md
     assert "DeltaNet β∈[0,2] learns to track with sparse reveals | S3 statement |" in md
     assert "the Transformer needs dense reveals" not in md  # the sweep has no Transformer: no claim about it
+    assert "Count over the 2 rows above" in md  # neg-sparse and neg-extrapolates, counted by the report
     assert "## Architectures" in md and "| `lstm` | LSTM | d_model=32, n_layers=1 | hidden, cell |" in md
     figures = tmp_path / "reports" / "figures"
     for name in ("accuracy_vs_spacing", "accuracy_vs_length"):

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from deltalens.reports.transformer_variants_section import generalises_verdict, transformer_variants_lines
+from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_TESTABLE
+from deltalens.reports.transformer_variants_section import (
+    full_actions_claims,
+    generalises_verdict,
+    transformer_variants_lines,
+)
 
 COMMITTED = Path(__file__).resolve().parents[2] / "results" / "sweep"
 
@@ -121,4 +126,20 @@ def test_missing_seeds_or_lengths_are_not_measured():
     one_short = [run([(1.0, 1.0), (4.0, 0.2)])] * 2 + [run([(1.0, 1.0), (2.0, 0.2)])]  # judged at 4x, not 2x
     assert generalises_verdict(one_short).startswith("not measured")
     never_learned = [run([(1.0, 0.4), (2.0, 0.95), (4.0, 0.3)])] * 3
-    assert generalises_verdict(never_learned) == "**holds** (does not learn at 1x)"
+    assert generalises_verdict(never_learned) == "not testable (does not learn at 1x)"  # the premise failed
+
+
+@pytest.mark.parametrize(
+    ("at_1x", "at_4x", "verdict"),
+    [
+        ([0.99, 0.98, 0.97], [0.5, 0.6, 0.4], HOLDS),  # learned, then fell off with length
+        ([0.99, 0.98, 0.97], [0.95, 0.96, 0.92], DOES_NOT_HOLD),  # learned and generalised
+        ([0.8, 0.7, 0.75], [0.5, 0.4, 0.45], NOT_TESTABLE),  # never learned: nothing to generalise
+    ],
+)
+def test_the_full_permutation_claim_joins_the_claims_table_with_its_premise(tmp_path, at_1x, at_4x, verdict):
+    accuracies = [{1.0: a, 2.0: (a + b) / 2, 4.0: b} for a, b in zip(at_1x, at_4x)]
+    full = cell("transformer", accuracies, action_set="full") + cell("deltanet-neg", [1.0] * 3, action_set="full")
+    claims = full_actions_claims(full + cell("transformer", [0.99] * 3))  # a swaps cell is not asked
+    assert [(c.key, c.setting, c.verdict) for c in claims] == [("transformer-full", "S3 full actions", verdict)]
+    assert f"of 3 seeds ≥ 0.9; {sum(at_4x) / 3:.3f} at 4x; window-4 predictor" in claims[0].evidence

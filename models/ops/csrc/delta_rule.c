@@ -16,13 +16,30 @@
  * `scratch` [BLOCK, H, K, V]: 1/BLOCK of the memory of keeping every state, and no fresh pages
  * to fault in at every training step. `states` (NULL: not kept) receives the state after every
  * `stride`-th token, [B, T / stride, H, K, V] (T a multiple of stride): what hook_state shows, written
- * once per token as the recurrence passes it (a DeltaProduct token is `stride` sub-tokens).
+ * once per token as the recurrence passes it (a DeltaProduct token is `stride` sub-tokens). With
+ * `slots` [B, T / stride] (int64; NULL: every state), only the states whose slot is >= 0 are kept,
+ * in `states` [rows, H, K, V] at row slots[b, step]: a capture of some positions' S_t never
+ * allocates the others.
  * Built and loaded by models/native.py; plain C99, no Python or torch headers.
  */
 #include <stdint.h>
 #include <string.h>
 
 #define BLOCK 16
+#define LANES 16 /* independent partial sums: a dot product the compiler can vectorise without -ffast-math */
+
+/* sum_j a_j b_j over n floats, in LANES interleaved partial sums (a plain `s += a[j] * b[j]` is a serial
+ * chain the compiler may not reorder, so it runs one multiply-add at a time) */
+static inline float dotp(const float *restrict a, const float *restrict b, int64_t n) {
+    float part[LANES] = {0.0f};
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int64_t l = 0; l < LANES; l++) part[l] += a[j + l] * b[j + l];
+    float s = 0.0f;
+    for (; j < n; j++) s += a[j] * b[j];
+    for (int64_t l = 0; l < LANES; l++) s += part[l];
+    return s;
+}
 
 /* w = a S^T k and u = beta (v - w) for one head and token (a: the decay, 1 without one) */
 static inline void new_value(const float *restrict s, const float *restrict kt, const float *restrict vt, float bt,
@@ -39,7 +56,7 @@ static inline void new_value(const float *restrict s, const float *restrict kt, 
 static inline void forward_body(const float *restrict q, const float *restrict k, const float *restrict v,
                                 const float *restrict beta, const float *restrict alpha, float *restrict S,
                                 float *restrict o, float *restrict ckpt, float *restrict states, int64_t stride,
-                                int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
+                                const int64_t *restrict slots, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
     const int64_t NB = (T + BLOCK - 1) / BLOCK, TS = T / stride;
     float w[V], u[V];
     for (int64_t b = 0; b < B; b++)
@@ -62,8 +79,10 @@ static inline void forward_body(const float *restrict q, const float *restrict k
                         s[i * V + j] += kt[i] * u[j];
                         ot[j] += s[i * V + j] * qt[i];
                     }
-                if (states && (t + 1) % stride == 0)
-                    memcpy(states + ((b * TS + t / stride) * H + h) * K * V, s, sizeof(float) * K * V);
+                if (states && (t + 1) % stride == 0) {
+                    const int64_t row = slots ? slots[b * TS + t / stride] : b * TS + t / stride;
+                    if (row >= 0) memcpy(states + (row * H + h) * K * V, s, sizeof(float) * K * V);
+                }
             }
 }
 
@@ -104,24 +123,18 @@ static inline void backward_body(const float *restrict q, const float *restrict 
                     const float bt = beta[tok], a = alpha ? alpha[tok] : 1.0f;
                     float *restrict dqt = dq + tok * K, *restrict dkt = dk + tok * K, *restrict dvt = dv + tok * V;
                     new_value(sp, kt, vt, bt, a, w, u, K, V);
-                    float u_do = 0.0f;
-                    for (int64_t j = 0; j < V; j++) u_do += u[j] * dot[j];
+                    const float u_do = dotp(u, dot, V);
                     /* o_t = S_t^T q_t, S_t = a S_{t-1} + k_t u_t^T: dq_t = a S_{t-1} do_t + k_t (u_t . do_t) */
-                    for (int64_t i = 0; i < K; i++) {
-                        float acc = 0.0f;
-                        for (int64_t j = 0; j < V; j++) acc += sp[i * V + j] * dot[j];
-                        dqt[i] = a * acc + kt[i] * u_do;
-                    }
+                    for (int64_t i = 0; i < K; i++) dqt[i] = a * dotp(sp + i * V, dot, V) + kt[i] * u_do;
                     /* dS_t += q_t do_t^T; then du_t = dS_t^T k_t and dk_t = dS_t u_t (from k_t u_t^T) */
                     for (int64_t j = 0; j < V; j++) du[j] = 0.0f;
                     for (int64_t i = 0; i < K; i++) {
-                        float acc = 0.0f;
+                        float *restrict dsi = ds + i * V;
                         for (int64_t j = 0; j < V; j++) {
-                            ds[i * V + j] += qt[i] * dot[j];
-                            du[j] += ds[i * V + j] * kt[i];
-                            acc += ds[i * V + j] * u[j];
+                            dsi[j] += qt[i] * dot[j];
+                            du[j] += dsi[j] * kt[i];
                         }
-                        dkt[i] = acc;
+                        dkt[i] = dotp(dsi, u, V);
                     }
                     /* u_t = beta_t (v_t - w_t), w_t = S_{t-1}^T k_t */
                     float db = 0.0f;
@@ -135,13 +148,10 @@ static inline void backward_body(const float *restrict q, const float *restrict 
                      * d alpha_t = <dS', S_{t-1}>,  dS_{t-1} = a dS' */
                     float da = 0.0f;
                     for (int64_t i = 0; i < K; i++) {
-                        float acc = 0.0f;
-                        for (int64_t j = 0; j < V; j++) {
-                            acc += sp[i * V + j] * du[j];
-                            ds[i * V + j] += kt[i] * du[j];
-                            da += ds[i * V + j] * sp[i * V + j];
-                        }
-                        dkt[i] += a * acc;
+                        float *restrict dsi = ds + i * V;
+                        dkt[i] += a * dotp(sp + i * V, du, V);
+                        for (int64_t j = 0; j < V; j++) dsi[j] += kt[i] * du[j];
+                        if (alpha) da += dotp(dsi, sp + i * V, V);
                     }
                     if (alpha) {
                         dalpha[tok] = da;
@@ -164,13 +174,19 @@ int64_t delta_rule_block(void) { return BLOCK; }
 
 void delta_rule_forward(const float *q, const float *k, const float *v, const float *beta, const float *alpha,
                         float *S, float *o, float *ckpt, int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
-    DISPATCH(forward_body, q, k, v, beta, alpha, S, o, ckpt, NULL, 1)
+    DISPATCH(forward_body, q, k, v, beta, alpha, S, o, ckpt, NULL, 1, NULL)
 }
 
 void delta_rule_forward_states(const float *q, const float *k, const float *v, const float *beta, const float *alpha,
                                float *S, float *o, float *states, int64_t stride, int64_t B, int64_t T, int64_t H,
                                int64_t K, int64_t V) {
-    DISPATCH(forward_body, q, k, v, beta, alpha, S, o, NULL, states, stride)
+    DISPATCH(forward_body, q, k, v, beta, alpha, S, o, NULL, states, stride, NULL)
+}
+
+void delta_rule_forward_rows(const float *q, const float *k, const float *v, const float *beta, const float *alpha,
+                             float *S, float *o, float *states, const int64_t *slots, int64_t stride, int64_t B,
+                             int64_t T, int64_t H, int64_t K, int64_t V) {
+    DISPATCH(forward_body, q, k, v, beta, alpha, S, o, NULL, states, stride, slots)
 }
 
 void delta_rule_backward(const float *q, const float *k, const float *v, const float *beta, const float *alpha,

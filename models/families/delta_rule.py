@@ -1,0 +1,22 @@
+"""What the delta-rule families share in their records: hook names, the family table's text, and the
+weights of the mixer's projections for the memory bound."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# act_name's short names, in forward order; the gated models add "gate" after "beta"
+ACT_NAMES = (
+    "embed", "resid_pre", "q", "k", "v", "beta_logit", "beta", "state", "z",
+    "attn_out", "resid_mid", "mlp_out", "resid_post", "scale", "normalized",
+)  # fmt: skip
+GATED_ACT_NAMES = (*ACT_NAMES[:7], "gate", *ACT_NAMES[7:])
+HOOKS = "q, k, v, beta_logit, beta, state, z"
+PROBES = "eigenvalues, state rank and subspaces, linear probes, belief decay"
+INTERVENTIONS = "beta range, head ablation, state patching"
+
+
+def projection_weights(config: dict[str, Any], hidden: float, key: float, value: float, factors: float) -> float:
+    """q and o, plus k and v once per Householder factor: hidden x (key + factors * key + factors * value + value)."""
+    del config
+    return hidden * (key * (1 + factors) + value * (factors + 1))

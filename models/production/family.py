@@ -1,0 +1,85 @@
+"""What one production family is (a transformers model type whose delta-rule layers deltalens opens),
+and the checks every such config.json passes before a weight is read.
+
+    ProductionFamily(...)          one record per family, declared in the family's own module
+    check_config(family, config)   unsupported options refused by name, one sentence
+    footprint(family, config)      parameters counted on the meta device; bytes in fp32 and bf16
+                                   (the load-time memory check is the registry's `weights` bound)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from deltalens.core.errors import DeltalensError
+
+__all__ = ["Footprint", "ProductionFamily", "check_config", "footprint"]
+
+
+@dataclass(frozen=True)
+class ProductionFamily:
+    arch: str  # deltalens' name for it (model.arch)
+    display: str
+    model_types: tuple[str, ...]  # config.json "model_type"s read (a multimodal one: its text tower)
+    lm_class: type  # transformers' causal LM class, built from `config_class`
+    config_class: type
+    linear_mixer: type  # our hooked subclass of the family's delta-rule layer
+    layer_types: tuple[str, ...]  # the layer kinds the family's config may list
+    neg_eigval: Callable[[Any], bool] = lambda config: False  # beta in [0, 2]?
+    text_config_key: str = "text_config"  # where a multimodal config keeps its text tower
+    refused: dict[str, str] = field(default_factory=dict)  # config key -> why it is not supported
+
+    def text_config(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """The text tower's fields of a config.json (the whole dict when it has no tower)."""
+        inner = raw.get(self.text_config_key)
+        return dict(inner) if isinstance(inner, dict) and raw.get("model_type") not in self.model_types[:1] else raw
+
+    def make_config(self, raw: dict[str, Any]):
+        fields = {k: v for k, v in self.text_config(raw).items() if k not in ("model_type", "architectures")}
+        return self.config_class.from_dict(fields)
+
+
+def check_config(family: ProductionFamily, raw: dict[str, Any], where: str = "config.json") -> None:
+    """Refuse what the hooked model would get wrong, naming the option, before anything is built."""
+    text = family.text_config(raw)
+    for key, why in {"quantization_config": "quantised weights are not read", **family.refused}.items():
+        if raw.get(key) is not None or text.get(key) is not None:
+            raise DeltalensError(f"{where} sets {key!r}, which deltalens does not open: {why}")
+    kinds = text.get("layer_types") or []
+    unknown = sorted({str(kind) for kind in kinds} - set(family.layer_types))
+    if unknown:
+        raise DeltalensError(
+            f"{where} lists layer type(s) {', '.join(map(repr, unknown))}; a {family.display} model here has only "
+            f"{', '.join(map(repr, family.layer_types))} layers"
+        )
+    heads_k, heads_v = text.get("linear_num_key_heads"), text.get("linear_num_value_heads")
+    if isinstance(heads_k, int) and isinstance(heads_v, int) and (heads_k < 1 or heads_v % heads_k):
+        raise DeltalensError(
+            f"{where} has linear_num_value_heads={heads_v}, not a multiple of linear_num_key_heads={heads_k}"
+        )
+
+
+@dataclass(frozen=True)
+class Footprint:
+    parameters: int
+    fp32_bytes: int
+    bf16_bytes: int
+
+    def line(self) -> str:
+        return (
+            f"{self.parameters:,} parameters: {self.fp32_bytes / 2**30:.2f} GB in fp32, "
+            f"{self.bf16_bytes / 2**30:.2f} GB in bf16"
+        )
+
+
+def footprint(family: ProductionFamily, config) -> Footprint:
+    """Parameters of transformers' own model for `config`, built on the meta device (nothing allocated)."""
+    import torch
+
+    with torch.device("meta"):
+        model = family.lm_class(config)
+    tensors = {id(t): t for t in model.parameters()}.values()  # tied weights counted once
+    count = sum(t.numel() for t in tensors)
+    return Footprint(count, 4 * count, 2 * count)

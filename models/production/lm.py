@@ -1,0 +1,290 @@
+"""A transformers delta-rule LM (Qwen3.5, OLMo-Hybrid, ...) as a hooked deltalens model.
+
+    model = HookedProductionLM(hf_model, family)    # hf_model: transformers' own *ForCausalLM
+    logits, cache = model.run_with_cache(tokens)
+    cache["beta", 0], cache["state", 0]            # our hook names, our ActivationCache
+    model.hf_generate(tokens, max_new_tokens=8)     # transformers' generate, through our layers
+
+transformers builds, loads and runs the model; we change two things in place: each delta-rule layer
+becomes its family's hooked subclass (models/production/hooked_gdn.py: the recurrence is ours), and
+each softmax-attention layer calls a hooked eager attention (models/production/attention.py). The
+residual stream is shown by PyTorch hooks on the library's modules, through HookPoints named as on
+our own models:
+
+    hook_embed                                   the token embedding
+    blocks.{l}.hook_resid_pre                    a decoder layer's input
+    blocks.{l}.attn.hook_*                       the layer's mixer: delta-rule or attention hooks
+    blocks.{l}.hook_attn_out                     the mixer's output (before any post-norm the family has)
+    blocks.{l}.hook_mlp_out                      the MLP's (or MoE's) output
+    blocks.{l}.hook_resid_post                   the decoder layer's output
+    ln_final.hook_normalized                     the final norm's output
+
+There is no hook_resid_mid: the library's layer adds the mixer's output inside its own forward.
+The state_dict is transformers' (model.*, lm_head.*), so weights move both ways unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+from typing import Any, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from transformer_lens import HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from deltalens.core.errors import DeltalensError
+from deltalens.models.lm.delta_lm import HookedDeltaLM
+from deltalens.models.lm.lens import LensModel
+from deltalens.models.production.attention import add_attention_hooks
+
+__all__ = ["HookedProductionLM", "lens_path"]
+
+_MIXER = re.compile(r"model\.layers\.(\d+)\.(?:linear_attn|self_attn)(?:\.(.*))?$")
+_LAYER = re.compile(r"model\.layers\.(\d+)(?:\.(.*))?$")
+_EXACT = {
+    "model.embed_tokens.hook_embed": "hook_embed",
+    "model.embed_tokens": "embed",
+    "model.norm.hook_normalized": "ln_final.hook_normalized",
+    "model.norm": "ln_final",
+    "model.layers": "blocks",
+    "lm_head": "unembed",
+}
+
+
+def lens_path(path: str) -> str:
+    """transformers' module path -> our name ('model.layers.0.linear_attn.hook_beta' -> 'blocks.0.attn.hook_beta')."""
+    if path in _EXACT:
+        return _EXACT[path]
+    for pattern, middle in ((_MIXER, ".attn"), (_LAYER, "")):
+        match = pattern.match(path)
+        if match:
+            rest = match.group(2)
+            return f"blocks.{match.group(1)}{middle}" + (f".{rest}" if rest else "")
+    return path
+
+
+def _first(output):
+    return output[0] if isinstance(output, tuple) else output
+
+
+def _replace_first(output, value):
+    return (value, *output[1:]) if isinstance(output, tuple) else value
+
+
+class _Block(SimpleNamespace):
+    """What interventions read of a layer: `.attn`, its mixer (delta-rule or attention)."""
+
+
+class HookedProductionLM(LensModel, HookedRootModule):
+    """transformers' `*ForCausalLM` of a production family, hooked (module docstring)."""
+
+    family: Any = None  # the family's ProductionFamily record (each family's subclass sets it)
+
+    def __init__(self, hf_model: nn.Module, family) -> None:
+        super().__init__()
+        self.family = family
+        self.arch = family.arch
+        self.has_delta_rule = True
+        # the library's modules under the library's names: the state_dict is transformers'
+        self.model = hf_model.model
+        self.lm_head = hf_model.lm_head
+        self.__dict__["hf"] = hf_model  # not a submodule (its modules are registered above)
+        config = hf_model.config
+        neg = family.neg_eigval(config)
+        attention = []
+        for layer in self.model.layers:
+            if hasattr(layer, "linear_attn"):
+                family.linear_mixer.adopt(layer.linear_attn, allow_neg_eigval=neg)
+            else:
+                attention.append(layer.self_attn)
+            self._hook_layer(layer)
+        if attention:
+            add_attention_hooks(hf_model, attention)
+        self.model.embed_tokens.hook_embed = HookPoint()
+        self.model.embed_tokens.register_forward_hook(lambda m, i, out: m.hook_embed(out))
+        self.model.norm.hook_normalized = HookPoint()
+        self.model.norm.register_forward_hook(lambda m, i, out: m.hook_normalized(out))
+        self.setup()
+
+    @staticmethod
+    def _hook_layer(layer: nn.Module) -> None:
+        for name in ("hook_resid_pre", "hook_attn_out", "hook_mlp_out", "hook_resid_post"):
+            setattr(layer, name, HookPoint())
+        mixer = layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
+
+        def resid_pre(module, args, kwargs):
+            if args:
+                return (module.hook_resid_pre(args[0]), *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": module.hook_resid_pre(kwargs["hidden_states"])}
+
+        layer.register_forward_pre_hook(resid_pre, with_kwargs=True)
+        mixer.register_forward_hook(lambda m, i, out: _replace_first(out, layer.hook_attn_out(_first(out))))
+        layer.mlp.register_forward_hook(lambda m, i, out: _replace_first(out, layer.hook_mlp_out(_first(out))))
+        layer.register_forward_hook(lambda m, i, out: _replace_first(out, m.hook_resid_post(_first(out))))
+
+    def setup(self) -> None:
+        """HookedRootModule.setup under our names (lens_path) instead of transformers' module paths."""
+        self.mod_dict, self.hook_dict = {}, {}
+        for path, module in self.named_modules():
+            if path:
+                module.name = lens_path(path)
+                self.mod_dict[module.name] = module
+                if isinstance(module, HookPoint):
+                    self.hook_dict[module.name] = module
+
+    # ---- shape and layers ------------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, config) -> HookedProductionLM:
+        """A freshly initialised model of the family from transformers' config object (models.build)."""
+        return cls(cls.family.lm_class(config).eval(), cls.family)
+
+    @classmethod
+    def from_folder(cls, folder, config, dtype=None) -> HookedProductionLM:
+        """transformers' `from_pretrained` on `folder` (safetensors only) with `config`, hooked; fp32 by default."""
+        dtype = dtype or torch.float32
+        config._attn_implementation = "eager"
+        try:
+            hf = cls.family.lm_class.from_pretrained(str(folder), config=config, dtype=dtype, use_safetensors=True)
+        except OSError as err:
+            raise DeltalensError(f"{folder} holds no weights transformers can read for this config: {err}") from None
+        return cls(hf.eval(), cls.family)
+
+    @property
+    def model_config(self) -> dict[str, Any]:
+        """The transformers config as a JSON-able dict: models.build(model.arch, **model.model_config)."""
+        return {k: v for k, v in self.config.to_dict().items() if k not in ("architectures", "model_type")}
+
+    @property
+    def hf(self) -> nn.Module:
+        """transformers' model object (the same modules: generate, its cache, its config)."""
+        return self.__dict__["hf"]
+
+    @property
+    def config(self):
+        return self.hf.config
+
+    @property
+    def blocks(self) -> list[_Block]:
+        return [_Block(attn=getattr(layer, "linear_attn", None) or layer.self_attn) for layer in self.model.layers]
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.model.layers)
+
+    @property
+    def delta_layers(self) -> list[int]:
+        return [i for i, layer in enumerate(self.model.layers) if hasattr(layer, "linear_attn")]
+
+    @property
+    def attention_layers(self) -> list[int]:
+        return [i for i, layer in enumerate(self.model.layers) if not hasattr(layer, "linear_attn")]
+
+    def _mixers(self, layer: Optional[int]) -> list[nn.Module]:
+        if layer is None:
+            return [self.model.layers[i].linear_attn for i in self.delta_layers]
+        if not -self.n_layers <= layer < self.n_layers:
+            raise IndexError(f"layer {layer} is out of range for a model with {self.n_layers} layers.")
+        if layer % self.n_layers not in self.delta_layers:
+            raise DeltalensError(
+                f"layer {layer} of this {self.family.display} model is softmax attention (no beta, state or "
+                f"recurrence); pick a delta-rule layer, one of {self.delta_layers}."
+            )
+        return [self.model.layers[layer].linear_attn]
+
+    # the interventions of our own delta-rule models, on these mixers
+    set_beta_range = HookedDeltaLM.set_beta_range
+    reset_beta_range = HookedDeltaLM.reset_beta_range
+    beta_range = HookedDeltaLM.beta_range
+    state_edit = HookedDeltaLM.state_edit
+    set_kernel = HookedDeltaLM.set_kernel
+
+    @property
+    def _first_mixer(self) -> nn.Module:
+        return self._mixers(None)[0]
+
+    @property
+    def n_heads(self) -> int:
+        return self._first_mixer.num_heads
+
+    @property
+    def d_k(self) -> int:
+        return self._first_mixer.head_k_dim
+
+    @property
+    def d_v(self) -> int:
+        return self._first_mixer.head_v_dim
+
+    @property
+    def d_model(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def n_factors(self) -> int:
+        return 1
+
+    @property
+    def gated(self) -> bool:
+        return True
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @property
+    def cfg(self) -> SimpleNamespace:
+        """TransformerLens-style config, plus the delta rule's own (d_k, d_v, allow_neg_eigval, ...)."""
+        config = self.config
+        return SimpleNamespace(
+            model_name=type(self.hf).__name__,
+            model_type=self.arch,
+            original_architecture=type(self.hf).__name__,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            d_model=self.d_model,
+            d_head=self.d_v,
+            d_k=self.d_k,
+            d_v=self.d_v,
+            d_mlp=getattr(config, "intermediate_size", None),
+            d_vocab=config.vocab_size,
+            d_vocab_out=config.vocab_size,
+            n_ctx=getattr(config, "max_position_embeddings", None),
+            act_fn=getattr(config, "hidden_act", "silu"),
+            normalization_type="RMS",
+            positional_embedding_type="rotary",
+            eps=getattr(config, "rms_norm_eps", 1e-6),
+            allow_neg_eigval=self._first_mixer.allow_neg_eigval,
+            device=self.device,
+            state_norm_every=0,
+            n_factors=1,
+            gated=True,
+            delta_layers=self.delta_layers,
+            attention_layers=self.attention_layers,
+        )
+
+    # ---- forward ---------------------------------------------------------------------------------
+
+    def forward(self, tokens: torch.Tensor, return_type: Optional[str] = "logits", attention_mask=None) -> Any:
+        """tokens [B, T] -> logits [B, T, vocab] (return_type "logits", "loss", "both" or None)."""
+        if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.long, torch.int, torch.int32):
+            raise TypeError(f"{type(self).__name__} takes token ids as an integer tensor [batch, pos].")
+        if tokens.ndim == 1:
+            tokens = tokens[None]
+        if return_type not in ("logits", "loss", "both", None):
+            raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}.")
+        tokens = tokens.to(self.device).long()
+        logits = self.hf(input_ids=tokens, attention_mask=attention_mask, use_cache=False).logits
+        if return_type in (None, "logits"):
+            return None if return_type is None else logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
+        return loss if return_type == "loss" else (logits, loss)
+
+    @torch.no_grad()
+    def hf_generate(self, tokens: torch.Tensor, max_new_tokens: int = 16, **options: Any) -> torch.Tensor:
+        """transformers' greedy `generate` (its KV and recurrent cache) through our hooked layers."""
+        tokens = torch.as_tensor(tokens, dtype=torch.long, device=self.device).reshape(1, -1)
+        options.setdefault("do_sample", False)
+        return self.hf.generate(tokens, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, **options)

@@ -1,0 +1,70 @@
+"""OLMo-Hybrid (transformers `olmo_hybrid`): Gated DeltaNet layers with beta in [0, 2]
+(`linear_allow_neg_eigval`, eigenvalues 1 - beta in [-1, 1]) between softmax-attention layers; the
+largest open LM with negative eigenvalues (allenai's Olmo-Hybrid-7B).
+
+Its delta-rule layer has separate q, k, v projections (concatenated for one short conv), an output
+gate g_proj into the gated RMSNorm, beta = 2 * sigmoid(b_proj(x)) when negative eigenvalues are
+allowed, and the decay from a_proj(x).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.models.olmo_hybrid import modeling_olmo_hybrid as modeling
+from transformers.models.olmo_hybrid.configuration_olmo_hybrid import OlmoHybridConfig
+
+from deltalens.models.production.family import ProductionFamily, check_config
+from deltalens.models.production.hooked_gdn import HookedGatedDeltaNet
+from deltalens.models.production.lm import HookedProductionLM
+
+__all__ = ["FAMILY", "HookedOlmoHybrid", "build_model", "load_model", "make_config", "HookedOlmoHybridGatedDeltaNet"]
+
+
+class HookedOlmoHybridGatedDeltaNet(HookedGatedDeltaNet, modeling.OlmoHybridGatedDeltaNet):
+    conv_forward = staticmethod(modeling.causal_conv1d_forward)
+    mask_padding = staticmethod(modeling.apply_mask_to_padding_states)
+
+    def _mixed_qkv(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+
+    def _beta_logit(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b_proj(x)
+
+    def _read_out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        B, T = x.shape[:2]
+        gate = self.g_proj(x).reshape(-1, self.head_v_dim)
+        return self.o_proj(self.o_norm(o.reshape(-1, self.head_v_dim), gate).reshape(B, T, -1))
+
+
+FAMILY = ProductionFamily(
+    arch="olmo_hybrid",
+    display="OLMo-Hybrid",
+    model_types=("olmo_hybrid",),
+    lm_class=modeling.OlmoHybridForCausalLM,
+    config_class=OlmoHybridConfig,
+    linear_mixer=HookedOlmoHybridGatedDeltaNet,
+    layer_types=("linear_attention", "full_attention"),
+    neg_eigval=lambda config: bool(config.linear_allow_neg_eigval),
+)
+
+
+class HookedOlmoHybrid(HookedProductionLM):
+    """transformers' OLMo-Hybrid causal LM with our hooks (models/production/lm.py)."""
+
+    family = FAMILY
+
+
+def make_config(fields: dict):
+    """transformers' config from config.json's fields (what models.build takes), checked first."""
+    check_config(FAMILY, fields)
+    return FAMILY.make_config(fields)
+
+
+def build_model(config) -> HookedOlmoHybrid:
+    """A freshly initialised model from transformers' config object (the registry's model factory)."""
+    return HookedOlmoHybrid.from_config(config)
+
+
+def load_model(folder, config) -> HookedOlmoHybrid:
+    """transformers' own loader on `folder` (its tensor names and conversions), then hooked."""
+    return HookedOlmoHybrid.from_folder(folder, config)

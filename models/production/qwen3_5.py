@@ -1,0 +1,73 @@
+"""Qwen3.5 (transformers `qwen3_5_text`, and the text tower of the multimodal `qwen3_5`): three Gated
+DeltaNet layers to one gated softmax-attention layer, beta in [0, 1]. The smallest release is
+Qwen/Qwen3.5-0.8B.
+
+Its delta-rule layer fuses q, k and v into one projection (in_proj_qkv) before one short conv; the
+output gate z (in_proj_z) enters the gated RMSNorm; beta = sigmoid(in_proj_b(x)); the decay reads
+in_proj_a(x).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.models.qwen3_5 import modeling_qwen3_5 as modeling
+from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+
+from deltalens.models.production.family import ProductionFamily, check_config
+from deltalens.models.production.hooked_gdn import HookedGatedDeltaNet
+from deltalens.models.production.lm import HookedProductionLM
+
+__all__ = ["FAMILY", "HookedQwen3_5", "build_model", "load_model", "make_config", "HookedQwen3_5GatedDeltaNet"]
+
+
+class HookedQwen3_5GatedDeltaNet(HookedGatedDeltaNet, modeling.Qwen3_5GatedDeltaNet):
+    conv_forward = staticmethod(modeling.causal_conv1d_forward)
+    mask_padding = staticmethod(modeling.apply_mask_to_padding_states)
+
+    @property
+    def a_proj(self):  # the decay's input projection, under the name our gate code reads
+        return self.in_proj_a
+
+    def _mixed_qkv(self, x: torch.Tensor) -> torch.Tensor:
+        return self.in_proj_qkv(x)
+
+    def _beta_logit(self, x: torch.Tensor) -> torch.Tensor:
+        return self.in_proj_b(x)
+
+    def _read_out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        B, T = x.shape[:2]
+        z = self.in_proj_z(x).reshape(-1, self.head_v_dim)
+        return self.out_proj(self.norm(o.reshape(-1, self.head_v_dim), z).reshape(B, T, -1))
+
+
+FAMILY = ProductionFamily(
+    arch="qwen3_5",
+    display="Qwen3.5",
+    model_types=("qwen3_5_text", "qwen3_5"),
+    lm_class=modeling.Qwen3_5ForCausalLM,
+    config_class=Qwen3_5TextConfig,
+    linear_mixer=HookedQwen3_5GatedDeltaNet,
+    layer_types=("linear_attention", "full_attention"),
+)
+
+
+class HookedQwen3_5(HookedProductionLM):
+    """transformers' Qwen3.5 causal LM with our hooks (models/production/lm.py)."""
+
+    family = FAMILY
+
+
+def make_config(fields: dict):
+    """transformers' config from config.json's fields (what models.build takes), checked first."""
+    check_config(FAMILY, fields)
+    return FAMILY.make_config(fields)
+
+
+def build_model(config) -> HookedQwen3_5:
+    """A freshly initialised model from transformers' config object (the registry's model factory)."""
+    return HookedQwen3_5.from_config(config)
+
+
+def load_model(folder, config) -> HookedQwen3_5:
+    """transformers' own loader on `folder` (its tensor names and conversions), then hooked."""
+    return HookedQwen3_5.from_folder(folder, config)

@@ -1,0 +1,76 @@
+"""Qwen3-Next (transformers `qwen3_next`): Gated DeltaNet layers and gated softmax-attention layers, with
+mixture-of-experts MLPs (a router, experts and a shared expert), beta in [0, 1].
+
+Its delta-rule layer fuses q, k, v and the output gate z into one projection (in_proj_qkvz) and beta's
+and the decay's logits into another (in_proj_ba), both grouped by key head; transformers'
+`fix_query_key_value_ordering` ungroups them, and we call it for every piece we read.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.models.qwen3_next import modeling_qwen3_next as modeling
+from transformers.models.qwen3_next.configuration_qwen3_next import Qwen3NextConfig
+
+from deltalens.models.production.family import ProductionFamily, check_config
+from deltalens.models.production.hooked_gdn import HookedGatedDeltaNet
+from deltalens.models.production.lm import HookedProductionLM
+
+__all__ = ["FAMILY", "HookedQwen3Next", "HookedQwen3NextGatedDeltaNet", "build_model", "load_model", "make_config"]
+
+
+class HookedQwen3NextGatedDeltaNet(HookedGatedDeltaNet, modeling.Qwen3NextGatedDeltaNet):
+    conv_forward = staticmethod(modeling.causal_conv1d_forward)
+    mask_padding = staticmethod(modeling.apply_mask_to_padding_states)
+
+    def _pieces(self, x: torch.Tensor):  # q, k, v, z (B, T, H, d), b, a (B, T, H_v), ungrouped
+        return self.fix_query_key_value_ordering(self.in_proj_qkvz(x), self.in_proj_ba(x))
+
+    @property
+    def a_proj(self):  # the decay's logits, under the name our gate code reads
+        return lambda x: self._pieces(x)[5]
+
+    def _mixed_qkv(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (p.reshape(*p.shape[:2], -1) for p in self._pieces(x)[:3])
+        return torch.cat((q, k, v), dim=-1)
+
+    def _beta_logit(self, x: torch.Tensor) -> torch.Tensor:
+        return self._pieces(x)[4]
+
+    def _read_out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        B, T = x.shape[:2]
+        z = self._pieces(x)[3].reshape(-1, self.head_v_dim)
+        return self.out_proj(self.norm(o.reshape(-1, self.head_v_dim), z).reshape(B, T, -1))
+
+
+FAMILY = ProductionFamily(
+    arch="qwen3_next",
+    display="Qwen3-Next",
+    model_types=("qwen3_next",),
+    lm_class=modeling.Qwen3NextForCausalLM,
+    config_class=Qwen3NextConfig,
+    linear_mixer=HookedQwen3NextGatedDeltaNet,
+    layer_types=("linear_attention", "full_attention"),
+)
+
+
+class HookedQwen3Next(HookedProductionLM):
+    """transformers' Qwen3-Next causal LM with our hooks (models/production/lm.py)."""
+
+    family = FAMILY
+
+
+def make_config(fields: dict):
+    """transformers' config from config.json's fields (what models.build takes), checked first."""
+    check_config(FAMILY, fields)
+    return FAMILY.make_config(fields)
+
+
+def build_model(config) -> HookedQwen3Next:
+    """A freshly initialised model from transformers' config object (the registry's model factory)."""
+    return HookedQwen3Next.from_config(config)
+
+
+def load_model(folder, config) -> HookedQwen3Next:
+    """transformers' own loader on `folder` (its tensor names and conversions), then hooked."""
+    return HookedQwen3Next.from_folder(folder, config)

@@ -1,0 +1,152 @@
+"""A transition census: per layer and head of any delta-rule model, what its per-token transitions do.
+
+    c = census(model, tokens)                 # token ids (B, T), or a batch of traces (its "kinds" too)
+    c.heads                                   # one row per (layer, head): the table below
+    c.table(), c.to_dict()                    # text and JSON; census_figure(c) the layer x head heatmap
+
+The transition of one token in one head is A_t = alpha_t (I - beta_t k_t k_t^T) (times further factors in a
+DeltaProduct): its eigenvalues are alpha_t (on k_t's complement) and alpha_t (1 - beta_t) along k_t, so
+beta_t > 1 is a negative eigenvalue (a reflection at beta = 2). Per head, over the tokens given (padding
+left out):
+
+    tokens          transitions counted (tokens x factors)
+    beta_gt1        share with beta > 1: a negative eigenvalue 1 - beta
+    beta_gt1_action the same on action tokens alone (traces only): where a tracking head reflects
+    mean_beta       mean beta
+    min_eigenvalue  mean of alpha_t (1 - beta_t), the transition's smallest eigenvalue
+    neg_gate        share of negative decay channels (NaN: no family here allows alpha < 0)
+    effective_rank  mean Roy-Vetterli effective rank of S_t, at up to `rank_positions` positions per trace
+
+Every number comes from the hooks (hook_beta, hook_gate, hook_state), so the census reads the shipped
+checkpoints, fla's folders and the transformers families (Qwen3.5, OLMo-Hybrid) alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from deltalens.core.errors import DeltalensError
+from deltalens.probes.subspace import effective_rank
+
+__all__ = ["Census", "census", "census_figure"]
+
+COLUMNS = ("tokens", "beta_gt1", "beta_gt1_action", "mean_beta", "min_eigenvalue", "neg_gate", "effective_rank")
+ACTION = 2  # tasks' TokenKind.ACTION
+
+
+@dataclass
+class Census:
+    """A transition census: one row per head of what its transitions do over a batch (columns: COLUMNS).
+
+    >>> result = dl.census(model, batch)
+    >>> len(result.heads)                                  # one row per head
+    8
+    """
+
+    heads: pd.DataFrame  # one row per (layer, head): COLUMNS
+    architecture: str
+
+    def table(self) -> str:
+        return self.heads.to_string(index=False, float_format=lambda x: f"{x:.3f}")
+
+    def to_dict(self) -> dict[str, Any]:
+        rows = self.heads.astype(object).where(self.heads.notna(), None)
+        return {"architecture": self.architecture, "heads": rows.to_dict(orient="records")}
+
+    def top(self, column: str = "beta_gt1") -> tuple[int, int]:
+        """(layer, head) with the largest value of `column`."""
+        row = self.heads.loc[self.heads[column].fillna(-1).idxmax()]
+        return int(row["layer"]), int(row["head"])
+
+
+def _inputs(tokens) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(token ids, kinds or None, lengths or None) from ids or a batch of traces."""
+    if isinstance(tokens, dict):
+        return tokens["tokens"], tokens.get("kinds"), tokens.get("lengths")
+    tokens = torch.as_tensor(tokens)
+    return (tokens[None] if tokens.ndim == 1 else tokens), None, None
+
+
+def _delta_layers(model) -> list[int]:
+    layers = getattr(model, "delta_layers", None)
+    if layers is None or not any(name.endswith("attn.hook_beta") for name in model.hook_dict):
+        arch = getattr(model, "arch", type(model).__name__)
+        raise DeltalensError(f"a census needs beta and the state S_t; {arch} models have neither (no delta rule).")
+    return list(layers)
+
+
+@torch.no_grad()
+def census(model, tokens, rank_positions: int = 16) -> Census:
+    """The transition census of `model` over `tokens` (ids (B, T), or a batch with "kinds" and "lengths").
+
+    >>> result = dl.census(model, batch)                   # every head's transitions over the batch
+    >>> isinstance(result, dl.Census), result.architecture
+    (True, 'deltanet')
+    """
+    ids, kinds, lengths = _inputs(tokens)
+    layers = _delta_layers(model)
+    B, T = ids.shape
+    valid = torch.ones(B, T, dtype=torch.bool) if lengths is None else torch.arange(T)[None] < lengths[:, None]
+    step = max(1, -(-T // rank_positions))
+    at = torch.arange(T - 1, -1, -step).flip(0)  # the last position and every step-th before it
+    wanted = {f"blocks.{l}.attn.hook_{n}" for l in layers for n in ("beta", "gate", "state")}
+    _, cache = model.run_with_cache(ids, names_filter=lambda name: name in wanted)
+    rows = []
+    for layer in layers:
+        beta = cache[f"blocks.{layer}.attn.hook_beta"].float().cpu()  # (B, T, H[, n])
+        if beta.ndim == 3:
+            beta = beta[..., None]
+        gate_name = f"blocks.{layer}.attn.hook_gate"
+        alpha = cache[gate_name].float().cpu() if gate_name in cache.cache_dict else torch.ones(beta.shape[:3])
+        states = cache[f"blocks.{layer}.attn.hook_state"][:, at].float().cpu()  # (B, P, H, d_k, d_v)
+        ranks = effective_rank(states)  # (B, P, H)
+        rank_ok = valid[:, at]
+        for head in range(beta.shape[2]):
+            b = beta[:, :, head][valid]  # (N, n)
+            a = alpha[:, :, head][valid]  # (N,)
+            row = {
+                "layer": layer,
+                "head": head,
+                "tokens": int(b.numel()),
+                "beta_gt1": float((b > 1).float().mean()),
+                "beta_gt1_action": np.nan,
+                "mean_beta": float(b.mean()),
+                "min_eigenvalue": float((a[:, None] * (1 - b)).mean()),
+                "neg_gate": np.nan,
+                "effective_rank": float(ranks[:, :, head][rank_ok].nanmean()),
+            }
+            if kinds is not None:
+                action = beta[:, :, head][valid & (kinds == ACTION)]
+                row["beta_gt1_action"] = float((action > 1).float().mean()) if action.numel() else np.nan
+            rows.append(row)
+    frame = pd.DataFrame(rows, columns=["layer", "head", *COLUMNS])
+    return Census(frame, str(getattr(model, "arch", type(model).__name__)))
+
+
+def census_figure(result: Census, value: str = "beta_gt1"):
+    """Layer x head heatmap of one census column (default: the share of transitions with beta > 1).
+
+    >>> fig = dl.census_figure(dl.census(model, batch))
+    >>> fig.data[0].type
+    'heatmap'
+    """
+    import plotly.graph_objects as go
+
+    grid = result.heads.pivot(index="layer", columns="head", values=value)
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.values,
+            x=[f"H{h}" for h in grid.columns],
+            y=[f"L{l}" for l in grid.index],
+            colorscale="Viridis",
+            colorbar={"title": value},
+        )
+    )
+    fig.update_layout(title=f"{result.architecture}: {value.replace('_', ' ')} per layer and head")
+    fig.update_yaxes(autorange="reversed")
+    return fig

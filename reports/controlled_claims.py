@@ -1,0 +1,68 @@
+"""The paper's claims after the controls, and their count.
+
+The grid judges each claim on its own cells (claims.py). Two later sweeps judge some claims again:
+the matched-budget lr grid ("DeltaNet β∈[0,1] fails with sparse reveals", controls_section.py) and
+the full-action Transformer cells ("the Transformer fails on full permutations even with dense
+reveals", transformer_variants_section.py). Here the grid's verdicts are revised by them, by the
+rule in claims.claim_rules, and counted: the count the README quotes is `count_line`'s, never one
+written by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+
+from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, Claim
+from deltalens.reports.controls_section import ControlVerdict, matched_budget_verdicts, read_results
+from deltalens.reports.transformer_variants_section import PAPER_THRESHOLDS, full_actions_claims
+from deltalens.training.sweep_cells import Thresholds
+
+
+def revise_pos_fails(claim: Claim, controls: list[ControlVerdict]) -> Claim:
+    """The grid's "[0,1] fails with sparse reveals" in one setting, judged again with the lr grid's cells
+    there: it holds only if the grid's verdict and every control (each sparse k) hold; a control that
+    fails or is mixed makes it not hold; controls still training leave the grid's verdict."""
+    if claim.key != "pos-fails" or not controls or claim.verdict not in (HOLDS, DOES_NOT_HOLD):
+        return claim
+    listing = "; ".join(f"k={c.spacing}: {c.text.replace('**', '')}" for c in controls)
+    evidence = f"grid: {claim.evidence}; matched-budget lr grid ({', '.join(controls[0].lrs)}): {listing}"
+    verdict = claim.verdict
+    if any(c.verdict in ("fails", "mixed") for c in controls):
+        verdict = DOES_NOT_HOLD
+    bound = verdict == HOLDS and any(c.budget_bound for c in controls)
+    return dataclasses.replace(claim, verdict=verdict, evidence=evidence, budget_bound=bound)
+
+
+def with_controls(claims: list[Claim], root: Path, thresholds: Thresholds = PAPER_THRESHOLDS) -> list[Claim]:
+    """`claims` (the grid's) revised by the controls found next to the report in `root`, then the
+    full-permutation claims of the Transformer variants' cells appended (nothing where none exist)."""
+    _, controls = matched_budget_verdicts(Path(root))
+    revised = [
+        revise_pos_fails(claim, [c for c in controls if f"{c.group} {c.tokenizer}" == claim.setting])
+        for claim in claims
+    ]
+    return revised + full_actions_claims(read_results(Path(root) / "transformer_variants"), thresholds)
+
+
+def count_line(claims: list[Claim]) -> str:
+    """How many claims hold, do not hold, are not testable and not measured, from their verdicts."""
+    counts = Counter(claim.verdict for claim in claims)
+    bound = sum(claim.budget_bound for claim in claims if claim.verdict == HOLDS)
+    holds = counts[HOLDS]
+    parts = [
+        f"**{holds} {'claim holds' if holds == 1 else 'claims hold'}**"
+        + (f" ({bound} of them budget-bound)" if bound else ""),
+        {0: "none fails", 1: "**1 does not hold**"}.get(
+            counts[DOES_NOT_HOLD], f"**{counts[DOES_NOT_HOLD]} do not hold**"
+        ),
+        f"{counts[NOT_TESTABLE]} {'is' if counts[NOT_TESTABLE] == 1 else 'are'} not testable",
+    ]
+    if counts[NOT_MEASURED]:
+        parts.append(f"{counts[NOT_MEASURED]} {'is' if counts[NOT_MEASURED] == 1 else 'are'} not measured")
+    return (
+        f"Count over the {len(claims)} rows above (written from their verdicts by `reports/controlled_claims.py`): "
+        + ", ".join(parts)
+        + "."
+    )

@@ -1,0 +1,54 @@
+"""The transition census (probes/census.py, `deltalens census`): on the shipped DeltaNet [0, 2]
+checkpoints it must single out the tracking head that the eigenvalue report names independently."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import deltalens as dl
+from deltalens.cli.main import main
+from deltalens.core.errors import DeltalensError
+
+
+@pytest.mark.parametrize("name", ["s3-deltanet-neg-statement", "s5-deltanet-neg-statement"])
+def test_census_singles_out_the_tracking_head(name):
+    model = dl.load(name)
+    batch = model.checkpoint.batch(32)
+    result = dl.census(model, batch)
+    assert len(result.heads) == model.cfg.n_layers * model.cfg.n_heads
+    tracking = dl.eigenvalue_report(model, batch).tracking_head()  # reflection fraction, from hook_k and hook_beta
+    assert result.top("beta_gt1_action") == tracking
+    row = result.heads.set_index(["layer", "head"]).loc[tracking]
+    others = result.heads.set_index(["layer", "head"]).drop(tracking)
+    assert row["beta_gt1_action"] > 0.9 > others["beta_gt1_action"].max()
+    assert row["min_eigenvalue"] < 0  # on average a negative eigenvalue: mostly reflections
+    assert (result.heads["effective_rank"] >= 1).all()
+    figure = dl.census_figure(result)
+    assert figure.data[0].z.shape == (model.cfg.n_layers, model.cfg.n_heads)
+
+
+def test_a_zero_one_model_has_no_negative_eigenvalue():
+    model = dl.load("s3-deltanet-pos-statement")
+    result = dl.census(model, model.checkpoint.batch(8))
+    assert result.heads["beta_gt1"].max() == 0 and result.heads["mean_beta"].min() > 0
+
+
+def test_census_on_token_ids_and_its_refusal_for_a_transformer():
+    model = dl.load("s3-deltanet-neg-statement")
+    result = dl.census(model, model.to_tokens(">>> a = 1\n>>> b = 2\n>>> a, b = b, a\n"))
+    assert result.heads["beta_gt1_action"].isna().all() and result.heads["tokens"].min() > 0
+    with pytest.raises(DeltalensError, match="no delta rule"):
+        dl.census(dl.load("s3-transformer-statement"), torch.ones(1, 4, dtype=torch.long))
+
+
+def test_census_command_prints_json_and_the_heatmap(capsys, tmp_path):
+    html = tmp_path / "census.html"
+    assert main(["census", "s3-deltanet-neg-statement", "--n-traces", "8", "--json", "--html", str(html)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["heads"]) == 8 and report["architecture"] == "deltanet"
+    assert html.is_file() and html.stat().st_size > 1000
+    assert main(["census", "s3-deltanet-neg-statement", "--n-traces", "8"]) == 0
+    assert "most reflecting head: layer 0 head 3" in capsys.readouterr().out
