@@ -14,7 +14,8 @@ import pandas as pd
 import torch
 
 from deltalens.tasks.groups import VARIABLE_NAMES
-from deltalens.tasks.traces import Query, Trace, read_query_trace
+from deltalens.tasks.query_trace import Query, read_query_trace
+from deltalens.tasks.traces import Trace
 from deltalens.training.evaluate import trace_predictions
 
 

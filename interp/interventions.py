@@ -66,8 +66,6 @@ __all__ = [
     "head_means",
     "reveal_accuracy",
     "accuracy_under",
-    "follows_donor",
-    "DonorFollowing",
 ]
 
 Hook = tuple[str, Callable]
@@ -495,6 +493,3 @@ def accuracy_under(model, batches, intervention: Intervention | None = None) -> 
     (True, True)
     """
     return reveal_accuracy(model, batches, intervention).reveal_accuracy
-
-
-from deltalens.interp.donor import DonorFollowing, follows_donor  # noqa: E402  (re-exported; it imports this module)

@@ -22,11 +22,11 @@ from deltalens.app.common import (
 )
 from deltalens.app.disk_cache import is_cached_sweep, sweep_dir
 from deltalens.core.errors import DeltalensError
+from deltalens.interp.donor import follows_donor
 from deltalens.interp.head_sweep import sweep_figure
 from deltalens.interp.interventions import (
     ablate_head,
     clamp_gate,
-    follows_donor,
     patch_state,
     rescale_beta,
     reveal_accuracy,

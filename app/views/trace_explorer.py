@@ -12,7 +12,8 @@ import streamlit as st
 from deltalens.app.common import Controls, attempt, describe, locked, pick_checkpoint, trace_html
 from deltalens.app.query import ask
 from deltalens.core.errors import DeltalensError
-from deltalens.tasks.traces import generate_trace, read_query_trace
+from deltalens.tasks.query_trace import read_query_trace
+from deltalens.tasks.traces import generate_trace
 from deltalens.training.evaluate import trace_predictions
 
 P_TOKEN = (

@@ -1,4 +1,4 @@
-"""interp.interventions.follows_donor: after a state patch, is the prediction the donor trace's value?"""
+"""interp.donor.follows_donor: after a state patch, is the prediction the donor trace's value?"""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from deltalens.core.errors import DeltalensError
-from deltalens.interp.interventions import NO_INTERVENTION, follows_donor, patch_state
+from deltalens.interp.donor import follows_donor
+from deltalens.interp.interventions import NO_INTERVENTION, patch_state
 from deltalens.training.opened import open_checkpoint
 
 

@@ -7,7 +7,8 @@ import pytest
 from test_app import key, page
 
 from deltalens.core.errors import DeltalensError
-from deltalens.tasks.traces import TraceSpec, generate_trace, parse_trace, read_query_trace
+from deltalens.tasks.query_trace import read_query_trace
+from deltalens.tasks.traces import TraceSpec, generate_trace, parse_trace
 
 
 @pytest.fixture(autouse=True)
