@@ -4,25 +4,6 @@ transformers' own with our hooked recurrence swapped in (models/production/olmo_
 
 from __future__ import annotations
 
-from deltalens.models.families.production_shared import ACT_NAMES, HOOKS, INTERVENTIONS, PROBES, weights
-from deltalens.models.registry import Family, register
+from deltalens.models.families.production_shared import register_production
 
-register(
-    Family(
-        arch="olmo_hybrid",
-        display="OLMo-Hybrid",
-        article="an OLMo-Hybrid model",
-        model="deltalens.models.production.olmo_hybrid:build_model",
-        class_name="HookedOlmoHybrid",
-        config="deltalens.models.production.olmo_hybrid:make_config",
-        act_names=ACT_NAMES,
-        layers_field="num_hidden_layers",
-        delta_rule=True,
-        hooks=HOOKS,
-        probes=PROBES,
-        interventions=INTERVENTIONS,
-        model_types=("olmo_hybrid",),
-        weights=weights,
-        load="deltalens.models.production.olmo_hybrid:load_model",
-    )
-)
+register_production("olmo_hybrid", "OLMo-Hybrid", "an OLMo-Hybrid model", "HookedOlmoHybrid", ("olmo_hybrid",))

@@ -29,3 +29,29 @@ def weights(config: dict[str, Any]) -> float:
     if text.get("num_experts"):  # mixture-of-experts layers: the experts' width, not the dense one
         mlp = 3 * hidden * number(text, "moe_intermediate_size", 0)
     return vocab * hidden * (1 if text.get("tie_word_embeddings") else 2) + number(text, "num_hidden_layers", 0) * mlp
+
+
+def register_production(arch: str, display: str, article: str, class_name: str, model_types: tuple[str, ...]) -> None:
+    """Register the transformers family whose model, config and loader live in models/production/<arch>.py."""
+    from deltalens.models.registry import Family, register
+
+    where = f"deltalens.models.production.{arch}"
+    register(
+        Family(
+            arch=arch,
+            display=display,
+            article=article,
+            model=f"{where}:build_model",
+            class_name=class_name,
+            config=f"{where}:make_config",
+            act_names=ACT_NAMES,
+            layers_field="num_hidden_layers",
+            delta_rule=True,
+            hooks=HOOKS,
+            probes=PROBES,
+            interventions=INTERVENTIONS,
+            model_types=model_types,
+            weights=weights,
+            load=f"{where}:load_model",
+        )
+    )
