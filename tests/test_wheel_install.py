@@ -16,8 +16,11 @@ NAME = "s3-deltanet-neg-statement"
 # what the install runs: a shipped name looked up from outside the repository (torch-free: names and paths)
 LOOKUP = f"""
 import sys
-# the checkout's editable install (seen through --system-site-packages) would answer first: drop its finder
+from pathlib import Path
+# the checkout's editable install (seen through --system-site-packages) would answer first, as a finder or as a
+# path entry (which form depends on the setuptools that made it): drop both
 sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
+sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != Path({str(REPO)!r})]
 import deltalens
 from deltalens.core.errors import DeltalensError
 from deltalens.training.checkpoint_names import resolve_checkpoint
@@ -52,7 +55,7 @@ def installed(tmp_path_factory) -> Path:
 
 
 def _lookup(python: Path, **env: str) -> list[str]:
-    environ = {k: v for k, v in os.environ.items() if k != "DELTALENS_CHECKPOINTS"} | env
+    environ = {k: v for k, v in os.environ.items() if k not in ("DELTALENS_CHECKPOINTS", "PYTHONPATH")} | env
     done = subprocess.run([python, "-c", LOOKUP], cwd="/", env=environ, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout.strip().splitlines()

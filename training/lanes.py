@@ -7,7 +7,9 @@ stops a training (after the current optimiser step, saving the last checkpoint),
 * Ctrl-C reaches every process of the terminal's group: each lane saves and stops;
 * SIGTERM (`kill PID`) reaches the sweep process only: it passes an interrupt on to its lanes;
 * SIGKILL, or any other death of the sweep process: on Linux each lane asked the kernel at start
-  (prctl PR_SET_PDEATHSIG) for an interrupt when its parent dies.
+  (prctl PR_SET_PDEATHSIG) for an interrupt when its parent dies; and a watchdog thread in each lane
+  ends it outright if it is still there GRACE_S seconds after its parent died (elsewhere it sends the
+  interrupt itself first), so no lane can outlive the sweep, whatever it was doing when the signal came.
 
 Without this an orphaned lane kept training for hours, holding its run folder's lock.
 """
@@ -23,6 +25,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+GRACE_S = 30.0  # after the sweep's death, time a lane has to save its checkpoint before it is ended
 
 
 _parent: int | None = None  # in a lane: the sweep process's pid
@@ -40,6 +43,20 @@ def _start_lane(parent: int, stop) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGINT)
     if os.getppid() != parent:  # it died before the request took effect
         os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="lane-watchdog").start()
+
+
+def _watch_parent(parent: int) -> None:
+    """Poll for the sweep's death; then interrupt (where no parent-death signal did) and, after the grace
+    time, end the lane: an interrupted lane that found no parent to report to must not wait forever."""
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    if not sys.platform.startswith("linux"):
+        os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(GRACE_S)
+    os._exit(130)
 
 
 def _guarded(work: Callable[[Any], Any], item: Any) -> Any:
