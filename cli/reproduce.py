@@ -8,7 +8,7 @@ Finished runs are read from their result files (results_dir/<cell>.json and resu
 the durable record); the learning-rate search runs first (its choices configure the cells), then
 every other cell is trained, evaluated and recorded (training/grid.py), `--lanes` at a time, or
 each as a Slurm job with `--executor slurm` (cli/reproduce_slurm.py). Then
-reports/reproduce.py writes OUT/reproduce.md: the search, a table per setting with the spread over
+experiments/report/reproduce.py writes OUT/reproduce.md: the search, a table per setting with the spread over
 seeds, the paper's claims judged from it, wall times, and the figures.
 """
 
@@ -72,8 +72,26 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def report_writer():
+    """experiments.report.reproduce.write_report from the clone this deltalens runs from: the report's code
+    lives beside sweep/ and results/ in experiments/, which a non-editable install does not carry."""
+    import importlib
+
+    import deltalens
+
+    root = Path(deltalens.__file__).resolve().parents[1]
+    if not (root / "experiments" / "report" / "reproduce.py").is_file():
+        raise DeltalensError(
+            "`deltalens reproduce` runs from a clone of the repository (its experiments/, sweep/ and results/ "
+            "are not installed): clone it, `pip install -e .` there and run the command in the clone"
+        )
+    if str(root) not in sys.path:
+        sys.path.append(str(root))
+    return importlib.import_module("experiments.report.reproduce").write_report
+
+
 def run(args) -> int:
-    from deltalens.reports.reproduce import write_report
+    write_report = report_writer()
     from deltalens.training.grid import (
         SweepOutcome,
         choose_lrs,

@@ -1,7 +1,7 @@
 """PFSA-SR, cause vs length: one model on the drain and the no-drain adversary at every horizon.
 
-    python3 experiments/pfsa_drain.py RUN/last --name deltanet-neg-c16-lr3e-3-s0 [--out results/pfsa_drain]
-    python3 experiments/pfsa_drain.py --table [--out results/pfsa_drain]
+    python3 -m experiments.pfsa_drain RUN/last --name deltanet-neg-c16-lr3e-3-s0 [--out results/pfsa_drain]
+    python3 -m experiments.pfsa_drain --table [--out results/pfsa_drain]
 
 The two adversaries (tasks/hidden_block.py, ``hidden_block_adversary(..., drain=True|False)``) write the same
 kinds of lines, make the same block moves and ask the same query for a seed, and their exact posteriors are

@@ -4,14 +4,14 @@
     subspace.py       the state's singular values, effective rank, PCA dimension, action-key span
     linear_probes.py  decoding each variable's value from the residual stream and each head's state
     products.py       does a head's per-token product of reflections apply the action's permutation?
-    representations.py  the permutation groups' representations behind it: irreps, intertwiner fit, decoding
-    rotation_reps.py  S4 and A5 as rotations of R^3 (cube, icosahedron), exactly; reflections an element needs
     product_reps.py   the product probe per named representation (standard, rotation), by cycle type
     cycle_accuracy.py reveal accuracy by the cycle type of the actions a reveal depends on
     summary.py        every per-head measurement of a checkpoint in one table (`deltalens probe`)
-    belief_decay.py   how the unnormalised belief mass of a linear filter decays (PFSA-SR)
     automaton.py      a head's states clustered into an automaton, compared with the group's Cayley graph
     automaton_graph.py  its transition table minimised (Moore) and matched against the Cayley graph
 
-Each returns a dataclass of pandas frames, with the plotly figure for it in the same module.
+Each returns a dataclass of pandas frames, with the plotly figure for it in the same module. The
+maths they test against, which reads no model, lives with the task: the groups' representations
+(tasks/representations.py, tasks/rotation_reps.py) and the linear filter's belief decay
+(tasks/belief_decay.py).
 """

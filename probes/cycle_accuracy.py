@@ -1,7 +1,7 @@
 """Reveal accuracy by the cycle type of the actions a reveal depends on.
 
 A model that applies n_h reflections per token in some representation can apply exactly the
-elements that need at most n_h there (probes/rotation_reps.py): in the standard representation a
+elements that need at most n_h there (tasks/rotation_reps.py): in the standard representation a
 4-cycle of S4 needs 3 and a 5-cycle of A5 needs 4, in the rotation ones every element needs 2. Which
 actions a model gets wrong says which representation it is limited by.
 
@@ -31,8 +31,8 @@ import pandas as pd
 import torch
 
 from deltalens.core.errors import DeltalensError
-from deltalens.probes.representations import cycle_type
 from deltalens.tasks.groups import lex_unrank
+from deltalens.tasks.representations import cycle_type
 from deltalens.tasks.tokenizers import TokenKind
 from deltalens.training.evaluate import score_batch
 

@@ -3,7 +3,7 @@
 `probes/products.py` picks, per head, the irrep that fits best and reports that one. This asks the
 question the other way round, for named representations given exactly: for every head and every
 representation rho in `representations(elements)` (the standard one of S_n, and for S4 and A5 their
-3-dim rotation representations from probes/rotation_reps.py), does P_t act as rho(pi_t) on some
+3-dim rotation representations from tasks/rotation_reps.py), does P_t act as rho(pi_t) on some
 d_k x dim rho subspace?
 
 Method (the one of products.py, run per representation): P_t is the product of the token's
@@ -35,15 +35,15 @@ from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import delta_rule_capture
 from deltalens.probes.eigenvalues import transition_products
 from deltalens.probes.products import NAMES, SPANS, _chosen_spans
-from deltalens.probes.representations import (
+from deltalens.tasks.groups import lex_unrank
+from deltalens.tasks.representations import (
     Irrep,
     cycle_type,
     fit_representation,
     generated_group,
     standard_rep,
 )
-from deltalens.probes.rotation_reps import reflections_needed, rotation_irreps
-from deltalens.tasks.groups import lex_unrank
+from deltalens.tasks.rotation_reps import reflections_needed, rotation_irreps
 from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = ["RepresentationReport", "representations", "representation_report", "reflections_by_type"]

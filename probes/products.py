@@ -10,7 +10,7 @@ applies the actions' permutations if, in one fixed basis for all tokens, P_t act
 as rho(pi_t) for a representation rho of the group G the actions generate: an intertwiner F
 (d_k x dim rho) with P_t F = F rho(pi_t). The probe reads only P_t, i.e. the weights and the
 activations; the action identities enter only as the question asked. The group maths (cycle
-types, irreps, the intertwiner fit and decoding) is probes/representations.py.
+types, irreps, the intertwiner fit and decoding) is tasks/representations.py.
 
 1. irreducible representations: every non-trivial irrep of G is tried (`irreps`: for S4 the
    standard 3-dim one (pi's permutation matrix on the sum-zero vectors), standard x sign, the 2-dim
@@ -63,7 +63,8 @@ from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import delta_rule_capture
 from deltalens.probes.eigenvalues import transition_products
-from deltalens.probes.representations import (  # the group maths; its public names stay importable from here
+from deltalens.tasks.groups import lex_unrank
+from deltalens.tasks.representations import (  # the group maths; its public names stay importable from here
     MAX_IRREP_ORDER,
     Irrep,
     RepresentationFit,
@@ -75,7 +76,6 @@ from deltalens.probes.representations import (  # the group maths; its public na
     spectral_cycle_type,
     standard_rep,
 )
-from deltalens.tasks.groups import lex_unrank
 from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = [

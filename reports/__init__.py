@@ -1,5 +1,5 @@
-"""The reproduce report: the experiment grid's results judged against the paper's claims, tables and figures.
-
-This room is code only; what it writes (reproduce.md, figures/) and the run results it reads (sweep/,
-search/, pfsa/, family/) live in the repository's top-level results/ folder, which is not installed.
+"""Judging results against claims and drawing them: the claim table and its verdict rules (claims.py),
+plotly figures (figures.py), number formats (numbers.py). The lab's report that uses them, one module
+per experiment, is experiments/report/ in a clone (not installed); what it writes and reads lives in
+the repository's top-level results/ folder.
 """

@@ -40,7 +40,7 @@ CLAIMS = {
     "pos-fails": "DeltaNet β∈[0,1] fails with sparse reveals",
     "transformer-dense": "the Transformer needs dense reveals",
     "transformer-no-extrapolation": "the Transformer does not extrapolate",
-    # judged on the full-action variant cells (reports/transformer_variants_section.py), not by _judge
+    # judged on the full-action variant cells (experiments/report/transformer_variants_section.py), not by _judge
     "transformer-full": "the Transformer fails on full permutations even with dense reveals",
 }
 

@@ -9,6 +9,9 @@ Of deltalens this room imports only core (its errors); nothing of the rooms abov
     ProbTraceSpec, generate_prob_trace, parse_prob_trace   tasks.probabilistic (PFSA-SR traces)
     PFSA, Action, Observation, joint_filter, marginal_filter   tasks.pfsa (exact beliefs)
     adversarial_sequence                         tasks.adversary
+    marginal_decay, halving_decay                tasks.belief_decay (a linear filter's belief mass, PFSA-SR)
+    irreps, fit_representation                   tasks.representations (the groups' representations)
+    rotation_irreps, reflections_needed          tasks.rotation_reps (S4, A5 as rotations of R^3)
     DeltalensError                               re-exported from core.errors (what every room raises for people)
 
 The names of groups, traces and tokenizers are re-exported here; the rest is imported from its

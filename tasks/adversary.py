@@ -43,7 +43,7 @@ unnormalised mass is P(all reveals) = (1 - p)^k.
 In a dtype whose smallest subnormal is 2^-e, an entry rounds to 0 once it falls to half of that,
 so the chosen mass hits exactly 0 near cycle k with S_{k-1} / h^2 <= 2^-(e+1)
 (``predicted_underflow_cycle``; measured 0 to 3 cycles earlier, as rounding in the subnormal
-range loses a little extra). One exception, measured in probes/belief_decay.py: with p = 1/2
+range loses a little extra). One exception, measured in tasks/belief_decay.py: with p = 1/2
 every step multiplies by exactly 1/2, and round-half-to-even turns half of 3 units of the
 smallest subnormal into 2, so the mass stalls at a few units instead of reaching 0 (it is still
 off the law by orders of magnitude: the belief is gone either way).

@@ -39,7 +39,7 @@ A linear RNN cannot divide by the norm. Its best imitation (``run_linear_joint``
 transitions without renormalising; in exact arithmetic this loses nothing (the mask and the
 kernel commute with scaling, so b~_t / ||b~_t||_1 is the exact b_t), but the mass
 ||b~_t||_1 = P(o_1, ..., o_k), the probability of everything revealed so far, shrinks with every
-partial reveal and underflows to 0 in finite precision (probes/belief_decay.py measures when).
+partial reveal and underflows to 0 in finite precision (tasks/belief_decay.py measures when).
 A full reveal pins the state, and a linear RNN can treat it as a reset (b~ <- one-hot: an input
 term B(x_t) with A(x_t) = 0); ``full_reset`` does that.
 

@@ -1,7 +1,7 @@
-"""scripts/key_subspace.py and scripts/mechanism_counts.py: the rules on made-up models, the README
+"""experiments/key_subspace.py and experiments/mechanism_counts.py: the rules on made-up models, the README
 sections they (re)write, and (slow) the key dimension of the shipped S3 tracking head."""
 
-import importlib.util
+import importlib
 import json
 from pathlib import Path
 
@@ -11,10 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"experiments.{name}")
 
 
 @pytest.fixture(scope="module")

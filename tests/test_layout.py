@@ -28,10 +28,12 @@ def test_the_graph_script_catches_an_upward_import(tmp_path, monkeypatch):
     for room in import_graph.ROOMS:
         (tmp_path / room).mkdir()
     (tmp_path / "tasks" / "bad.py").write_text("from deltalens.probes import eigenvalues\nimport models\n")
+    (tmp_path / "app" / "bad.py").write_text("from experiments.report.reproduce import write_report\n")
     monkeypatch.setattr(import_graph, "ROOT", tmp_path)
     _, problems = import_graph.graph()
     assert any("tasks imports probes" in p for p in problems)
     assert any("bypasses the deltalens root" in p for p in problems)
+    assert any("app imports the lab's experiments" in p for p in problems)
 
 
 def test_every_module_loads_once_under_the_deltalens_root():

@@ -21,7 +21,6 @@ FUNCTION_EXCEPTIONS = {  # "file:function"
     "interp/capture.py:capture": _INTERP,
     "interp/logit_attribution.py:logit_attribution": _INTERP,
     "interp/patching.py:path_patch": _INTERP,
-    "reports/pfsa_section.py:pfsa_section": "experiment code that leaves the installed package (issue 40, item 3)",
     "cli/intervene.py:register": "argparse declarations only: one add_argument per option",
     "app/views/circuit.py:main": _APP,
 }

@@ -1,21 +1,15 @@
-"""scripts/mechanism_seeds.py: its decision rules on made-up sweeps, and one run on the hand-set tracker."""
+"""experiments/mechanism_seeds.py: its decision rules on made-up sweeps, and one run on the hand-set tracker."""
 
-import importlib.util
+import importlib
 import json
-from pathlib import Path
 
 import pytest
 from handset import swap_model
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "mechanism_seeds.py"
-
 
 @pytest.fixture(scope="module")
 def mech():
-    spec = importlib.util.spec_from_file_location("mechanism_seeds", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("experiments.mechanism_seeds")
 
 
 def _head(layer, head, clip=1.0, rng=1.0, reflect=1.0, mean=1.0, pca=20, probe=0.3, beta=0.8, reflections=0.0):

@@ -306,3 +306,11 @@ def evaluate_lengths(checkpoint: Path, config: TrainConfig, sweep: Sweep) -> lis
         except DeltalensError as err:
             rows.append({"actions": actions, "x_train": float(multiple), "error": str(err)})
     return rows
+
+
+def expected_cells(sweep) -> dict[str, set[tuple[str, int]]]:
+    """setting -> the (arch, k) cells the sweep has there: what a claim waits for."""
+    expected: dict[str, set[tuple[str, int]]] = {}
+    for cell in sweep.cells:
+        expected.setdefault(cell.setting, set()).add((cell.arch, cell.spacing))
+    return expected

@@ -8,7 +8,7 @@ partial reveals.
 Why: the unnormalised linear filter's mass decays with every partial reveal (a print of one
 variable) and only a full reveal restores it; in exact arithmetic nothing is lost, but a float
 underflows to 0 after about 150 partial reveals in fp32, 134 in bf16 and 25 in fp16 (the adversary
-of tasks/adversary.py; probes/belief_decay.py measures it). So the question for a trained model
+of tasks/adversary.py; tasks/belief_decay.py measures it). So the question for a trained model
 is whether its KL grows where the linear filter underflows, by dtype, and whether a non-linear
 model (the LSTM) or the renormalised DeltaNet escapes it. Evaluated on traces without any full
 reveal after the initial assignment, so the partial-reveal count runs from 1 to the horizon:

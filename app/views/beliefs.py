@@ -10,7 +10,7 @@ import streamlit as st
 
 from deltalens.app import figures
 from deltalens.app.common import attempt, checkpoint_sources, checkpoint_table, folder_of, locked, opened
-from deltalens.probes.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
+from deltalens.tasks.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
 from deltalens.tasks.probabilistic import generate_prob_trace
 from deltalens.training.belief_kl import transcript_beliefs
 

@@ -18,7 +18,7 @@ from deltalens.core.display import progress, set_progress
 from deltalens.core.errors import DeltalensError
 from deltalens.models.lm.deltanet import HookedDeltaNet
 from deltalens.models.lm.hook_names import ACT_NAMES, act_name, deltanet_hook_names
-from deltalens.probes.belief_decay import halving_decay
+from deltalens.tasks.belief_decay import halving_decay
 
 REPO = Path(__file__).resolve().parents[2]
 TEXT = (

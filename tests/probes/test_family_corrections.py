@@ -1,16 +1,14 @@
-"""scripts/family_corrections.py on the hand-set DeltaProduct of tests/handset.py (S3, n_h = 2, head 1
+"""experiments/family_corrections.py on the hand-set DeltaProduct of tests/handset.py (S3, n_h = 2, head 1
 tracks): factor 0 writes the initial values and applies each action's first swap, factor 1 only the
 second swap of a 3-cycle. So with factor 1 off the transpositions stay right and the 3-cycles go, and
 only the tracking head's factors matter."""
 
-import sys
 from pathlib import Path
 
 import pytest
 from handset import product_model
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import family_corrections  # noqa: E402  (scripts/ is not a package)
+from experiments import family_corrections
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +44,7 @@ def test_a_training_run_is_named_by_its_run_folder():
 
 
 def test_three_reflections_near_a_five_cycle_decode_alone_but_not_composed():
-    import family_a5_puzzle
+    from experiments import family_a5_puzzle
 
     out = family_a5_puzzle.run(samples=300, lengths=(1, 4), starts=3)
     assert out["single_decoded"] == 1.0 and out["five_cycle_residual"] > 0.5  # nearest, yet far from exact

@@ -1,11 +1,8 @@
-"""scripts/family_products.py keeps the rows of runs whose checkpoints are gone, unless retrained."""
+"""experiments/family_products.py keeps the rows of runs whose checkpoints are gone, unless retrained."""
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from family_products import merge_rows, previous_rows  # noqa: E402  (scripts/ is not a package)
+from experiments.family_products import merge_rows, previous_rows
 
 
 def test_a_fresh_probe_wins_a_gone_checkpoint_keeps_its_row_and_a_retrained_cell_does_not():

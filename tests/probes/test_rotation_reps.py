@@ -1,4 +1,4 @@
-"""The exact rotation representations of S4 and A5 (probes/rotation_reps.py) and the per-representation
+"""The exact rotation representations of S4 and A5 (tasks/rotation_reps.py) and the per-representation
 product probe (probes/product_reps.py) on heads built from known reflections.
 
 A head "in representation rho" embeds rho's space in d_k dims with a random orthonormal E and gives
@@ -15,15 +15,15 @@ import torch
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import Capture
 from deltalens.probes.product_reps import reflections_by_type, representation_report, representations
-from deltalens.probes.representations import _mult, cycle_type, generated_group, irreps
-from deltalens.probes.rotation_reps import (
+from deltalens.tasks.groups import lex_rank
+from deltalens.tasks.representations import _mult, cycle_type, generated_group, irreps
+from deltalens.tasks.rotation_reps import (
     cube_rotations,
     householder_factors,
     icosahedron_rotations,
     reflections_needed,
     rotation_irreps,
 )
-from deltalens.tasks.groups import lex_rank
 from deltalens.tasks.tokenizers import TokenKind
 
 H = lambda u: np.eye(len(u)) - 2 * np.outer(u, u)  # noqa: E731

@@ -1,11 +1,11 @@
-"""The claims after the controls and their count (reports/controlled_claims.py)."""
+"""The claims after the controls and their count (experiments/report/controlled_claims.py)."""
 
 import re
 import shutil
 from pathlib import Path
 
 from deltalens.reports.claims import CLAIMS, DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, Claim
-from deltalens.reports.controlled_claims import count_line, with_controls
+from experiments.report.controlled_claims import count_line, with_controls
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,10 +1,10 @@
-"""The controls' tables and verdicts (reports/controls_section.py), on copies of committed results."""
+"""The controls' tables and verdicts (experiments/report/controls_section.py), on copies of committed results."""
 
 import json
 import shutil
 from pathlib import Path
 
-from deltalens.reports.controls_section import controls_lines
+from experiments.report.controls_section import controls_lines
 
 COMMITTED = Path(__file__).resolve().parents[2] / "results"
 

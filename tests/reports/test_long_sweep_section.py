@@ -4,7 +4,7 @@ of the committed family grid's S4 DeltaProduct n_h = 2 runs."""
 import json
 from pathlib import Path
 
-from deltalens.reports.long_runs_section import long_sweep_lines, still_rising
+from experiments.report.long_runs_section import long_sweep_lines, still_rising
 
 GRID = Path(__file__).resolve().parents[2] / "results" / "family" / "sweep"
 CELL = "s4-deltaproduct-n2-statement-k4-s{}"

@@ -18,7 +18,6 @@ import deltalens.training.grid as sweep_module
 from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError
 from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, evaluate_claims
-from deltalens.reports.reproduce import write_report
 from deltalens.training.config import load_config
 from deltalens.training.grid import (
     Cell,
@@ -34,6 +33,7 @@ from deltalens.training.grid import (
     with_choices,
 )
 from deltalens.training.loop import LAST, TRAINER_STATE, RunLock
+from experiments.report.reproduce import write_report
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -619,7 +619,7 @@ def test_a_diverging_search_run_is_recorded_and_the_other_lr_is_chosen(tmp_path,
 def test_a_family_sweep_names_its_architectures_and_reports_the_products(tmp_path):
     """A sweep of the delta-rule family: its own title, a family table row per architecture with the hooks
     and probes that apply, no claims about architectures it lacks, and the products section when
-    scripts/family_products.py left OUT/products.json."""
+    experiments/family_products.py left OUT/products.json."""
     text = TINY.format(steps=2).replace('archs = ["deltanet-neg", "lstm"]', 'archs = ["deltanet-neg", "dp2"]')
     text = text.replace("[sweep]", '[sweep]\ntitle = "Family test"\nclaims = false')
     text = text.replace("spacings = [1, 2]", "spacings = [1]")
@@ -733,7 +733,7 @@ def test_claims_of_a_setting_are_only_about_its_architectures():
 
 
 def test_longer_runs_outside_the_protocol_are_tabled_with_their_trend(tmp_path):
-    from deltalens.reports.long_runs_section import long_run_lines
+    from experiments.report.long_runs_section import long_run_lines
 
     assert long_run_lines(tmp_path) == []
     curve = [{"step": s, "reveal_accuracy": a} for s, a in ((500, 0.3), (1000, 0.5), (1500, 0.62), (2000, 0.7))]

@@ -1,4 +1,4 @@
-"""The Transformer variants' tables and verdicts (reports/transformer_variants_section.py), on copies
+"""The Transformer variants' tables and verdicts (experiments/report/transformer_variants_section.py), on copies
 of the committed paper-grid Transformer results with their arch, action set and accuracies replaced."""
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_TESTABLE
-from deltalens.reports.transformer_variants_section import (
+from experiments.report.transformer_variants_section import (
     full_actions_claims,
     generalises_verdict,
     transformer_variants_lines,

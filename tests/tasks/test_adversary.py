@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from deltalens.core.errors import DeltalensError
-from deltalens.probes.belief_decay import marginal_decay, marginal_decay_figure, smallest_subnormal
 from deltalens.tasks.adversary import AdversarySpec, adversarial_sequence, predicted_underflow_cycle
+from deltalens.tasks.belief_decay import marginal_decay, marginal_decay_figure, smallest_subnormal
 from deltalens.tasks.pfsa import (
     PFSA,
     Observation,

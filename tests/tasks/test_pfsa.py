@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from deltalens.core.errors import DeltalensError
-from deltalens.probes.belief_decay import (
+from deltalens.tasks.belief_decay import (
     halving_decay,
     halving_sequence,
     joint_decay_figure,

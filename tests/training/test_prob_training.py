@@ -13,8 +13,6 @@ import torch
 
 from deltalens import models
 from deltalens.core.errors import DeltalensError
-from deltalens.reports.pfsa_section import probabilistic_checkpoints, uniform_kl
-from deltalens.reports.reproduce import write_report
 from deltalens.tasks import Tokenizer, make_tokenizer
 from deltalens.tasks.adversary import adversarial_sequence, adversarial_trace
 from deltalens.tasks.pfsa import joint_filter
@@ -26,6 +24,8 @@ from deltalens.training.data import TrainingData
 from deltalens.training.export import export_run
 from deltalens.training.grid import CellStatus, load_sweep
 from deltalens.training.loop import train
+from experiments.report.pfsa_section import probabilistic_checkpoints, uniform_kl
+from experiments.report.reproduce import write_report
 
 SPEC = ProbTraceSpec(group="S3", actions=(10, 14), swap_prob=0.5, spacing=2, full_reveal_prob=0.3)
 

@@ -15,7 +15,7 @@ Read from ``transformer_variants/*.json`` next to the report (sweep/transformer_
   DeltaNet β∈[0,2] on the same traces is the reference.
 
 Rows carry the memoryless baselines (chance, last reveal, window-W) and the beyond-window verdict of
-reports/baselines_section.py, as the controls' rows do.
+experiments/report/baselines_section.py, as the controls' rows do.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from deltalens.reports.baselines_section import cell_baselines
 from deltalens.reports.claims import (
     CLAIMS,
     DOES_NOT_HOLD,
@@ -34,7 +33,11 @@ from deltalens.reports.claims import (
     accuracy_at,
     spread,
 )
-from deltalens.reports.controls_section import (
+from deltalens.reports.figures import ARCH_LABELS
+from deltalens.reports.numbers import mean_range
+from deltalens.training.sweep_cells import Thresholds
+from experiments.report.baselines_section import cell_baselines
+from experiments.report.controls_section import (
     HEADER,
     SEEDS,
     control_row,
@@ -44,9 +47,6 @@ from deltalens.reports.controls_section import (
     read_results,
     stays_below,
 )
-from deltalens.reports.figures import ARCH_LABELS
-from deltalens.reports.numbers import mean_range
-from deltalens.training.sweep_cells import Thresholds
 
 PAPER_THRESHOLDS = Thresholds()  # sweep/paper.toml's: 0.9 at 1x (learned) and at the longest length
 VARIANTS = ("transformer-nope", "transformer-4l", "transformer-6l")

@@ -1,6 +1,6 @@
 """The PFSA-SR section of `deltalens reproduce`: belief decay (a, b) and trained models' KL (c).
 
-(a) and (b) need no model (probes/belief_decay.py, seconds on a CPU). (c) reads what the
+(a) and (b) need no model (tasks/belief_decay.py, seconds on a CPU). (c) reads what the
 probabilistic checkpoints recorded when they were exported (`metrics.belief_kl` in their
 config.json, written by training/export.py with training/belief_kl.py), so the report never
 retrains or re-evaluates them.
@@ -17,11 +17,11 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from deltalens import models
-from deltalens.probes.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
-from deltalens.reports.hidden_block_section import hidden_block_figure, hidden_block_lines
 from deltalens.reports.numbers import mean_range
+from deltalens.tasks.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
 from deltalens.training.belief_kl import BeliefKL, adversarial_traces, kl_figure, random_traces, uniform_reveal_kl
 from deltalens.training.opened import open_checkpoint
+from experiments.report.hidden_block_section import hidden_block_figure, hidden_block_lines
 
 MAX_PARTIAL = 8  # columns of the KL table: partial reveals since the last full reveal
 
@@ -61,8 +61,8 @@ def _show(step) -> str:
     return "–" if step is None else str(int(step))
 
 
-LONG_HORIZON = Path("results") / "pfsa" / "long_horizon.json"  # written by scripts/pfsa_long_horizon.py
-HIDDEN_BLOCK = Path("results") / "pfsa" / "hidden_block"  # written by scripts/pfsa_hidden_block.py
+LONG_HORIZON = Path("results") / "pfsa" / "long_horizon.json"  # written by experiments/pfsa_long_horizon.py
+HIDDEN_BLOCK = Path("results") / "pfsa" / "hidden_block"  # written by experiments/pfsa_hidden_block.py
 
 
 def long_horizon_lines(record: dict[str, Any], underflow: dict[str, int | None]) -> list[str]:
@@ -277,7 +277,7 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
         lines += [
             "### (d) Long horizons, by dtype",
             "",
-            f"Not measured yet: run `python3 scripts/pfsa_long_horizon.py` (writes {LONG_HORIZON}).",
+            f"Not measured yet: run `python3 -m experiments.pfsa_long_horizon` (writes {LONG_HORIZON}).",
             "",
         ]
     hidden = Path(checkpoints).resolve().parent / HIDDEN_BLOCK

@@ -12,7 +12,7 @@ factors; in the standard representation (the permutation matrix on the sum-zero 
   (0, +-1, +-phi)), generated from a 3-fold and a 5-fold rotation, each labelled by the permutation it
   induces on the 5 frames of mutually perpendicular 2-fold axes (the coordinate axes are one).
 * `rotation_irreps(elements)`: those matrices as `Irrep`s in the order of a group's elements (tuples
-  on 4 or 5 points, the convention of probes/representations.py: rho(g o h) = rho(g) rho(h)). S4 has
+  on 4 or 5 points, the convention of tasks/representations.py: rho(g o h) = rho(g) rho(h)). S4 has
   one (its character is the standard x sign one), A5 two, swapped by conjugation with an odd
   permutation (traces (1 + sqrt 5) / 2 and (1 - sqrt 5) / 2 on the 5-cycles).
 * `reflections_needed(matrix)`: rank(M - I), the fewest reflections whose product is an orthogonal
@@ -30,7 +30,7 @@ import itertools
 import numpy as np
 
 from deltalens.core.errors import DeltalensError
-from deltalens.probes.representations import Irrep
+from deltalens.tasks.representations import Irrep
 
 __all__ = [
     "PHI",

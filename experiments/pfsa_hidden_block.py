@@ -1,6 +1,6 @@
 """PFSA-SR on the hidden block: every trained model on the same adversary traces, one JSON each.
 
-    python3 scripts/pfsa_hidden_block.py CKPT [CKPT ...] --out results/pfsa/hidden_block
+    python3 -m experiments.pfsa_hidden_block CKPT [CKPT ...] --out results/pfsa/hidden_block
 
 CKPT: checkpoint folders trained from sweep/pfsa_hidden_block/<arch>.toml (`deltalens train ...
 --export CKPT`), named <arch>-s<seed>. Per checkpoint (training/hidden_block_eval.py,
@@ -13,7 +13,8 @@ probes/belief_probes.py):
   family traces), and the decoded marginal's total-variation distance at the late queries.
 
 ``guesses.json`` holds the uniform, block-uniform and last-reveal guesses and the linear filter's block
-mass on the same traces. ``--table`` prints the report's section (reports/hidden_block_section.py) from --out.
+mass on the same traces. ``--table`` prints the report's section
+(experiments/report/hidden_block_section.py) from --out.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ import numpy as np
 
 from deltalens.core.atomic import write_json_atomic
 from deltalens.probes.belief_probes import decoded_marginal_tv, fit_belief_probes, state_norms
-from deltalens.reports.hidden_block_section import hidden_block_lines
 from deltalens.tasks.dataset import trace_seed
 from deltalens.tasks.probabilistic import generate_prob_trace
 from deltalens.training.belief_kl import reveal_kl
 from deltalens.training.hidden_block_eval import HORIZONS, adversary_traces, guess_kl, query_kl
 from deltalens.training.opened import open_checkpoint
+from experiments.report.hidden_block_section import hidden_block_lines
 
 CYCLES = [1, 10, 25, 50, 100, 150, 200, 300]
 

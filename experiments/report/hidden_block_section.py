@@ -1,6 +1,6 @@
 """The report's hidden-block table (PFSA-SR where partial observability bites) and its verdict.
 
-Reads the JSON that scripts/pfsa_hidden_block.py writes, one per trained model (<arch>-s<seed>.json)
+Reads the JSON that experiments/pfsa_hidden_block.py writes, one per trained model (<arch>-s<seed>.json)
 and guesses.json, and writes: KL(exact || model) at the query after H partial reveals per
 architecture (seed mean, [min-max]) beside the uniform and last-reveal guesses and the linear
 filter's block mass; the state norms at the first and last cycle; the belief probes; and the verdict
@@ -101,7 +101,7 @@ def hidden_block_lines(folder: Path) -> list[str]:
     by_arch, guesses = read_records(folder)
     lines = ["### (e) The hidden block: queries after long partial observability", ""]
     if not by_arch or guesses is None:
-        return lines + [f"Not measured yet: run `python3 scripts/pfsa_hidden_block.py` (writes {folder}).", ""]
+        return lines + [f"Not measured yet: run `python3 -m experiments.pfsa_hidden_block` (writes {folder}).", ""]
     horizons = sorted(int(h) for h in guesses["by_horizon"])
     any_record = next(iter(by_arch.values()))[0]
     spec = any_record["spec"]

@@ -1,4 +1,4 @@
-"""Rule (d) of scripts/mechanism_seeds.py: the tracking head's transition and write, taken apart.
+"""Rule (d) of experiments/mechanism_seeds.py: the tracking head's transition and write, taken apart.
 
 beta_t enters a delta-rule step twice, S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T, so the
 beta-clip and [0, 2] -> [0, 1] rescale of the tracking head T (beta ~ 2 on every action) both change
@@ -74,12 +74,12 @@ def to_run(missing: list[dict]) -> list[str]:
         names = " ".join(r["name"] for r in missing if r["label"] == label)
         on_disk = all(Path(r["weights"]).exists() for r in missing if r["label"] == label)
         if on_disk:
-            lines.append(f"* {label}: `python3 scripts/mechanism_seeds.py WEIGHTS --label {label} --add-sweeps`")
+            lines.append(f"* {label}: `python3 -m experiments.mechanism_seeds WEIGHTS --label {label} --add-sweeps`")
             continue
         lines.append(
             f"* {label} (weights lost with their run folders): retrain, `deltalens reproduce --sweep "
             f"{RETRAIN.get(label, 'SWEEP')} --only {names} --runs W/runs --results W/results --lanes 2`, then "
-            f"`python3 scripts/mechanism_seeds.py W/runs/* --label {label} --force`."
+            f"`python3 -m experiments.mechanism_seeds W/runs/* --label {label} --force`."
         )
     return lines
 

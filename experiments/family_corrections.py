@@ -15,10 +15,10 @@ For each checkpoint (default: the four shipped family checkpoints), on held-out 
 
 Writes OUT/corrections.json and OUT/corrections.md (the tables).
 
-    python3 scripts/family_corrections.py [--out results/family] [--checkpoints DIR ...]
+    python3 -m experiments.family_corrections [--out results/family] [--checkpoints DIR ...]
                                           [--traces 512] [--probe-traces 64] [--single 2048]
-    python3 scripts/family_corrections.py --out DIR --checkpoints RUNS/<cell>-<hash>/last   # a training run
-    python3 scripts/family_corrections.py --markdown-only     # corrections.md again from corrections.json
+    python3 -m experiments.family_corrections --out DIR --checkpoints RUNS/<cell>-<hash>/last   # a training run
+    python3 -m experiments.family_corrections --markdown-only     # corrections.md again from corrections.json
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def _md(frame: pd.DataFrame) -> str:
 def markdown(results: list[dict]) -> str:
     parts = ["# The family corrected: representations, cycle types, factor ablations\n"]
     parts.append(
-        "Written by `python3 scripts/family_corrections.py`; numbers in corrections.json. Residuals are "
+        "Written by `python3 -m experiments.family_corrections`; numbers in corrections.json. Residuals are "
         "||P F - F rho(g)|| with ||F|| = 1 under the true element g: a product decodes to the nearest "
         "element, so it can decode right with a large residual (it is nearest g without acting as g).\n"
     )

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from deltalens.reports.baselines_section import cell_baselines
 from deltalens.reports.claims import accuracy_at
-from deltalens.reports.controls_section import LEARNED, SEEDS, learns_verdict
-from deltalens.reports.curves import RISING, last_quarter, still_rising
 from deltalens.reports.figures import ARCH_LABELS
+from experiments.report.baselines_section import cell_baselines
+from experiments.report.controls_section import LEARNED, SEEDS, learns_verdict
+from experiments.report.curves import RISING, last_quarter, still_rising
 
 
 def long_run_lines(out: Path) -> list[str]:

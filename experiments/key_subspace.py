@@ -1,7 +1,7 @@
 """The subspace claim measured on what a head operates with: its keys k_t and read-out queries q_t.
 
 The paper says the tracking head "operates in a low-dimensional subspace". Rule (c) of
-scripts/mechanism_seeds.py reads that off the PCA of the head's flattened state S_t; this script
+experiments/mechanism_seeds.py reads that off the PCA of the head's flattened state S_t; this script
 reads it off the vectors the head writes and reads with:
 
 * keys: k_t on action tokens (the Householder directions of the transitions), stacked over held-out
@@ -19,13 +19,13 @@ Decision rules (from the issue's wording, fixed before any model was measured he
     along n variable directions is a reflection along e_i - e_j, inside an n-dim span);
 (q) the same for the read-out queries (q_dim_99);
 over the models with a tracking head, a claim is supported when it holds in at least 2/3 of them.
-T is the model's tracking head by rule (a) of scripts/mechanism_seeds.py (largest beta-clip drop,
+T is the model's tracking head by rule (a) of experiments/mechanism_seeds.py (largest beta-clip drop,
 at least 0.10): taken from that script's JSON for the model when one exists, else measured here the
 same way (beta clipped at 1 on each head in turn, 128 held-out traces, eval split seed 0).
 
-    python3 scripts/key_subspace.py MODEL [MODEL ...] [--out results/mechanism/key_subspace]
-    python3 scripts/key_subspace.py --table-only     # print the markdown section from the JSON
-    python3 scripts/key_subspace.py --table-only --readme results/mechanism/README.md   # (re)append it
+    python3 -m experiments.key_subspace MODEL [MODEL ...] [--out results/mechanism/key_subspace]
+    python3 -m experiments.key_subspace --table-only     # print the markdown section from the JSON
+    python3 -m experiments.key_subspace --table-only --readme results/mechanism/README.md   # (re)append it
 
 Writes OUT/key_subspace.json (one record per model; a subfolder, so mechanism_seeds.py's glob over
 results/mechanism/*.json never reads it).
@@ -44,7 +44,7 @@ from deltalens.core.atomic import write_json_atomic
 from deltalens.core.errors import DeltalensError
 
 KEY_TRACES = 64  # the issue's measurement
-SWEEP_TRACES = 128  # rule (a)'s, as in scripts/mechanism_seeds.py
+SWEEP_TRACES = 128  # rule (a)'s, as in experiments/mechanism_seeds.py
 MARGIN = 0.10  # rule (a): the tracking head's beta-clip drop
 REFLECTS = 1.9  # beta above this: eigenvalue 1 - beta < -0.9, mechanism_seeds.py's reflection
 SHARE = 2 / 3
@@ -183,7 +183,7 @@ def section(records: list[dict]) -> str:
     lines = [
         BEGIN,
         "",
-        "## The subspace claim on the keys and read-out queries (`scripts/key_subspace.py`)",
+        "## The subspace claim on the keys and read-out queries (`experiments/key_subspace.py`)",
         "",
         "Rule (c) above reads the subspace claim off the PCA of the flattened state. This section reads it off "
         "the vectors the head works with: per head, the 99%-variance dimension of its keys k_t on action tokens "

@@ -13,7 +13,7 @@ depend on the context length).
 
 Writes results/pfsa/long_horizon.json, which the PFSA-SR section of `deltalens reproduce` reads.
 
-    python3 scripts/pfsa_long_horizon.py [--seeds 0 1 2] [--traces 32] [--only NAME ...]
+    python3 -m experiments.pfsa_long_horizon [--seeds 0 1 2] [--traces 32] [--only NAME ...]
 """
 
 from __future__ import annotations

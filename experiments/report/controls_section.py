@@ -7,11 +7,11 @@ Two controls of the paper grid's verdicts, read from result folders next to the 
   reveals" is judged again per setting over every lr tried: it **fails** when at some lr the cell
   learned (seed mean ≥ the learned threshold at 1x, and two thirds of the seeds), **holds** when at
   every lr it did not (seed mean below it, and two thirds of the seeds), and is *mixed* otherwise. A
-  hold is *budget-bound* when a seed was still rising on pace to learn (reports/curves.py).
+  hold is *budget-bound* when a seed was still rising on pace to learn (experiments/report/curves.py).
 * ``sparse_only/<arch>/``: no dense stage and one variable per print (sweep/sparse_only/). Per
   cell, how many seeds learn; "learns without a dense stage" holds when the cell learned as above.
 
-Every row carries the memoryless baselines of reports/baselines_section.py at 1x (chance, last
+Every row carries the memoryless baselines of experiments/report/baselines_section.py at 1x (chance, last
 reveal, window-W) and the "beyond window" verdict, so a cell that learned is also checked against
 a look-back.
 """
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deltalens.reports.baselines_section import CANNOT_TELL, beyond_window, cell_baselines
 from deltalens.reports.claims import accuracy_at, seeds_needed, spread
-from deltalens.reports.curves import RISING, last_quarter, on_pace
 from deltalens.reports.figures import ARCH_LABELS
 from deltalens.reports.numbers import mean_range
+from experiments.report.baselines_section import CANNOT_TELL, beyond_window, cell_baselines
+from experiments.report.curves import RISING, last_quarter, on_pace
 
 LEARNED = 0.9  # the paper grid's threshold (sweep/paper.toml [thresholds] learned)
 SEEDS = 3  # seeds of every control cell; a cell with fewer results is still training
@@ -115,7 +115,7 @@ def _pace_note(tried: list[tuple[str, dict[str, Any]]]) -> str | None:
 def matched_budget_verdicts(root: Path) -> tuple[dict[str, list[dict[str, Any]]], list[ControlVerdict]]:
     """The matched-budget cells by lr, and the claim judged again per (group, k > 1) over every lr tried:
     fails when at some lr the cell learned; holds when at every lr it did not, *budget-bound* when a seed
-    was still rising at a pace that would reach LEARNED within another budget (reports/curves.py)."""
+    was still rising at a pace that would reach LEARNED within another budget (experiments/report/curves.py)."""
     folders = sorted((Path(root) / "matched_budget").glob("lr*"), key=lambda p: float(p.name[2:]))
     cells = {p.name[2:]: spread(read_results(p)) for p in folders}
     cells = {lr: c for lr, c in cells.items() if c}

@@ -15,9 +15,9 @@ from collections import Counter
 from pathlib import Path
 
 from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, Claim
-from deltalens.reports.controls_section import ControlVerdict, matched_budget_verdicts, read_results
-from deltalens.reports.transformer_variants_section import PAPER_THRESHOLDS, full_actions_claims
 from deltalens.training.sweep_cells import Thresholds
+from experiments.report.controls_section import ControlVerdict, matched_budget_verdicts, read_results
+from experiments.report.transformer_variants_section import PAPER_THRESHOLDS, full_actions_claims
 
 
 def revise_pos_fails(claim: Claim, controls: list[ControlVerdict]) -> Claim:
@@ -62,7 +62,6 @@ def count_line(claims: list[Claim]) -> str:
     if counts[NOT_MEASURED]:
         parts.append(f"{counts[NOT_MEASURED]} {'is' if counts[NOT_MEASURED] == 1 else 'are'} not measured")
     return (
-        f"Count over the {len(claims)} rows above (written from their verdicts by `reports/controlled_claims.py`): "
-        + ", ".join(parts)
-        + "."
+        f"Count over the {len(claims)} rows above "
+        "(written from their verdicts by `experiments/report/controlled_claims.py`): " + ", ".join(parts) + "."
     )

@@ -14,7 +14,6 @@ import plotly.io as pio
 
 from deltalens.core.atomic import write_text_atomic
 from deltalens.models import registry
-from deltalens.reports.baselines_section import baseline_lines
 from deltalens.reports.claims import (
     DOES_NOT_HOLD,
     HOLDS,
@@ -24,14 +23,15 @@ from deltalens.reports.claims import (
     evaluate_claims,
     spread,
 )
-from deltalens.reports.controlled_claims import count_line, with_controls
-from deltalens.reports.controls_section import controls_lines
 from deltalens.reports.figures import ARCH_LABELS, length_figure, long_budget_figure, search_figure, spacing_figure
-from deltalens.reports.long_runs_section import long_run_lines, long_sweep_runs, long_sweep_table
-from deltalens.reports.pfsa_section import pfsa_section
-from deltalens.reports.products_section import products_lines
-from deltalens.reports.transformer_variants_section import transformer_variants_lines
-from deltalens.training.grid import best_validation, cell_config, curriculum
+from deltalens.training.grid import best_validation, cell_config, curriculum, expected_cells
+from experiments.report.baselines_section import baseline_lines
+from experiments.report.controlled_claims import count_line, with_controls
+from experiments.report.controls_section import controls_lines
+from experiments.report.long_runs_section import long_run_lines, long_sweep_runs, long_sweep_table
+from experiments.report.pfsa_section import pfsa_section
+from experiments.report.products_section import products_lines
+from experiments.report.transformer_variants_section import transformer_variants_lines
 
 
 @dataclass
@@ -113,14 +113,6 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
     long_lines = long_sweep_table(long_runs, long_grids, sweep.thresholds.learned)
     write_text_atomic(markdown, render_markdown(sweep, statuses, claims, figures, out, extra, searches, long_lines))
     return Report(markdown, claims, figures, png_error)
-
-
-def expected_cells(sweep) -> dict[str, set[tuple[str, int]]]:
-    """setting -> the (arch, k) cells the sweep has there: what a claim waits for."""
-    expected: dict[str, set[tuple[str, int]]] = {}
-    for cell in sweep.cells:
-        expected.setdefault(cell.setting, set()).add((cell.arch, cell.spacing))
-    return expected
 
 
 def _write_pngs(figs: list, paths: list[Path]) -> str | None:

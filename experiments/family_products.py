@@ -10,7 +10,7 @@ per-token products that are no fixed representation). Writes OUT/products.json, 
 keeps its row from the products.json already there if that row probed the same model (same 1x
 accuracy as the result now): run folders are often deleted after a sweep.
 
-    python3 scripts/family_products.py [--sweep sweep/family.toml] [--results results/family/sweep]
+    python3 -m experiments.family_products [--sweep sweep/family.toml] [--results results/family/sweep]
                                        [--runs runs/family] [--out results/family] [--traces 64]
                                        [--state-traces 256]
 """

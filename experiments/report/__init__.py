@@ -1,0 +1,1 @@
+"""The report of `deltalens reproduce` (reproduce.py), one module per section of it."""
