@@ -6,7 +6,7 @@
 
 Finished runs are read from their result files (results_dir/<cell>.json and results_dir/search/,
 the durable record); the learning-rate search runs first (its choices configure the cells), then
-every other cell is trained, evaluated and recorded (training/grid.py), `--lanes` at a time, or
+every other cell is trained, evaluated and recorded (sweeps/grid.py), `--lanes` at a time, or
 each as a Slurm job with `--executor slurm` (cli/reproduce_slurm.py). Then
 experiments/report/reproduce.py writes OUT/reproduce.md: the search, a table per setting with the spread over
 seeds, the paper's claims judged from it, wall times, and the figures.
@@ -92,7 +92,7 @@ def report_writer():
 
 def run(args) -> int:
     write_report = report_writer()
-    from deltalens.training.grid import (
+    from deltalens.sweeps.grid import (
         SweepOutcome,
         choose_lrs,
         load_sweep,

@@ -4,7 +4,7 @@
     deltalens reproduce --status          done / pending / running / failed per cell, with job ids
     deltalens reproduce --cancel          scancel this sweep's queued and running jobs
 
-The cells run as Slurm jobs through training/slurm_executor.py; their results land in the same
+The cells run as Slurm jobs through sweeps/slurm_executor.py; their results land in the same
 result files as a local run's, and the rest of `deltalens reproduce` (the search first, then the
 cells, then the report) is unchanged.
 """
@@ -61,7 +61,7 @@ def add_arguments(parser) -> None:
 
 
 def slurm_options(args):
-    from deltalens.training.slurm_executor import SlurmOptions, parse_mem, parse_sbatch, parse_time
+    from deltalens.sweeps.slurm_executor import SlurmOptions, parse_mem, parse_sbatch, parse_time
 
     folder = Path(args.slurm_folder) if args.slurm_folder else Path(args.runs) / "slurm"
     return SlurmOptions(
@@ -98,28 +98,28 @@ def check_combination(args) -> None:
 
 def trainer(args):
     """A callable with training.grid.train_missing's signature for the chosen executor."""
-    from deltalens.training.grid import train_missing
+    from deltalens.sweeps.grid import train_missing
 
     if args.executor != "slurm":
         return lambda sweep, todo, runs, results, progress: train_missing(
             sweep, todo, runs, results, progress=progress, lanes=args.lanes
         )
-    from deltalens.training.slurm_executor import SlurmSweep
+    from deltalens.sweeps.slurm_executor import SlurmSweep
 
     runner = SlurmSweep(slurm_options(args), wait=not args.no_wait)
     return runner.train_missing
 
 
 def scheduler():
-    from deltalens.training.slurm_executor import SlurmScheduler
+    from deltalens.sweeps.slurm_executor import SlurmScheduler
 
     return SlurmScheduler() if shutil.which("squeue") else None
 
 
 def status_or_cancel(args, sweep) -> int:
     """--status or --cancel on the sweep (already `with_choices`); the exit code."""
-    from deltalens.training.slurm_executor import cancel_sweep, sweep_states
-    from deltalens.training.slurm_ledger import format_states
+    from deltalens.sweeps.slurm_executor import cancel_sweep, sweep_states
+    from deltalens.sweeps.slurm_ledger import format_states
 
     if args.cancel:
         if shutil.which("scancel") is None:

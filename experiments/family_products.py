@@ -28,7 +28,7 @@ from deltalens.core.display import progress
 from deltalens.interp.capture import capture
 from deltalens.probes.linear_probes import linear_probes
 from deltalens.probes.products import product_report
-from deltalens.training.grid import config_hash, job_config, load_sweep, read_sweep
+from deltalens.sweeps.grid import config_hash, job_config, load_sweep, read_sweep
 from deltalens.training.loop import LAST
 from deltalens.training.opened import open_checkpoint
 

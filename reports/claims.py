@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
-from deltalens.training.grid import Thresholds
+from deltalens.sweeps.grid import Thresholds
 
 HOLDS, DOES_NOT_HOLD, NOT_MEASURED, NOT_TESTABLE = "holds", "does not hold", "not measured", "not testable"
 

@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from deltalens.reports.claims import spread
+from deltalens.sweeps.grid import Thresholds
 from deltalens.tasks.groups import get_group
-from deltalens.training.grid import Thresholds
 
 # How the report names each architecture of the sweep's [models] table (others: the key itself).
 ARCH_LABELS = {

@@ -8,7 +8,7 @@ import jedi  # a test dependency (pyproject's [test] extra): the static view of 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ROOMS = ("core", "tasks", "models", "training", "interp", "probes", "reports", "cli", "app")
+ROOMS = ("core", "tasks", "models", "training", "sweeps", "interp", "probes", "reports", "cli", "app")
 
 
 @pytest.mark.parametrize("room", ROOMS)

@@ -20,7 +20,7 @@ def test_every_arrow_between_rooms_points_down():
     edges, problems = import_graph.graph()
     assert problems == []
     # the graph is read from the code, not empty: the probes measure captures, the report judges runs
-    assert "interp" in edges["probes"] and "training" in edges["reports"] and "tasks" in edges["models"]
+    assert "interp" in edges["probes"] and "sweeps" in edges["reports"] and "tasks" in edges["models"]
     assert edges["core"] == set() and edges["tasks"] == {"core"}  # core is the bottom room, tasks the next
 
 
@@ -40,7 +40,7 @@ def test_every_module_loads_once_under_the_deltalens_root():
     code = """
 import importlib, json, pkgutil, sys
 names = []
-for room in ("tasks", "models", "training", "interp", "probes", "reports", "cli"):  # app: run by streamlit
+for room in ("tasks", "models", "training", "sweeps", "interp", "probes", "reports", "cli"):  # app: run by streamlit
     package = importlib.import_module(f"deltalens.{room}")
     for info in pkgutil.walk_packages(package.__path__, f"deltalens.{room}."):
         importlib.import_module(info.name)
@@ -48,7 +48,8 @@ for room in ("tasks", "models", "training", "interp", "probes", "reports", "cli"
 files = {}
 for name, module in list(sys.modules.items()):
     path = getattr(module, "__file__", None) or ""
-    if "/work/" in path or name.split(".")[0] in ("tasks", "models", "training", "interp", "probes", "reports", "cli"):
+    rooms = ("tasks", "models", "training", "sweeps", "interp", "probes", "reports", "cli")
+    if "/work/" in path or name.split(".")[0] in rooms:
         files.setdefault(path, []).append(name)
 print(json.dumps({"names": names, "files": files}))
 """

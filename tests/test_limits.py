@@ -9,7 +9,8 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-ROOMS = ("core", "tasks", "models", "training", "interp", "probes", "reports", "cli", "app")  # under deltalens
+# under deltalens
+ROOMS = ("core", "tasks", "models", "training", "sweeps", "interp", "probes", "reports", "cli", "app")
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 80
 

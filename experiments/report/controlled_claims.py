@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, Claim
-from deltalens.training.sweep_cells import Thresholds
+from deltalens.sweeps.sweep_cells import Thresholds
 from experiments.report.controls_section import ControlVerdict, matched_budget_verdicts, read_results
 from experiments.report.transformer_variants_section import PAPER_THRESHOLDS, full_actions_claims
 

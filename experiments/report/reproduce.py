@@ -24,7 +24,7 @@ from deltalens.reports.claims import (
     spread,
 )
 from deltalens.reports.figures import ARCH_LABELS, length_figure, long_budget_figure, search_figure, spacing_figure
-from deltalens.training.grid import best_validation, cell_config, curriculum, expected_cells
+from deltalens.sweeps.grid import best_validation, cell_config, curriculum, expected_cells
 from experiments.report.baselines_section import baseline_lines
 from experiments.report.controlled_claims import count_line, with_controls
 from experiments.report.controls_section import controls_lines

@@ -35,7 +35,7 @@ from deltalens.reports.claims import (
 )
 from deltalens.reports.figures import ARCH_LABELS
 from deltalens.reports.numbers import mean_range
-from deltalens.training.sweep_cells import Thresholds
+from deltalens.sweeps.sweep_cells import Thresholds
 from experiments.report.baselines_section import cell_baselines
 from experiments.report.controls_section import (
     HEADER,

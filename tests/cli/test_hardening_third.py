@@ -317,7 +317,7 @@ def test_a_tokenizer_bigger_than_the_embedding_is_refused_at_load(shipped):
 
 
 def test_slurm_ledger_with_null_log_paths_gets_a_sentence(tmp_path):
-    from deltalens.training.slurm_ledger import LEDGER, Ledger
+    from deltalens.sweeps.slurm_ledger import LEDGER, Ledger
 
     entry = {"cell": "c", "job_id": "1_0", "config": "x", "submitted": "now", "stdout": None, "stderr": None}
     (tmp_path / LEDGER).write_text(json.dumps({"sweep": "s", "jobs": {"c": entry}}))
@@ -345,9 +345,9 @@ def test_a_hung_or_mute_sbatch_gets_a_sentence_and_no_ledger(tmp_path, monkeypat
     pytest.importorskip("submitit")
     from tiny_runs import tiny_sweep
 
-    from deltalens.training import slurm_executor
-    from deltalens.training.grid import load_sweep, read_results
-    from deltalens.training.slurm_ledger import LEDGER
+    from deltalens.sweeps import slurm_executor
+    from deltalens.sweeps.grid import load_sweep, read_results
+    from deltalens.sweeps.slurm_ledger import LEDGER
 
     monkeypatch.setenv("PATH", os.environ["PATH"])  # restored after the test
     fake_slurm(tmp_path, sbatch)

@@ -14,12 +14,11 @@ import plotly.io
 import pytest
 from tiny_runs import TINY, tiny_sweep
 
-import deltalens.training.grid as sweep_module
+import deltalens.sweeps.grid as sweep_module
 from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError
 from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, evaluate_claims
-from deltalens.training.config import load_config
-from deltalens.training.grid import (
+from deltalens.sweeps.grid import (
     Cell,
     CellStatus,
     SearchRun,
@@ -32,6 +31,7 @@ from deltalens.training.grid import (
     run_cell,
     with_choices,
 )
+from deltalens.training.config import load_config
 from deltalens.training.loop import LAST, TRAINER_STATE, RunLock
 from experiments.report.reproduce import write_report
 
@@ -573,7 +573,7 @@ def test_lanes_stop_with_the_sweep_and_keep_their_checkpoints(tmp_path, how):
 
 def test_lanes_train_in_parallel_and_a_crashing_lane_is_that_cells_failure_only(tmp_path, capsys):
     """One sweep in 2 lanes (a lane is a process: ~10 s of imports each, so one test covers both)."""
-    from deltalens.training.grid import config_hash
+    from deltalens.sweeps.grid import config_hash
 
     sweep = load_sweep(tiny_sweep(tmp_path))
     broken = next(c for c in sweep.cells if c.name == "s3-lstm-statement-k1-s0")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from deltalens.sweeps.sweep_file import load_sweep
 from deltalens.training.config import load_config
-from deltalens.training.sweep_file import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = sorted((REPO / "sweep").rglob("*.toml"))

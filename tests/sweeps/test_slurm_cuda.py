@@ -10,8 +10,8 @@ import pytest
 import torch
 from tiny_runs import tiny_sweep
 
-from deltalens.training.grid import load_sweep
-from deltalens.training.slurm_job import CellJob
+from deltalens.sweeps.grid import load_sweep
+from deltalens.sweeps.slurm_job import CellJob
 
 pytestmark = [
     pytest.mark.cuda,

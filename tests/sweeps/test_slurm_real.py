@@ -19,8 +19,8 @@ import pytest
 from tiny_runs import tiny_sweep
 
 from deltalens.cli.main import main
-from deltalens.training.grid import load_sweep, read_results, run_cell
-from deltalens.training.slurm_ledger import LEDGER
+from deltalens.sweeps.grid import load_sweep, read_results, run_cell
+from deltalens.sweeps.slurm_ledger import LEDGER
 
 pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).resolve().parents[2]

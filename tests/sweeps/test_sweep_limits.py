@@ -8,8 +8,8 @@ from tiny_runs import TINY
 
 from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError
-from deltalens.training.grid import capped_lanes
-from deltalens.training.sweep_file import MAX_CELLS, load_sweep
+from deltalens.sweeps.grid import capped_lanes
+from deltalens.sweeps.sweep_file import MAX_CELLS, load_sweep
 
 
 def big_sweep(tmp_path, n_groups: int, spacings: int, seeds: int = 1):

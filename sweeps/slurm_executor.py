@@ -33,9 +33,9 @@ from typing import Any
 
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
-from deltalens.training.grid import SweepOutcome, check_models, check_output_folders
-from deltalens.training.slurm_job import CellJob
-from deltalens.training.slurm_ledger import (
+from deltalens.sweeps.grid import SweepOutcome, check_models, check_output_folders
+from deltalens.sweeps.slurm_job import CellJob
+from deltalens.sweeps.slurm_ledger import (
     CellState,
     JobEntry,
     Ledger,
@@ -43,8 +43,8 @@ from deltalens.training.slurm_ledger import (
     cell_states,
     now,
 )
-from deltalens.training.sweep_cells import SearchRun, Sweep, config_hash, job_config, search_runs
-from deltalens.training.sweep_results import CellStatus, read_results, read_search
+from deltalens.sweeps.sweep_cells import SearchRun, Sweep, config_hash, job_config, search_runs
+from deltalens.sweeps.sweep_results import CellStatus, read_results, read_search
 
 ACTIVE = ("pending", "running")
 SBATCH_TIMEOUT_S = 120  # an sbatch that has not answered by then is stopped (Ctrl-C waits for it till then)

@@ -28,8 +28,8 @@ from typing import Protocol
 
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.errors import DeltalensError
-from deltalens.training.sweep_cells import Sweep, config_hash, job_config
-from deltalens.training.sweep_results import CellStatus
+from deltalens.sweeps.sweep_cells import Sweep, config_hash, job_config
+from deltalens.sweeps.sweep_results import CellStatus
 
 LEDGER = "slurm-jobs.json"
 LOG_TAIL_LINES = 12

@@ -15,7 +15,7 @@ from typing import Any
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import ARCHITECTURES
-from deltalens.training.sweep_cells import PAPER_TITLE, Cell, Search, Sweep, Thresholds, check_sweep
+from deltalens.sweeps.sweep_cells import PAPER_TITLE, Cell, Search, Sweep, Thresholds, check_sweep
 
 # per-cell task fields: the sweep file may not set them in [task]
 _CELL_TASK_KEYS = {"group", "tokenizer", "spacing", "spacing_schedule", "eval_spacing"}

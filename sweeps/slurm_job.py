@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from deltalens.core.errors import DeltalensError
-from deltalens.training.grid import run_cell
+from deltalens.sweeps.grid import run_cell
+from deltalens.sweeps.sweep_cells import Cell, SearchRun, Sweep, config_hash, job_config
 from deltalens.training.loop import LAST, TRAINER_STATE
-from deltalens.training.sweep_cells import Cell, SearchRun, Sweep, config_hash, job_config
 
 MARK = "deltalens-job:"
 

@@ -56,11 +56,8 @@ import torch
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
-from deltalens.training.config import TrainConfig
-from deltalens.training.evaluate import evaluate_checkpoint
-from deltalens.training.lanes import run_in_lanes
-from deltalens.training.loop import LAST, TRAINER_STATE, train
-from deltalens.training.sweep_cells import (
+from deltalens.sweeps.lanes import run_in_lanes
+from deltalens.sweeps.sweep_cells import (
     PAPER_TITLE,
     Cell,
     Search,
@@ -80,8 +77,8 @@ from deltalens.training.sweep_cells import (
     with_choices,
     with_steps,
 )
-from deltalens.training.sweep_file import load_sweep
-from deltalens.training.sweep_results import (
+from deltalens.sweeps.sweep_file import load_sweep
+from deltalens.sweeps.sweep_results import (
     CellStatus,
     best_validation,
     choose_lrs,
@@ -91,6 +88,9 @@ from deltalens.training.sweep_results import (
     result_path,
     select_cells,
 )
+from deltalens.training.config import TrainConfig
+from deltalens.training.evaluate import evaluate_checkpoint
+from deltalens.training.loop import LAST, TRAINER_STATE, train
 
 __all__ = [  # the runner's names and, re-exported, those of the sweep modules it runs
     "Cell",

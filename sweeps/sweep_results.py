@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from deltalens.core.errors import DeltalensError
-from deltalens.training.sweep_cells import (
+from deltalens.sweeps.sweep_cells import (
     Cell,
     SearchRun,
     Sweep,

@@ -18,9 +18,9 @@ from tiny_runs import tiny_sweep
 
 from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError
-from deltalens.training import slurm_executor, slurm_job
-from deltalens.training.grid import load_sweep, read_results, run_cell
-from deltalens.training.slurm_executor import (
+from deltalens.sweeps import slurm_executor, slurm_job
+from deltalens.sweeps.grid import load_sweep, read_results, run_cell
+from deltalens.sweeps.slurm_executor import (
     SlurmOptions,
     SlurmSweep,
     cancel_sweep,
@@ -29,8 +29,8 @@ from deltalens.training.slurm_executor import (
     parse_time,
     sweep_states,
 )
-from deltalens.training.slurm_job import CellJob
-from deltalens.training.slurm_ledger import LEDGER, Ledger, format_states
+from deltalens.sweeps.slurm_job import CellJob
+from deltalens.sweeps.slurm_ledger import LEDGER, Ledger, format_states
 
 TIMING = ("wall_time_s", "eval_wall_time_s", "finished", "train_wall_s")
 
