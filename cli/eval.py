@@ -148,7 +148,9 @@ def run_text(args, opened) -> int:
     tokenizer = opened.tokenizer.with_format(fmt)
     get_action_set(get_group(spec.group), spec.action_set)  # the group and its actions, before the model loads
     tokenizer.check_spec(spec)
-    model = cast_model(models.load(opened.folder or opened.path), args.dtype)  # --dtype as on every other path
+    model = models.load(opened.folder or opened.path, dtype=args.dtype)  # chosen before the load, as on every path
+    if args.dtype != "auto":
+        model = cast_model(model, args.dtype)  # a no-op cast that warns where bf16 is slower on this CPU
     report = evaluate_since_reveal(
         model,
         tokenizer,

@@ -116,17 +116,18 @@ def _inputs(model, layer: int, acts: dict) -> dict:
 def state_adjoint(q, k, beta, log_gate, grad_z, scale: Optional[float] = None) -> torch.Tensor:
     """lambda (B, T, H, d_k, d_v) = dmetric/dS_t with S_t replaced (module docstring), from hook_z's gradient.
 
-    q (B, T, H, d_k); k (B, T, H, n, d_k); beta (B, T, H, n); log_gate (B, T, H) or None; grad_z (B, T, H, d_v).
+    q (B, T, H, d_k); k (B, T, H, n, d_k); beta (B, T, H, n); log_gate (B, T, H), (B, T, H, d_k) per key
+    channel (KDA), or None; grad_z (B, T, H, d_v).
     """
     B, T, H, K = q.shape
     n = k.shape[3]
     scale = K**-0.5 if scale is None else scale
     qs, ks, bs, g = q.double() * scale, k.double(), beta.double(), grad_z.double()
-    alpha = None if log_gate is None else log_gate.double().exp()
+    alpha = None if log_gate is None else log_gate.double().exp().reshape(B, T, H, -1)  # (..., 1) or (..., d_k)
     out = torch.zeros(B, T, H, K, g.shape[-1], dtype=torch.float64, device=q.device)
     lam = torch.zeros(B, H, K, g.shape[-1], dtype=torch.float64, device=q.device)
     for t in range(T - 1, -1, -1):
-        if t < T - 1:  # lam <- M_{t+1}^T lam = alpha H_0 ... H_{n-1} lam (H symmetric)
+        if t < T - 1:  # lam <- M_{t+1}^T lam = Diag(alpha) H_0 ... H_{n-1} lam (H symmetric)
             for j in range(n - 1, -1, -1):
                 kj = ks[:, t + 1, :, j]  # (B, H, K)
                 lam = (
@@ -136,7 +137,7 @@ def state_adjoint(q, k, beta, log_gate, grad_z, scale: Optional[float] = None) -
                     * torch.einsum("bhk,bhkv->bhv", kj, lam)[:, :, None]
                 )
             if alpha is not None:
-                lam = lam * alpha[:, t + 1, :, None, None]
+                lam = lam * alpha[:, t + 1, :, :, None]
         lam = lam + qs[:, t, :, :, None] * g[:, t, :, None, :]
         out[:, t] = lam
     return out

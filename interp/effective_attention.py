@@ -12,15 +12,18 @@ so o_t = sum_{s <= t} sum_j A[t, s, j] v_{s, j} with
 where H_{s,j} = I - beta_{s,j} k_{s,j} k_{s,j}^T is one Householder-like factor and the per-token
 transition is M_s = H_{s,n-1} ... H_{s,0} alpha_s (alpha_s = exp(g_s), the decay; 1 without a gate;
 n = 1 factor except in DeltaProduct). DeltaNet: n = 1, alpha = 1; Gated DeltaNet: n = 1 with decay;
-DeltaProduct: n = n_h factors, the last axis of A. Unlike the heuristic that drops the erase terms
-(A ~ q_t . k_s), this keeps every -beta k k^T, so z = hook_z is reconstructed from hook_v exactly.
+DeltaProduct: n = n_h factors, the last axis of A; Kimi Delta Attention (KDA): n = 1 with a decay per
+key channel, M_s = H_s Diag(alpha_s), which does not commute with H_s (the scan applies it after H_s^T).
+Unlike the heuristic that drops the erase terms (A ~ q_t . k_s), this keeps every -beta k k^T, so
+z = hook_z is reconstructed from hook_v exactly.
 
 How it is computed (`effective_pattern`): a backward scan over key positions s = T-1 .. 0 carrying
 one query-side vector w_t per query (w_t = q~_t when s reaches t, then w_t <- H^T w_t factor by
 factor and w_t <- alpha_s w_t): A[t, s, j] = beta_{s,j} k_{s,j} . w_t at the moment factor (s, j)
-is reached. Cost O(T * T_q * d_k) per head, memory O(T_q * d_k) plus the output (T_q x T): no T x T
-product of d_k x d_k matrices is formed, so T = 2,048 runs in about a second on a CPU. Queries can
-be restricted (`queries=`) to the rows one needs (e.g. the reveal positions), which makes it O(T).
+is reached (w_t <- Diag(alpha_s) w_t channel-wise for KDA). Cost O(T * T_q * d_k) per head, memory
+O(T_q * d_k) plus the output (T_q x T): no T x T product of d_k x d_k matrices is formed, so T = 2,048
+runs in about a second on a CPU. Queries can be restricted (`queries=`) to the rows one needs (e.g. the
+reveal positions), which makes it O(T).
 
 The renormalised variant (state_norm_every > 0) rescales the state by a data-dependent norm and is
 refused. Hooks read: blocks.{l}.attn.hook_q, hook_k, hook_beta (+ hook_gate); z from hook_v.
@@ -63,9 +66,9 @@ def _check_model(model, layer: int) -> None:
 
 
 def layer_inputs(model, cache, layer: int) -> dict[str, torch.Tensor]:
-    """q (B, T, H, d_k), k (B, T, H, n, d_k), v (B, T, H, n, d_v), beta (B, T, H, n), log_gate (B, T, H) or
-    None, z (B, T, H, d_v) of one layer from a run_with_cache cache (v and z None where not cached); a factor
-    axis is added where absent."""
+    """q (B, T, H, d_k), k (B, T, H, n, d_k), v (B, T, H, n, d_v), beta (B, T, H, n), log_gate (B, T, H),
+    (B, T, H, d_k) per channel (KDA), or None, z (B, T, H, d_v) of one layer from a run_with_cache cache (v
+    and z None where not cached); a factor axis is added where absent."""
     name = f"blocks.{layer}.attn.hook_"
     try:
         q, k, beta = (cache[name + x] for x in ("q", "k", "beta"))
@@ -108,8 +111,9 @@ def effective_pattern(
 ) -> torch.Tensor:
     """A (B, H, T_q, T, n): the exact read-out weights of every head (module docstring).
 
-    q (B, T, H, d_k) as hook_q; k (B, T, H, n, d_k); beta (B, T, H, n); log_gate (B, T, H) = log alpha
-    or None; scale default d_k ** -0.5; queries: the query positions (1-D, increasing; None = all T).
+    q (B, T, H, d_k) as hook_q; k (B, T, H, n, d_k); beta (B, T, H, n); log_gate (B, T, H) = log alpha,
+    (B, T, H, d_k) for a per-channel decay (KDA), or None; scale default d_k ** -0.5; queries: the query
+    positions (1-D, increasing; None = all T).
     """
     B, T, H, K = q.shape
     n = k.shape[3]
@@ -127,7 +131,11 @@ def effective_pattern(
     qs = (q.to(dtype) * scale).permute(0, 2, 1, 3)  # (B, H, T, K)
     ks = k.to(dtype).permute(0, 2, 1, 3, 4)  # (B, H, T, n, K)
     bs = beta.to(dtype).permute(0, 2, 1, 3)  # (B, H, T, n)
-    alpha = None if log_gate is None else log_gate.to(dtype).exp().permute(0, 2, 1)  # (B, H, T)
+    alpha = None  # (B, H, T, 1), or (B, H, T, K) per channel: what w_t is multiplied by at each s
+    if log_gate is not None:
+        if log_gate.shape not in ((B, T, H), (B, T, H, K)):
+            raise DeltalensError(f"log_gate {tuple(log_gate.shape)} must be (B, T, H) or (B, T, H, d_k) as q.")
+        alpha = log_gate.to(dtype).exp().reshape(B, T, H, -1).transpose(1, 2)
     A = torch.zeros(B, H, Tq, T, n, dtype=dtype, device=device)
     W = torch.zeros(B, H, Tq, K, dtype=dtype, device=device)  # query-side vectors, zero until s reaches t
     slot = {int(p): i for i, p in enumerate(qpos.tolist())}
@@ -142,7 +150,7 @@ def effective_pattern(
             A[:, :, :, s, j] = bj * proj
             W = W - (bj * proj)[..., None] * kj[:, :, None, :]  # w <- (I - beta k k^T) w
         if alpha is not None:
-            W = W * alpha[:, :, s, None, None]
+            W = W * alpha[:, :, s, None, :]  # M_s^T = Diag(alpha_s) H_s^T: the decay after the factors
     return A
 
 

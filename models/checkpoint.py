@@ -154,16 +154,21 @@ def load_checkpoint(path, *, dtype=None, **model_config_overrides: Any):
     read and checked it already, so config.json is not read again. `model_config_overrides` replace
     entries of the stored model_config before the model is built, e.g. `n_ctx=4096` to evaluate a
     rotary Transformer on longer traces. Overrides that change a weight's shape fail with the
-    shape-mismatch error. `dtype` (a torch floating dtype; None = fp32): the weights' dtype, set while the
-    model is still empty, so a bf16 file opened in bf16 is never held in fp32 (each tensor converted once).
+    shape-mismatch error. `dtype` (a torch floating dtype, "fp32", "bf16" or "auto"; None = fp32): the
+    weights' dtype, chosen and checked against memory before the build (models/io/load_dtype.py: a big
+    model's estimate is printed first) and set while the model is still empty, so a bf16 file opened in
+    bf16 is never held in fp32 (each tensor converted once).
     """
+    from deltalens.models.io.load_dtype import load_dtype  # imports torch: not for metadata reads
+
     folder = path if isinstance(path, ModelFolder) else read_model_folder(path)  # fields and memory checked
     folder = folder.with_overrides(**model_config_overrides)
+    dtype = load_dtype(folder, dtype)  # the precision that fits, before anything is built
     record = family(folder.arch)
     if record.load is not None:  # a library's own files (transformers' production LMs): its reader
         with explained_build_errors(folder.config_file, folder.arch):
             config = record.make_config(folder.build_config)  # checked before any weight is read
-        return _resolve(record.load)(folder.path, config).eval()
+        return _resolve(record.load)(folder.path, config, dtype).eval()
     with explained_build_errors(folder.config_file, folder.arch):
         model = _built_for_weights(folder.arch, folder.build_config, dtype)
 

@@ -13,12 +13,14 @@ left out):
     beta_gt1        share with beta > 1: a negative eigenvalue 1 - beta
     beta_gt1_action the same on action tokens alone (traces only): where a tracking head reflects
     mean_beta       mean beta
-    min_eigenvalue  mean of alpha_t (1 - beta_t), the transition's smallest eigenvalue
+    min_eigenvalue  mean of alpha_t (1 - beta_t), the transition's smallest eigenvalue; with a decay per key
+                    channel (KDA: A_t = (I - beta_t k_t k_t^T) Diag(alpha_t)) the smallest eigenvalue itself,
+                    of the similar symmetric Diag(alpha_t) - beta_t (sqrt(alpha_t) * k_t)(sqrt(alpha_t) * k_t)^T
     neg_gate        share of negative decay channels (NaN: no family here allows alpha < 0)
     effective_rank  mean Roy-Vetterli effective rank of S_t, at up to `rank_positions` positions per trace
 
 Every number comes from the hooks (hook_beta, hook_gate, hook_state), so the census reads the shipped
-checkpoints, fla's folders and the transformers families (Qwen3.5, OLMo-Hybrid) alike.
+checkpoints, fla's folders and the transformers families (Qwen3.5, OLMo-Hybrid, Kimi Linear) alike.
 """
 
 from __future__ import annotations
@@ -72,6 +74,17 @@ def _inputs(tokens) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | N
     return (tokens[None] if tokens.ndim == 1 else tokens), None, None
 
 
+@torch.no_grad()
+def per_channel_min_eigenvalue(alpha: torch.Tensor, beta: torch.Tensor, k: torch.Tensor, block: int = 4096):
+    """Smallest eigenvalue of (I - beta k k^T) Diag(alpha) per token: alpha, k (N, d_k), beta (N,) -> (N,).
+    It is similar (by Diag(sqrt(alpha))) to a symmetric matrix, so its eigenvalues are real."""
+    out = []
+    for rows in torch.split(torch.arange(alpha.shape[0]), block):  # (block, d_k, d_k) at a time
+        a, b, w = alpha[rows].double(), beta[rows].double(), (alpha[rows].double().sqrt() * k[rows].double())
+        out.append(torch.linalg.eigvalsh(torch.diag_embed(a) - b[:, None, None] * w[:, :, None] * w[:, None, :])[:, 0])
+    return torch.cat(out).float() if out else alpha.new_zeros(0)
+
+
 def _delta_layers(model) -> list[int]:
     layers = getattr(model, "delta_layers", None)
     if layers is None or not any(name.endswith("attn.hook_beta") for name in model.hook_dict):
@@ -94,7 +107,8 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
     valid = torch.ones(B, T, dtype=torch.bool) if lengths is None else torch.arange(T)[None] < lengths[:, None]
     step = max(1, -(-T // rank_positions))
     at = torch.arange(T - 1, -1, -step).flip(0)  # the last position and every step-th before it
-    wanted = {f"blocks.{l}.attn.hook_{n}" for l in layers for n in ("beta", "gate", "state")}
+    per_channel = any(getattr(module, "per_channel_gate", False) for module in model.modules())  # KDA: needs k
+    wanted = {f"blocks.{l}.attn.hook_{n}" for l in layers for n in ("beta", "gate", "state") + ("k",) * per_channel}
     _, cache = model.run_with_cache(ids, names_filter=lambda name: name in wanted)
     rows = []
     for layer in layers:
@@ -106,9 +120,14 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
         states = cache[f"blocks.{layer}.attn.hook_state"][:, at].float().cpu()  # (B, P, H, d_k, d_v)
         ranks = effective_rank(states)  # (B, P, H)
         rank_ok = valid[:, at]
+        keys = cache[f"blocks.{layer}.attn.hook_k"].float().cpu() if alpha.ndim == 4 else None
         for head in range(beta.shape[2]):
             b = beta[:, :, head][valid]  # (N, n)
-            a = alpha[:, :, head][valid]  # (N,)
+            a = alpha[:, :, head][valid]  # (N,), or (N, d_k) per channel
+            if keys is None:
+                smallest = a[:, None] * (1 - b)
+            else:  # KDA: one factor, a decay per key channel
+                smallest = per_channel_min_eigenvalue(a, b[:, 0], keys[:, :, head][valid])
             row = {
                 "layer": layer,
                 "head": head,
@@ -116,7 +135,7 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
                 "beta_gt1": float((b > 1).float().mean()),
                 "beta_gt1_action": np.nan,
                 "mean_beta": float(b.mean()),
-                "min_eigenvalue": float((a[:, None] * (1 - b)).mean()),
+                "min_eigenvalue": float(smallest.mean()),
                 "neg_gate": np.nan,
                 "effective_rank": float(ranks[:, :, head][rank_ok].nanmean()),
             }

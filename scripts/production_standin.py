@@ -4,10 +4,11 @@ production model" commands (and tests/models/test_production.py) run offline.
     python3 scripts/production_standin.py [--hf-home DIR]
     HF_HOME=DIR HF_HUB_OFFLINE=1 deltalens census deltalens-standin/olmo-hybrid-tiny --text FILE
 
-    put_standin(kind, cache) -> (hub id, snapshot)   kind: "qwen3_5_text" | "olmo_hybrid" | "qwen3_next" | "qwen3_5"
+    put_standin(kind, cache) -> (hub id, snapshot)
+    kind: "qwen3_5_text" | "olmo_hybrid" | "qwen3_next" | "qwen3_5" | "kimi_linear"
 
-Each is transformers' own model built from its own config class (4 layers mixing Gated DeltaNet and
-softmax attention as the family does), its norms and gates jittered so that no weight is trivial,
+Each is transformers' own model built from its own config class (4 layers mixing Gated DeltaNet, or Kimi
+Delta Attention, and softmax attention as the family does), its norms and gates jittered so that no weight is trivial,
 saved with save_pretrained next to the shipped BPE stand-in's tokenizer, and copied into `cache` as
 deltalens-standin/<kind>-tiny.
 """
@@ -31,10 +32,28 @@ LAYERS = {  # the text models; "qwen3_5" (multimodal) wraps the qwen3_5_text tow
     "qwen3_5_text": ["linear_attention", "linear_attention", "full_attention", "linear_attention"],
     "olmo_hybrid": ["linear_attention", "full_attention", "linear_attention", "linear_attention"],
     "qwen3_next": ["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+    "kimi_linear": ["linear_attention", "linear_attention", "full_attention", "linear_attention"],
 }
 
 
+def tiny_kimi_config(vocab_size: int = 320):
+    """KDA (4 heads of 16) and one MLA layer (4 heads, rank-16 latent); a dense MLP on layer 0 and MoE after it
+    (4 experts, 2 per token, one shared), as the release's first_k_dense_replace = 1."""
+    from transformers.models.kimi_linear.configuration_kimi_linear import KimiLinearConfig
+
+    return KimiLinearConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
+        qk_nope_head_dim=8, v_head_dim=8, num_local_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+        linear_head_dim=16, linear_num_heads=4, linear_conv_kernel_dim=4, layer_types=LAYERS["kimi_linear"],
+        mlp_layer_types=["dense", "sparse", "sparse", "sparse"], bos_token_id=1, pad_token_id=0, eos_token_id=None,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+
+
 def tiny_config(kind: str, vocab_size: int = 320):
+    if kind == "kimi_linear":
+        return tiny_kimi_config(vocab_size)
     common = dict(
         vocab_size=vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
         num_key_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=8, linear_num_key_heads=2,
@@ -79,7 +98,7 @@ def tiny_model(kind: str, seed: int = 0):
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.add_(0.2 * torch.randn_like(p))
-            if name.endswith(("in_proj_b.weight", "b_proj.weight", "in_proj_ba.weight")):
+            if name.split(".")[-2:-1] in (["in_proj_b"], ["b_proj"], ["in_proj_ba"]):  # not KDA's f_b_proj, g_b_proj
                 p.mul_(30.0)  # beta spread over its whole range (beyond 1 for OLMo-Hybrid)
     return model
 

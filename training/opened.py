@@ -182,18 +182,20 @@ def _task_of(meta: dict[str, Any], folder: Path | None = None) -> tuple[Training
 
 
 def _loaded(folder: ModelFolder, dtype):
-    """models.load with a named precision set before the weights arrive (a bf16 file never held in fp32);
-    "auto" is chosen on the loaded model by cast_model."""
+    """models.load with the precision set before the weights arrive (a bf16 file never held in fp32):
+    "auto" chosen from the folder's estimate before the build (models/io/load_dtype.py); a named one
+    then goes through cast_model, which warns where bf16 is slower on this CPU."""
     if isinstance(dtype, str) and dtype.strip().lower() == "auto":
-        return models.load(folder)
-    return models.load(folder, dtype=resolve_dtype(dtype))
+        return models.load(folder, dtype="auto")
+    return cast_model(models.load(folder, dtype=resolve_dtype(dtype)), dtype)
 
 
-def open_checkpoint(path, load_model: bool = True, revision: str | None = None, dtype=None) -> Checkpoint:
+def open_checkpoint(path, load_model: bool = True, revision: str | None = None, dtype="auto") -> Checkpoint:
     """Load checkpoint `path` (a folder, a shipped checkpoint's name, a ModelFolder already read, or a
     Hugging Face Hub id "org/name", pinned by `revision` or "org/name@revision") with its tokenizer and held-out trace
-    spec; the model gets the tokenizer too (model.to_tokens, ...). `dtype` ("fp32", "bf16" or a torch
-    dtype; None = as saved) casts its weights; the recurrence stays fp32 (models/ops/precision.py).
+    spec; the model gets the tokenizer too (model.to_tokens, ...). `dtype` ("auto", "fp32", "bf16" or a torch
+    dtype; None = fp32) is the weights' dtype, "auto" chosen for this CPU and its memory before the load
+    (models/io/load_dtype.py; small models stay fp32); the recurrence stays fp32 (models/ops/precision.py).
 
     >>> checkpoint = dl.open_checkpoint("s3-deltanet-neg-statement", load_model=False)
     >>> checkpoint.spec.group, checkpoint.model is None
@@ -202,14 +204,14 @@ def open_checkpoint(path, load_model: bool = True, revision: str | None = None, 
     folder = open_folder(path, revision=revision)  # config.json read and checked once, then passed down
     meta = folder.meta
     data, tokenizer, spec = _task_of(meta, folder.path)
-    model = attach_tokenizer(cast_model(_loaded(folder, dtype), dtype), tokenizer) if load_model else None
+    model = attach_tokenizer(_loaded(folder, dtype), tokenizer) if load_model else None
     return Checkpoint(folder.path, model, meta, data, tokenizer, spec, folder)
 
 
 def load(
     name_or_path,
     device: str | torch.device | None = None,
-    dtype: str | torch.dtype | None = None,
+    dtype: str | torch.dtype | None = "auto",
     revision: str | None = None,
 ):
     """The model of a checkpoint, TransformerLens style, with its tokenizer and task attached.
@@ -218,7 +220,9 @@ def load(
     plain fla/HF folder of the delta-rule family, or a Hugging Face Hub id ("org/name", fetched into
     the HF cache; `revision` pins a branch, tag or commit). The model has `model.tokenizer` (the
     folder's own tokenizer.json / tokenizer.model when it has one; None for a bare fla folder) and
-    `model.checkpoint` (the Checkpoint: metadata, held-out spec, `.batch(n)`).
+    `model.checkpoint` (the Checkpoint: metadata, held-out spec, `.batch(n)`). `dtype`: "auto" (fp32 for
+    small models; for big ones the faster precision on this CPU that fits in memory, printed with the
+    estimate before the load), "fp32" or "bf16".
 
     >>> model = dl.load("s3-deltanet-neg-statement")       # a shipped name, a folder or a Hub id
     >>> model.cfg.n_layers, model.cfg.n_heads

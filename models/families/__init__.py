@@ -16,6 +16,7 @@ BUILTIN = (
     "qwen3_5",
     "olmo_hybrid",
     "qwen3_next",
+    "kimi_linear",
     "m2rnn",
     "deltanet_m2rnn",
 )

@@ -8,18 +8,30 @@ biases left out, so it never overestimates: the tests compare it with the exact 
 built on the meta device, models.build.weight_bytes). `check_fits` refuses a config whose bound
 exceeds the memory budget; it is a pure function of the config, checked once when a folder is read
 (models/io/model_folder.py), before the build.
+
+The bound depends on the precision the weights are loaded in: `estimate_weights` counts them once (from
+the safetensors headers when the folder has its weights, models/io/safetensors_header.py: exact, shards
+included; else, or where the config asks for more than the file holds, from the config), and
+`WeightsEstimate.bytes(dtype)` gives fp32's 4 bytes or bf16's 2 per value. A folder is refused when read
+only if it fits in no precision deltalens runs (bf16 the smallest; a config beyond its file in fp32, as
+it would be built); the load refuses a precision that does not fit, naming both figures
+(models/io/load_dtype.py).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from deltalens.core.errors import DeltalensError
 
 BYTES_PER_WEIGHT = 4  # models are built in fp32
+DTYPE_BYTES = {"fp32": 4, "bf16": 2}  # the precisions deltalens loads weights in (models/ops/precision.py)
+SMALLEST = "bf16"  # a folder that does not fit in this is refused when read
+BEYOND_FILE = "config, more than its weights file holds"  # such a config is checked in fp32 (no file to load)
 MEMORY_LIMIT_ENV = "DELTALENS_MAX_MODEL_GB"  # a stated limit on a model's weights, below what the machine has
 # the config fields that set a model's size, named when it is too big
 SIZE_FIELDS = (
@@ -27,6 +39,11 @@ SIZE_FIELDS = (
     "num_v_heads", "head_dim", "d_head", "d_mlp", "intermediate_size", "hidden_ratio", "expand_k", "expand_v",
     "num_householder", "n_ctx",
 )  # fmt: skip
+
+
+def gigabytes(n: float) -> str:
+    """Bytes as GB for a sentence: 27.7, 13.8, 0.345 (three figures below 10 GB, so tiny models differ too)."""
+    return f"{n / 2**30:,.1f}" if n >= 10 * 2**30 else f"{n / 2**30:.3g}"
 
 
 def number(config: dict[str, Any], key: str, default: float) -> float:
@@ -66,13 +83,52 @@ def _attention_layer_count(attn: Any) -> int:
     return len({i for listed in layers if isinstance(listed, (list, tuple)) for i in listed if isinstance(i, int)})
 
 
-def weights_lower_bound(arch: str, config: dict[str, Any]) -> int:
-    """Bytes the model's weights take at least (fp32), from the config alone: its family's `weights`
-    count (models/registry.py); 0 for an architecture without one (the build refuses an unknown one)."""
+def weights_lower_bound(arch: str, config: dict[str, Any], bytes_per_weight: int = BYTES_PER_WEIGHT) -> int:
+    """Bytes the model's weights take at least (fp32 unless told), from the config alone: its family's
+    `weights` count (models/registry.py); 0 for an architecture without one (the build refuses an unknown one)."""
     from deltalens.models.registry import architectures, family  # torch-free
 
     count = family(arch).weights if arch in architectures() else None
-    return int(max(count(config), 0) * BYTES_PER_WEIGHT) if count is not None else 0
+    return int(max(count(config), 0) * bytes_per_weight) if count is not None else 0
+
+
+@dataclass(frozen=True)
+class WeightsEstimate:
+    """A model's weights before anything is built: `values` floating-point numbers (each takes the load's
+    dtype size) and `other_bytes` kept as stored; `source` says where the count comes from."""
+
+    values: int
+    other_bytes: int = 0
+    source: str = "config"  # "safetensors header" (exact), "config" (a lower bound) or BEYOND_FILE
+
+    def bytes(self, dtype: str) -> int:
+        return self.values * DTYPE_BYTES[dtype] + self.other_bytes
+
+    def figures(self) -> str:
+        """'27.7 GB in fp32, 13.8 GB in bf16'."""
+        return ", ".join(f"{gigabytes(self.bytes(name))} GB in {name}" for name in DTYPE_BYTES)
+
+    def line(self) -> str:
+        """The estimate as printed before a big load."""
+        return f"{self.values:,} weights (from the {self.source}): {self.figures()}"
+
+
+def estimate_weights(arch: str, config: dict[str, Any], weights_file: Path | None = None) -> WeightsEstimate:
+    """The weights of `config`'s model: counted from the safetensors headers of `weights_file` (or its shards)
+    where they can be read, else (or where the config asks for more than the file holds, a hostile
+    config.json beside small weights) the config's lower bound. A config with a text tower (a multimodal
+    checkpoint, of which deltalens loads the language model) is counted from the config: the file's other
+    towers are never read."""
+    from deltalens.models.io.safetensors_header import floating_count, other_bytes, stored_tensors
+
+    from_config = weights_lower_bound(arch, config, 1)
+    stored = None
+    if weights_file is not None and not isinstance(config.get("text_config"), dict):
+        stored = stored_tensors(weights_file)
+    if stored and floating_count(stored) >= from_config:
+        return WeightsEstimate(floating_count(stored), other_bytes(stored), "safetensors header")
+    # no header, or a config asking for more than its file holds: the model built is the config's
+    return WeightsEstimate(from_config, 0, BEYOND_FILE if stored else "config")
 
 
 def available_memory() -> int | None:
@@ -113,18 +169,42 @@ def memory_budget() -> tuple[int | None, str]:
     return available_memory(), "this machine has available"
 
 
-def check_fits(arch: str, config: dict[str, Any], need: int | None = None) -> None:
-    """Refuse, with one sentence naming the size fields, a config whose weights exceed the budget.
+def check_fits(
+    arch: str,
+    config: dict[str, Any],
+    need: int | None = None,
+    *,
+    estimate: WeightsEstimate | None = None,
+    dtype: str = "fp32",
+    budget: tuple[int | None, str] | None = None,
+) -> None:
+    """Refuse, with one sentence naming the size fields, a config whose weights in `dtype` exceed the budget.
 
-    need: the exact byte count when known (models.build.weight_bytes), else the bound from the config alone."""
-    need = weights_lower_bound(arch, config) if need is None else need
-    budget, source = memory_budget()
-    if budget is not None and need > budget:
-        sizes = ", ".join(f"{k}={config[k]}" for k in SIZE_FIELDS if config.get(k) is not None)
+    need: the exact byte count when known (models.build.weight_bytes); else `estimate` (estimate_weights) in
+    `dtype`, else the bound from the config alone. budget: memory_budget()'s answer when the caller has it."""
+    if need is None:
+        estimate = estimate or WeightsEstimate(weights_lower_bound(arch, config, 1))
+        need = estimate.bytes(dtype)
+    budget, source = memory_budget() if budget is None else budget
+    if budget is None or need <= budget:
+        return
+    sizes = ", ".join(f"{k}={config[k]}" for k in SIZE_FIELDS if config.get(k) is not None)
+    limit = f"more than the {gigabytes(max(budget, 0))} GB {source}"
+    others = [name for name in DTYPE_BYTES if name != dtype] if estimate is not None else []
+    # another precision is offered only for weights that can be loaded (not a config beyond its file)
+    loadable = estimate is not None and estimate.source != BEYOND_FILE
+    smaller = [name for name in others if loadable and estimate.bytes(name) <= budget]
+    if estimate is not None and smaller:
         raise DeltalensError(
-            f"its weights alone would take {need / 2**30:,.1f} GB ({sizes}), more than the "
-            f"{max(budget, 0) / 2**30:.1f} GB {source}; check those fields (or set ${MEMORY_LIMIT_ENV})"
+            f"its weights would take {gigabytes(need)} GB ({sizes}) in {dtype}, {limit}, but "
+            f"{gigabytes(estimate.bytes(smaller[0]))} GB in {smaller[0]}, which fits: load it with "
+            f"dtype='{smaller[0]}' or 'auto' (--dtype {smaller[0]} or auto)"
         )
+    also = "".join(f", {gigabytes(estimate.bytes(name))} GB in {name}" for name in others if estimate)
+    raise DeltalensError(
+        f"its weights alone would take {gigabytes(need)} GB ({sizes}){f' in {dtype}' if estimate else ''}"
+        f"{also}, {limit}; check those fields (or set ${MEMORY_LIMIT_ENV})"
+    )
 
 
 def check_folder(folder):

@@ -8,7 +8,9 @@ and that reading passed down to whatever opens the folder.
 models.load, dl.load (training/opened.py), the CLI, the dashboard, Hub ids (models/io/hub.py checks the
 config before any weight is fetched) and HookedDeltaLM.from_pretrained all go through
 `read_model_folder`: config.json is parsed once, the typed fields of an fla-format family are checked
-once, and the memory bound (models/io/footprint.py, a pure function of the config) is checked once.
+once, and the memory bound (models/io/footprint.py: from the safetensors headers, else the config) is
+checked once, in the smallest precision deltalens loads (bf16); the reading keeps that estimate and the
+memory budget, and the load checks the precision it chose against them (models/io/load_dtype.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from deltalens.core.errors import DeltalensError
+from deltalens.models.io import footprint
 from deltalens.models.io.deltalens_section import (
     SECTION,
     explained_build_errors,
@@ -26,7 +29,7 @@ from deltalens.models.io.deltalens_section import (
     interpret_config,
     meta_of,
 )
-from deltalens.models.io.footprint import check_fits
+from deltalens.models.io.footprint import BEYOND_FILE, SMALLEST, WeightsEstimate, check_fits, estimate_weights
 from deltalens.models.io.hf_folder import CONFIG_NAME, WEIGHTS_NAME, checked_dir, read_json_object
 from deltalens.models.registry import family, family_of_model_type
 
@@ -44,6 +47,8 @@ class ModelFolder:
                   fla fields, the ones fla itself would load; else `recorded`
     section       the "deltalens" section ({} for a folder fla wrote)
     config        the whole config.json
+    estimate      its weights counted before anything is built (footprint.estimate_weights), set by check()
+    budget        the memory budget they were checked against (footprint.memory_budget()), set by check()
     """
 
     path: Path
@@ -52,6 +57,8 @@ class ModelFolder:
     build_config: dict[str, Any]
     section: dict[str, Any]
     config: dict[str, Any]
+    estimate: WeightsEstimate | None = None
+    budget: tuple[int | None, str] | None = None
 
     @property
     def config_file(self) -> Path:
@@ -74,17 +81,22 @@ class ModelFolder:
         """The folder with entries of build_config replaced (n_ctx=4096, say), the memory bound checked again."""
         if not overrides:
             return self
-        changed = dataclasses.replace(self, build_config={**self.build_config, **overrides})
-        changed.check()
-        return changed
+        return dataclasses.replace(self, build_config={**self.build_config, **overrides}).checked()
 
-    def check(self) -> None:
-        """The typed fields of an fla-format family and the memory bound, one sentence naming the file."""
+    def checked(self) -> ModelFolder:
+        """The typed fields of an fla-format family and the memory bound, one sentence naming the file; the
+        reading with its weights estimate and the budget it was checked against."""
         with explained_build_errors(self.config_file, self.arch):
             settings = family(self.arch).settings
             if settings is not None:
                 settings(**self.build_config)  # every field's type and range, one sentence naming it
-            check_fits(self.arch, self.build_config)  # the bound from the config alone, before anything is built
+            estimate = estimate_weights(self.arch, self.build_config, self.weights_file)
+            budget = footprint.memory_budget()  # read once, kept for the load's own check
+            # before anything is built; the load checks the precision it picks (models/io/load_dtype.py). A
+            # config asking for more than its file holds cannot be loaded at all: checked as it would be built
+            dtype = "fp32" if estimate.source == BEYOND_FILE else SMALLEST
+            check_fits(self.arch, self.build_config, estimate=estimate, dtype=dtype, budget=budget)
+        return dataclasses.replace(self, estimate=estimate, budget=budget)
 
 
 def read_model_folder(path, hub_id: str | None = None) -> ModelFolder:
@@ -100,9 +112,7 @@ def read_model_folder(path, hub_id: str | None = None) -> ModelFolder:
         _check_hub_model_type(hub_id, config)
     arch, recorded, section, config = interpret_config(config_file, config)
     build_config = fla_build_config(config, arch) if family(arch).settings is not None else recorded
-    opened = ModelFolder(folder, arch, dict(recorded), dict(build_config), section, config)
-    opened.check()
-    return opened
+    return ModelFolder(folder, arch, dict(recorded), dict(build_config), section, config).checked()
 
 
 def _check_hub_model_type(hub_id: str, config: dict[str, Any]) -> None:

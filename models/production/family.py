@@ -31,6 +31,12 @@ class ProductionFamily:
     text_config_key: str = "text_config"  # where a multimodal config keeps its text tower
     refused: dict[str, str] = field(default_factory=dict)  # config key -> why it is not supported
 
+    @property
+    def library_mixer(self) -> type:
+        """transformers' delta-rule layer class (the last base of our hooked subclass): a layer whose mixer is
+        one is a delta-rule layer, wherever the library keeps it (`linear_attn`, or `self_attn` in Kimi Linear)."""
+        return self.linear_mixer.__bases__[-1]
+
     def text_config(self, raw: dict[str, Any]) -> dict[str, Any]:
         """The text tower's fields of a config.json (the whole dict when it has no tower)."""
         inner = raw.get(self.text_config_key)

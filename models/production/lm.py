@@ -6,7 +6,7 @@
     model.hf_generate(tokens, max_new_tokens=8)     # transformers' generate, through our layers
 
 transformers builds, loads and runs the model; we change two things in place: each delta-rule layer
-becomes its family's hooked subclass (models/production/hooked_gdn.py: the recurrence is ours), and
+becomes its family's hooked subclass (models/production/hooked_gdn.py, hooked_kda.py: the recurrence is ours), and
 each softmax-attention layer calls a hooked eager attention (models/production/attention.py). The
 residual stream is shown by PyTorch hooks on the library's modules, through HookPoints named as on
 our own models:
@@ -96,8 +96,9 @@ class HookedProductionLM(LensModel, HookedRootModule):
         neg = family.neg_eigval(config)
         attention = []
         for layer in self.model.layers:
-            if hasattr(layer, "linear_attn"):
-                family.linear_mixer.adopt(layer.linear_attn, allow_neg_eigval=neg)
+            mixer = self._delta_mixer(layer)
+            if mixer is not None:
+                family.linear_mixer.adopt(mixer, allow_neg_eigval=neg)
             else:
                 attention.append(layer.self_attn)
             self._hook_layer(layer)
@@ -108,6 +109,11 @@ class HookedProductionLM(LensModel, HookedRootModule):
         self.model.norm.hook_normalized = HookPoint()
         self.model.norm.register_forward_hook(lambda m, i, out: m.hook_normalized(out))
         self.setup()
+
+    def _delta_mixer(self, layer: nn.Module) -> Optional[nn.Module]:
+        """The decoder layer's delta-rule mixer, or None where it is softmax attention."""
+        mixer = getattr(layer, "linear_attn", None) or layer.self_attn
+        return mixer if isinstance(mixer, self.family.library_mixer) else None
 
     @staticmethod
     def _hook_layer(layer: nn.Module) -> None:
@@ -177,15 +183,15 @@ class HookedProductionLM(LensModel, HookedRootModule):
 
     @property
     def delta_layers(self) -> list[int]:
-        return [i for i, layer in enumerate(self.model.layers) if hasattr(layer, "linear_attn")]
+        return [i for i, layer in enumerate(self.model.layers) if self._delta_mixer(layer) is not None]
 
     @property
     def attention_layers(self) -> list[int]:
-        return [i for i, layer in enumerate(self.model.layers) if not hasattr(layer, "linear_attn")]
+        return [i for i, layer in enumerate(self.model.layers) if self._delta_mixer(layer) is None]
 
     def _mixers(self, layer: Optional[int]) -> list[nn.Module]:
         if layer is None:
-            return [self.model.layers[i].linear_attn for i in self.delta_layers]
+            return [m for m in map(self._delta_mixer, self.model.layers) if m is not None]
         if not -self.n_layers <= layer < self.n_layers:
             raise IndexError(f"layer {layer} is out of range for a model with {self.n_layers} layers.")
         if layer % self.n_layers not in self.delta_layers:
@@ -193,7 +199,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
                 f"layer {layer} of this {self.family.display} model is softmax attention (no beta, state or "
                 f"recurrence); pick a delta-rule layer, one of {self.delta_layers}."
             )
-        return [self.model.layers[layer].linear_attn]
+        return [m for m in [self._delta_mixer(self.model.layers[layer])] if m is not None]
 
     # the interventions of our own delta-rule models, on these mixers
     set_beta_range = HookedDeltaLM.set_beta_range

@@ -65,6 +65,6 @@ def build_model(config) -> HookedOlmoHybrid:
     return HookedOlmoHybrid.from_config(config)
 
 
-def load_model(folder, config) -> HookedOlmoHybrid:
-    """transformers' own loader on `folder` (its tensor names and conversions), then hooked."""
-    return HookedOlmoHybrid.from_folder(folder, config)
+def load_model(folder, config, dtype=None) -> HookedOlmoHybrid:
+    """transformers' own loader on `folder` (its tensor names and conversions) in `dtype` (None: fp32), then hooked."""
+    return HookedOlmoHybrid.from_folder(folder, config, dtype)

@@ -68,6 +68,6 @@ def build_model(config) -> HookedQwen3_5:
     return HookedQwen3_5.from_config(config)
 
 
-def load_model(folder, config) -> HookedQwen3_5:
-    """transformers' own loader on `folder` (its tensor names and conversions), then hooked."""
-    return HookedQwen3_5.from_folder(folder, config)
+def load_model(folder, config, dtype=None) -> HookedQwen3_5:
+    """transformers' own loader on `folder` (its tensor names and conversions) in `dtype` (None: fp32), then hooked."""
+    return HookedQwen3_5.from_folder(folder, config, dtype)

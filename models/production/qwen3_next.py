@@ -71,6 +71,6 @@ def build_model(config) -> HookedQwen3Next:
     return HookedQwen3Next.from_config(config)
 
 
-def load_model(folder, config) -> HookedQwen3Next:
-    """transformers' own loader on `folder` (its tensor names and conversions), then hooked."""
-    return HookedQwen3Next.from_folder(folder, config)
+def load_model(folder, config, dtype=None) -> HookedQwen3Next:
+    """transformers' own loader on `folder` (its tensor names and conversions) in `dtype` (None: fp32), then hooked."""
+    return HookedQwen3Next.from_folder(folder, config, dtype)

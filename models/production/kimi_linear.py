@@ -1,0 +1,125 @@
+"""Kimi Linear (transformers `kimi_linear`): Kimi Delta Attention (KDA: the gated delta rule with a decay
+per key channel) between multi-head latent attention (MLA, no positional encoding) layers, dense and
+mixture-of-experts MLPs (a sigmoid top-k router, experts and shared experts), beta in [0, 1]. The released
+model is moonshotai/Kimi-Linear-48B-A3B-Instruct.
+
+Its KDA layer has separate q, k, v projections (concatenated for one short conv), a low-rank forget gate
+(f_a_proj, f_b_proj, A_log, dt_bias: one log-decay per key channel), beta = sigmoid(b_proj(x)) and a
+low-rank output gate (g_a_proj, g_b_proj) into the sigmoid-gated RMSNorm. Both layer kinds sit under
+`self_attn`; the hooked recurrence is models/production/hooked_kda.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformer_lens.hook_points import HookPoint
+from transformers.models.kimi_linear import modeling_kimi_linear as modeling
+from transformers.models.kimi_linear.configuration_kimi_linear import KimiLinearConfig
+
+from deltalens.core.errors import DeltalensError
+from deltalens.models.production.family import ProductionFamily, check_config
+from deltalens.models.production.hooked_kda import HookedKimiDeltaAttention
+from deltalens.models.production.lm import HookedProductionLM
+
+__all__ = ["FAMILY", "HookedKimiLinear", "HookedKimiLinearDeltaAttention", "build_model", "load_model", "make_config"]
+
+
+class HookedKimiLinearDeltaAttention(HookedKimiDeltaAttention, modeling.KimiLinearDeltaAttention):
+    conv_forward = staticmethod(modeling.causal_conv1d_forward)
+    mask_padding = staticmethod(modeling.apply_mask_to_padding_states)
+
+    def _mixed_qkv(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+
+    def _beta_logit(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b_proj(x)
+
+    def _raw_log_decay(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forget_gate(x)  # transformers' own: -exp(A_log) * softplus(f_b(f_a(x)) + dt_bias)
+
+    def _read_out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        B, T = x.shape[:2]
+        gate = self.g_b_proj(self.g_a_proj(x)).view(B, T, -1, self.head_v_dim)
+        return self.o_proj(self.o_norm(o, gate).reshape(B, T, -1))
+
+
+# config.json fields (the checkpoint's own, which transformers' config does not read) whose other values
+# transformers' model would silently not honour: field -> (the value it implements, why)
+_IMPLEMENTED: dict[str, tuple[Any, str]] = {
+    "mla_use_nope": (True, "transformers' MLA applies no rotary embedding"),
+    "moe_router_activation_func": ("sigmoid", "transformers' router scores with a sigmoid"),
+    "moe_layer_freq": (1, "transformers places MoE on every layer after first_k_dense_replace"),
+}
+
+
+def _check_kimi(raw: dict[str, Any], where: str = "config.json") -> None:
+    """check_config, then the fields transformers' KimiLinear reads no other value of, refused by name."""
+    check_config(FAMILY, raw, where)
+    for key, (value, why) in _IMPLEMENTED.items():
+        if raw.get(key, value) != value:
+            raise DeltalensError(f"{where} sets {key}={raw[key]!r}, which deltalens does not open: {why}")
+    linear = raw.get("linear_attn_config") or {}
+    if linear.get("allow_neg_eigval"):
+        raise DeltalensError(
+            f"{where} sets linear_attn_config.allow_neg_eigval, which deltalens does not open: transformers' "
+            "KDA keeps beta in [0, 1]"
+        )
+
+
+FAMILY = ProductionFamily(
+    arch="kimi_linear",
+    display="Kimi Linear",
+    model_types=("kimi_linear",),
+    lm_class=modeling.KimiLinearForCausalLM,
+    config_class=KimiLinearConfig,
+    linear_mixer=HookedKimiLinearDeltaAttention,
+    layer_types=("linear_attention", "full_attention"),
+)
+
+
+def _hook_router(router: torch.nn.Module) -> None:
+    """A MoE router's scores and chosen experts' weights through hook points, as (batch, pos, ...):
+    hook_router_logits (experts; what the choice reads, shown only) and hook_router_weights (top-k; what
+    the experts' outputs are multiplied by, so an edit there reaches the MLP's output)."""
+    router.hook_router_logits = HookPoint()
+    router.hook_router_weights = HookPoint()
+
+    def show(module, args, out):
+        logits, weights, index = out
+        lead = args[0].shape[:-1]
+        module.hook_router_logits(logits.reshape(*lead, -1))
+        return logits, module.hook_router_weights(weights.reshape(*lead, -1)).reshape(weights.shape), index
+
+    router.register_forward_hook(show)
+
+
+class HookedKimiLinear(HookedProductionLM):
+    """transformers' Kimi Linear causal LM with our hooks (models/production/lm.py), and router hooks on its
+    MoE layers: blocks.{l}.mlp.gate.hook_router_logits / hook_router_weights."""
+
+    family = FAMILY
+
+    def __init__(self, hf_model: torch.nn.Module, family: ProductionFamily) -> None:
+        super().__init__(hf_model, family)
+        for layer in self.model.layers:
+            if isinstance(layer.mlp, modeling.KimiLinearMoE):
+                _hook_router(layer.mlp.gate)
+        self.setup()  # the new hook points under our names
+
+
+def make_config(fields: dict):
+    """transformers' config from config.json's fields (what models.build takes), checked first."""
+    _check_kimi(fields)
+    return FAMILY.make_config(fields)
+
+
+def build_model(config) -> HookedKimiLinear:
+    """A freshly initialised model from transformers' config object (the registry's model factory)."""
+    return HookedKimiLinear.from_config(config)
+
+
+def load_model(folder, config, dtype=None) -> HookedKimiLinear:
+    """transformers' own loader on `folder` (its tensor names and conversions) in `dtype` (None: fp32), then hooked."""
+    return HookedKimiLinear.from_folder(folder, config, dtype)
