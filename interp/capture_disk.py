@@ -39,6 +39,7 @@ from safetensors.torch import load_file, save_file
 
 from deltalens.core.atomic import replace_dir
 from deltalens.core.errors import DeltalensError
+from deltalens.interp.capture_result import Capture
 
 __all__ = ["INDEX_NAME", "CaptureWriter", "open_capture", "LazyActs"]
 
@@ -182,8 +183,6 @@ def open_capture(folder):
     >>> dl.open_capture(folder).n_traces
     8
     """
-    from deltalens.interp.capture import Capture  # capture.py imports this module
-
     folder = Path(folder)
     index_path = folder / INDEX_NAME
     if not index_path.is_file():

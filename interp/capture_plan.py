@@ -13,7 +13,7 @@ models), multiplies by the rows the filters select, and then
   streams over slices of the batch and keeps only the selected rows of each.
 
 The limit: `max_bytes`, else $DELTALENS_MAX_CAPTURE_GB, else half the memory this process may still
-allocate (models/io/footprint.available_memory).
+allocate (core/memory.available_memory).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import torch
 from transformer_lens import HookedRootModule
 
 from deltalens.core.errors import DeltalensError
-from deltalens.models.io.footprint import available_memory, gigabytes_from_env
+from deltalens.core.memory import available_memory
+from deltalens.models.io.footprint import gigabytes_from_env
 
 __all__ = ["CAPTURE_LIMIT_ENV", "CapturePlan", "capture_limit", "plan_capture", "row_bytes", "query_axis_names"]
 

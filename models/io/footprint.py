@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from deltalens.core.errors import DeltalensError
+from deltalens.core.memory import available_memory  # noqa: F401 (re-exported)
 
 BYTES_PER_WEIGHT = 4  # models are built in fp32
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}  # the precisions deltalens loads weights in (models/ops/precision.py)
@@ -131,25 +132,6 @@ def estimate_weights(arch: str, config: dict[str, Any], weights_file: Path | Non
     return WeightsEstimate(from_config, 0, BEYOND_FILE if stored else "config")
 
 
-def available_memory() -> int | None:
-    """Bytes this process may still allocate: the smaller of MemAvailable and the cgroup's headroom
-    (None where neither can be read)."""
-    found = []
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                found.append(int(line.split()[1]) * 1024)
-    except (OSError, ValueError, IndexError):
-        pass
-    for limit, usage in (("memory.max", "memory.current"), ("memory.limit_in_bytes", "memory.usage_in_bytes")):
-        for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/memory"):
-            try:
-                found.append(int(Path(root, limit).read_text()) - int(Path(root, usage).read_text()))
-            except (OSError, ValueError):  # "max" (no limit) or no such file
-                continue
-    return min(found) if found else None
-
-
 def gigabytes_from_env(variable: str) -> int | None:
     """Bytes an environment variable states in GB (None when it is unset or empty)."""
     stated = os.environ.get(variable)
@@ -205,16 +187,3 @@ def check_fits(
         f"its weights alone would take {gigabytes(need)} GB ({sizes}){f' in {dtype}' if estimate else ''}"
         f"{also}, {limit}; check those fields (or set ${MEMORY_LIMIT_ENV})"
     )
-
-
-def check_folder(folder):
-    """Check a model folder's config.json before torch or any module is loaded: the typed config
-    fields of an fla-format family and the memory bound. Returns the folder's reading
-    (models/io/model_folder.py), to be passed down; None where there is no config.json (problems the
-    full loader explains better, a missing file say, are left to it)."""
-    from deltalens.models.io.hf_folder import CONFIG_NAME
-    from deltalens.models.io.model_folder import read_model_folder  # which reads this module's bound
-
-    if not (Path(folder) / CONFIG_NAME).is_file():
-        return None
-    return read_model_folder(folder)

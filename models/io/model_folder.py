@@ -124,3 +124,13 @@ def _check_hub_model_type(hub_id: str, config: dict[str, Any]) -> None:
             f"{hub_id} is a {config.get('model_type')!r} model; deltalens opens the delta-rule family of fla "
             f"(model_type {', '.join(map(repr, claimed))}) and its own checkpoints"
         )
+
+
+def check_folder(folder):
+    """Check a model folder's config.json before torch or any module is loaded: the typed config
+    fields of an fla-format family and the memory bound. Returns the folder's reading
+    (models/io/model_folder.py), to be passed down; None where there is no config.json (problems the
+    full loader explains better, a missing file say, are left to it)."""
+    if not (Path(folder) / CONFIG_NAME).is_file():
+        return None
+    return read_model_folder(folder)

@@ -192,7 +192,7 @@ def auto_dtype(model) -> Optional[torch.dtype]:
         return torch.bfloat16
     parameter = next(model.parameters())
     if parameter.dtype != torch.float32:
-        from deltalens.models.io.footprint import available_memory
+        from deltalens.core.memory import available_memory
 
         free = available_memory()
         growth = _n_params(model) * (4 - parameter.element_size())

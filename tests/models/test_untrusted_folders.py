@@ -16,7 +16,8 @@ from safetensors.torch import load_file, save_file
 from deltalens import models
 from deltalens.core.errors import DeltalensError
 from deltalens.models.build import weight_bytes
-from deltalens.models.io.footprint import check_folder, weights_lower_bound
+from deltalens.models.io.footprint import weights_lower_bound
+from deltalens.models.io.model_folder import check_folder
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "checkpoints" / "s3-deltanet-neg-statement"
