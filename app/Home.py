@@ -22,6 +22,7 @@ from pathlib import Path  # noqa: E402
 import streamlit as st  # noqa: E402
 
 from deltalens.app.folder import sources_label  # noqa: E402
+from deltalens.app.preload import start_preload  # noqa: E402
 
 VIEWS = Path(__file__).resolve().parent / "views"
 PAGES = {  # file -> (title, what the page shows: drawn before its first import)
@@ -66,4 +67,7 @@ page = st.navigation(
 title, summary = next(entry for entry in PAGES.values() if entry[0] == page.title)
 st.title(title)
 st.caption(summary)
-page.run()
+try:
+    page.run()
+finally:  # after the page: its first render never waits on imports it does not need
+    start_preload()  # a no-op under `deltalens app` (app/serve.py started it with the server)

@@ -2,7 +2,8 @@
 that belong to one checkpoint, and one sentence on the page for any error (the server never goes down).
 
 Models are cached with st.cache_resource (one copy per checkpoint); measurements in memory and on
-disk (app/disk_cache.py); the computations themselves are the library's.
+disk (app/disk_cache.py); the computations themselves are the library's. Nothing here imports the
+interp or probes rooms (transformer_lens, scikit-learn): the Checkpoints page needs neither.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from deltalens.app.disk_cache import cached_sweep  # noqa: F401  (re-exported: the pages' one import)
 from deltalens.app.folder import ENV_DIR, PAPER_MODEL, checkpoint_dir, checkpoint_sources  # noqa: F401
 from deltalens.app.trace_view import state_text, trace_html  # noqa: F401
 from deltalens.core.errors import DeltalensError

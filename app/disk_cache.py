@@ -2,9 +2,11 @@
 second after the first time (on any later server too).
 
 Under $DELTALENS_CACHE (default ~/.cache/deltalens; delete it to recompute): sweeps/*.json (the
-head sweep) and measures/*.pkl (the Heads page's reports). A key hashes model.safetensors, what
-was asked (step, traces, seed) and, for the reports, the library's source (a changed probe
-recomputes). An unreadable file is computed again, never an error.
+head sweep) and measures/*.pkl (the pages' reports and figures). A key hashes model.safetensors,
+what was asked (step, traces, seed) and, for the reports, the library's source (a changed probe
+recomputes); what belongs to no checkpoint (the decay laws, the sweep's figures) is keyed by the
+source and what was asked alone. An unreadable file is computed again, never an error. Light to
+import (no torch): the Checkpoints page uses it.
 """
 
 from __future__ import annotations
@@ -18,15 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from deltalens.app.folder import cache_dir
-from deltalens.core.atomic import write_json_atomic
-from deltalens.interp.head_sweep import SweepResult, sweep
-from deltalens.interp.interventions import rescale_beta
 
 LIBRARY = Path(__file__).resolve().parents[1]
-COMPUTING_ROOMS = ("tasks", "models", "training", "interp", "probes")  # the code a measurement depends on
+COMPUTING_ROOMS = ("tasks", "models", "training", "sweeps", "interp", "probes", "reports")  # what results depend on
 
 
 def sweep_dir() -> Path:
@@ -55,15 +52,32 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:12]
 
 
-def cached_result(step: str, folder: Path, params: str, compute: Callable[[], Any]) -> Any:
-    """compute(), kept in measures/<checkpoint>-<step>-<key>.pkl (written atomically)."""
-    key = hashlib.sha1(f"{weights_hash(folder)}/{code_fingerprint()}/{step}/{params}".encode()).hexdigest()[:16]
-    file = cache_dir() / "measures" / f"{Path(folder).name}-{step}-{key}.pkl"
+MISSING = object()  # what read_result returns for a result not on disk (None is a result)
+
+
+def _result_file(step: str, folder: Path | None, params: str) -> Path:
+    weights = weights_hash(folder) if folder is not None else "no-checkpoint"
+    key = hashlib.sha1(f"{weights}/{code_fingerprint()}/{step}/{params}".encode()).hexdigest()[:16]
+    owner = Path(folder).name if folder is not None else "shared"
+    return cache_dir() / "measures" / f"{owner}-{step}-{key}.pkl"
+
+
+def read_result(step: str, folder: Path | None, params: str) -> Any:
+    """What cached_result keeps for this question, or MISSING (a page shows it, or offers a button)."""
     try:
-        with open(file, "rb") as handle:
+        with open(_result_file(step, folder, params), "rb") as handle:
             return pickle.load(handle)
-    except Exception:  # not cached yet, or unreadable (another library version): compute it again
-        pass
+    except Exception:  # not cached yet, or unreadable (another library version): computed again
+        return MISSING
+
+
+def cached_result(step: str, folder: Path | None, params: str, compute: Callable[[], Any]) -> Any:
+    """compute(), kept in measures/<checkpoint>-<step>-<key>.pkl (written atomically); folder None: a
+    result of no checkpoint (measures/shared-<step>-<key>.pkl)."""
+    found = read_result(step, folder, params)
+    if found is not MISSING:
+        return found
+    file = _result_file(step, folder, params)
     value = compute()
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
@@ -87,10 +101,16 @@ def _sweep_file(checkpoint, n_traces: int, intervention: str) -> Path:
 
 def cached_sweep(
     checkpoint, n_traces: int, intervention: str = "beta-range", on_head: Callable[[int, int], None] | None = None
-) -> SweepResult:
-    """The beta-range head sweep, computed once per checkpoint (weights) and kept as JSON.
+):
+    """The beta-range head sweep (a SweepResult), computed once per checkpoint (weights) and kept as JSON.
 
     on_head(layer, head): called before each head is run (a progress bar)."""
+    import pandas as pd
+
+    from deltalens.core.atomic import write_json_atomic
+    from deltalens.interp.head_sweep import SweepResult, sweep
+    from deltalens.interp.interventions import rescale_beta
+
     file = _sweep_file(checkpoint, n_traces, intervention)
     try:
         data = json.loads(file.read_text())

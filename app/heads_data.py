@@ -4,7 +4,7 @@ them, each kept in memory and on disk (app/disk_cache.py), with a progress bar n
 A head change only slices what is already measured; a new checkpoint, trace count or seed measures
 the open section again: one capture of the held-out traces (only what its steps read: beta and k
 for the transitions, S_t and the residual stream for the subspace and probes), then that section's
-reports. Only that section: the probes, the slowest, wait for their own tab.
+reports. Only that section: the probes, the slowest, wait for their own tab and a click (then disk).
 """
 
 from __future__ import annotations
@@ -18,14 +18,10 @@ import streamlit as st
 import torch
 
 from deltalens.app.common import model_lock, opened
-from deltalens.app.disk_cache import cached_result
+from deltalens.app.disk_cache import MISSING, cached_result, read_result
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import capture
 from deltalens.models.architecture import is_delta_rule
-from deltalens.probes.eigenvalues import eigenvalue_report
-from deltalens.probes.linear_probes import linear_probes
-from deltalens.probes.products import product_report
-from deltalens.probes.subspace import state_points, subspace_report
 from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
 from deltalens.tasks.traces import generate_trace
 from deltalens.training.opened import Checkpoint
@@ -59,6 +55,11 @@ def _remember(table: OrderedDict, key: tuple, value: Any, limit: int) -> Any:
 
 
 def _report(step: str, cap, seed: int):
+    from deltalens.probes.eigenvalues import eigenvalue_report
+    from deltalens.probes.linear_probes import linear_probes  # scikit-learn: imported when a probe is fitted
+    from deltalens.probes.products import product_report
+    from deltalens.probes.subspace import subspace_report
+
     if step == "eigenvalues":
         return eigenvalue_report(cap)
     if step in ("products", "products_readout"):
@@ -122,6 +123,19 @@ def measure(checkpoint: Checkpoint, n_traces: int, seed: int, steps: Sequence[st
     return out
 
 
+def is_measured(checkpoint: Checkpoint, n_traces: int, seed: int, step: str) -> bool:
+    """Whether measure() has this report in memory or on disk (then it takes no computing)."""
+    memory, key = _memory(), (str(checkpoint.path), n_traces, seed, step)
+    if key in memory["reports"]:
+        return True
+    value = read_result(step, checkpoint.path, f"{n_traces}/{seed}")
+    if value is MISSING:
+        return False
+    with memory["lock"]:
+        _remember(memory["reports"], key, value, MEMORY_ENTRIES)
+    return True
+
+
 def _held_capture(path: str, n_traces: int, seed: int, names: tuple[str, ...]):
     """A capture in memory of this batch holding at least `names`, else None."""
     for (p, n, s, held), cap in list(_memory()["captures"].items()):
@@ -160,6 +174,8 @@ def head_points(checkpoint: Checkpoint, n_traces: int, seed: int, layer: int, he
     """probes.subspace.state_points of one head (first two PCs of vec(S_t), coloured by a variable)."""
     memory, key = _memory(), (str(checkpoint.path), n_traces, seed, "points", layer, head, variable)
     if key not in memory["reports"]:
+        from deltalens.probes.subspace import state_points
+
         cap = held_out_capture(checkpoint, n_traces, seed, names=("state",))
         points = state_points(cap, layer, head, variable)
         with memory["lock"]:

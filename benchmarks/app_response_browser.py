@@ -30,7 +30,7 @@ import urllib.request
 from pathlib import Path
 
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import ElementClickInterceptedException, StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -51,6 +51,7 @@ ACTIONS = {
         ("checkpoint switch", "stSelectbox", "checkpoint", PRODUCT),
         ("head (after the switch)", "stSelectbox", "head", "layer 1, head 2"),
         ("open the linear-probes tab", "tab", "linear probes", None),
+        ("fit the probes (button)", "stButton", "fit the linear probes", None),
     ],
     "interventions": [
         ("heads", "stMultiSelect", "heads", "L1 H0"),
@@ -60,6 +61,7 @@ ACTIONS = {
         ("head", "stSelectbox", "head", "L1H0"),
         ("patched site", "stRadio", "patched site", "beta"),
         ("traces to cluster", "stSelectbox", "traces to cluster", "128"),
+        ("extract the automaton (button)", "stButton", "extract the automaton", None),
         ("checkpoint switch", "stSelectbox", "checkpoint", "s5-deltanet-neg-statement"),
     ],
     "beliefs": [("seed", "stNumberInput", "seed", "4")],
@@ -198,6 +200,14 @@ def act(driver, kind: str, label: str, value: str | None) -> float:
         started = time.perf_counter()
         tab.click()
         return started
+    if kind == "stButton":  # a button whose text starts with the label (issue 44: long steps wait for one)
+        buttons = [b for b in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stButton"] button')]
+        buttons = [b for b in buttons if b.text.strip().startswith(label)]
+        if not buttons:
+            raise LookupError(f"no button {label!r}")
+        started = time.perf_counter()
+        buttons[0].click()
+        return started
     if kind == "stRadio":
         box = find(driver, kind, label)
         choices = [o for o in box.find_elements(By.CSS_SELECTOR, "label") if o.text.strip() == value]
@@ -214,7 +224,12 @@ def act(driver, kind: str, label: str, value: str | None) -> float:
         started = time.perf_counter()
         field.send_keys(Keys.ENTER)
         return started
-    field.click()
+    try:
+        field.click()
+    except ElementClickInterceptedException:  # a list or the header over it: bring it to the middle, then click
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", field)
+        time.sleep(0.3)
+        field.click()
     if kind == "stSelectbox":
         field.send_keys(Keys.CONTROL, "a")
     field.send_keys(value)

@@ -39,11 +39,12 @@ def register(subparsers) -> None:
 
 def command(args) -> list[str]:
     # Always headless for Streamlit itself: otherwise its first run on a machine stops to ask for an
-    # e-mail address on stdin. The browser is opened by `run` instead (unless --headless).
+    # e-mail address on stdin. The browser is opened by `run` instead (unless --headless). Streamlit's
+    # command line through app/serve.py, which starts the pages' imports with the server.
     return [
         sys.executable,
         "-m",
-        "streamlit",
+        "deltalens.app.serve",
         "run",
         str(HOME),
         "--server.address",

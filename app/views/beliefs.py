@@ -10,14 +10,16 @@ import streamlit as st
 
 from deltalens.app import figures
 from deltalens.app.common import attempt, checkpoint_sources, checkpoint_table, folder_of, locked, opened
+from deltalens.app.disk_cache import cached_result
 from deltalens.tasks.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
 from deltalens.tasks.probabilistic import generate_prob_trace
 from deltalens.training.belief_kl import transcript_beliefs
 
 
-@st.cache_resource(show_spinner="computing the decay laws ...")
+@st.cache_resource(show_spinner="computing the decay laws (once, then kept on disk) ...")
 def decays():
-    return halving_decay(), marginal_decay()
+    """The exact decay laws: no checkpoint's, so kept on disk by the library's source alone."""
+    return cached_result("belief-decays", None, "halving/marginal", lambda: (halving_decay(), marginal_decay()))
 
 
 def short_names(names: list[str]) -> dict[str, str]:

@@ -4,8 +4,9 @@ patching, on clean traces and their value-relabelled twins), and the automaton a
 
 Every measurement is the library's (interp/effective_attention.py, interp/circuit.py,
 probes/automaton.py), kept on disk keyed by the checkpoint's weights (app/disk_cache.py), computed
-under the checkpoint's model lock with a progress bar that names the step. A section that does not
-apply to the checkpoint (no delta rule, no heads, random actions) says so.
+under the checkpoint's model lock with a progress bar that names the step. An automaton larger than
+S3's on 64 traces (seconds to a minute of k-means) waits for a button unless it is on disk already.
+A section that does not apply to the checkpoint (no delta rule, no heads, random actions) says so.
 """
 
 from collections.abc import Callable
@@ -15,13 +16,16 @@ import streamlit as st
 
 from deltalens.app import figures
 from deltalens.app.common import Controls, attempt, describe, model_lock, pick_checkpoint
-from deltalens.app.disk_cache import cached_result
+from deltalens.app.disk_cache import MISSING, cached_result, read_result
 from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import article_of, is_delta_rule
 
 PAGE = "circuit"
 PAIRS = [4, 8, 16]
 AUTOMATON_TRACES = [32, 64, 128, 256]
+# states clustered at once, as group elements x traces, drawn without a click: S3 on 64 traces is about a
+# second on 2 cores; S5 on 64 (120 x 64) took 11-14 s of k-means, so larger ones wait for the button
+AUTOMATON_AT_ONCE = 6 * 64
 
 
 class Bar:
@@ -131,6 +135,25 @@ def automaton_of(checkpoint, n_traces: int, seed: int, layer: int, head: int):
 
     what = f"the automaton of L{layer}H{head}"
     return measured(checkpoint, "automaton", f"{n_traces}/{seed}/{layer}/{head}", what, compute)
+
+
+def automaton_section(checkpoint, controls: Controls, seed: int, layer: int, head: int):
+    """The automaton of the head: computed at once when cheap or already on disk, else on a click."""
+    from deltalens.tasks.groups import get_group
+
+    n_traces = controls.widget(
+        st.selectbox, "traces", "traces to cluster (an S5 head needs 256)", AUTOMATON_TRACES, default=64
+    )
+    order = get_group(checkpoint.spec.group).order if checkpoint.spec is not None else 0
+    kept = read_result("circuit-automaton", checkpoint.path, f"{n_traces}/{seed}/{layer}/{head}") is not MISSING
+    if order * n_traces > AUTOMATON_AT_ONCE and not kept:
+        st.caption(
+            f"Clustering L{layer}H{head}'s states on {n_traces} traces of {checkpoint.spec.group} ({order} elements) "
+            "takes from several seconds to a minute of k-means; the result is then kept on disk."
+        )
+        if not st.button(f"extract the automaton of L{layer}H{head}", key=controls.key("automaton"), type="primary"):
+            return None
+    return automaton_of(checkpoint, n_traces, seed, layer, head)
 
 
 def reading_figure(texts, A, row: int, layer: int, head: int) -> go.Figure:
@@ -286,10 +309,7 @@ def main() -> None:
     if not delta:
         st.info(f"{article} has no matrix state S_t to cluster; the automaton applies to the delta-rule family.")
         return
-    n_traces = controls.widget(
-        st.selectbox, "traces", "traces to cluster (an S5 head needs 256)", AUTOMATON_TRACES, default=64
-    )
-    automaton = automaton_of(checkpoint, n_traces, seed, layer, head)
+    automaton = automaton_section(checkpoint, controls, seed, layer, head)
     if automaton is not None and not automaton.tracks():
         st.info(automaton.verdict())  # a one-state graph with a legend of actions says nothing
     elif automaton is not None:

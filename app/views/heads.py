@@ -10,7 +10,7 @@ from streamlit.errors import StreamlitAPIException
 
 from deltalens.app import figures
 from deltalens.app.common import Controls, attempt, describe, pick_checkpoint
-from deltalens.app.heads_data import head_points, measure, one_trace_beta
+from deltalens.app.heads_data import head_points, is_measured, measure, one_trace_beta
 from deltalens.app.product_text import picked_sentence, span_sentence, span_table
 from deltalens.models.architecture import article_of, is_delta_rule
 from deltalens.probes.eigenvalues import (
@@ -19,7 +19,6 @@ from deltalens.probes.eigenvalues import (
     eigenvalue_histogram,
     product_eigenvalue_figure,
 )
-from deltalens.probes.linear_probes import probe_accuracy_figure
 from deltalens.probes.products import product_decoding_figure
 from deltalens.probes.subspace import singular_value_figure, state_scatter_figure
 from deltalens.tasks.groups import VARIABLE_NAMES
@@ -185,7 +184,18 @@ def subspace_head_views(checkpoint, controls: Controls, n_traces: int, seed: int
     )
 
 
-def probes_tab(checkpoint, n_traces: int, seed: int, step: str = "probes") -> None:
+def probes_tab(checkpoint, controls: Controls, n_traces: int, seed: int, step: str = "probes") -> None:
+    """The probes, fitted on a click the first time (one logistic regression per head, layer and variable:
+    10-20 s on 2 busy cores), then kept on disk: later visits show them at once."""
+    if step == "probes" and not is_measured(checkpoint, n_traces, seed, step):
+        st.caption(
+            f"A linear probe per head, layer and variable on {n_traces} held-out traces: about 4 s of CPU "
+            "(8-15 s on 2 busy cores) the first time, then kept on disk, keyed by the weights."
+        )
+        if not st.button("fit the linear probes", key=controls.key("fit-probes"), type="primary"):
+            return
+    from deltalens.probes.linear_probes import probe_accuracy_figure  # scikit-learn: only once probes are shown
+
     probes = measure(checkpoint, n_traces, seed, [step])[step]
     figures.show(probe_accuracy_figure(probes), title_width=110)
     st.dataframe(probes.summary().round(3), hide_index=True, width="stretch")
@@ -203,7 +213,7 @@ def residual_probes_only(checkpoint, controls: Controls) -> None:
     n_traces = controls.widget(cols[0].select_slider, "n", "held-out traces", TRACES, default=64, valid=TRACES.count)
     seed = controls.widget(cols[1].number_input, "seed", "seed", default=0, min_value=0, max_value=10**6, step=1)
     controls.show_notes()
-    probes_tab(checkpoint, int(n_traces), int(seed), "resid_probes")
+    probes_tab(checkpoint, controls, int(n_traces), int(seed), "resid_probes")
 
 
 def delta_rule_page(checkpoint, controls: Controls) -> None:
@@ -248,7 +258,7 @@ def delta_rule_page(checkpoint, controls: Controls) -> None:
             subspace_tab(checkpoint, controls, eig, int(n_traces), seed)
     with tabs[3]:
         if tabs[3].open:
-            probes_tab(checkpoint, int(n_traces), seed)
+            probes_tab(checkpoint, controls, int(n_traces), seed)
 
 
 checkpoint = pick_checkpoint("heads-ckpt")

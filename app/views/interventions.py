@@ -12,7 +12,6 @@ from deltalens.app import figures
 from deltalens.app.common import (
     Controls,
     attempt,
-    cached_sweep,
     describe,
     locked,
     model_lock,
@@ -20,7 +19,7 @@ from deltalens.app.common import (
     pick_checkpoint,
     trace_html,
 )
-from deltalens.app.disk_cache import is_cached_sweep, sweep_dir
+from deltalens.app.disk_cache import cached_sweep, is_cached_sweep, sweep_dir
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.donor import follows_donor
 from deltalens.interp.head_sweep import sweep_figure
