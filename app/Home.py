@@ -1,6 +1,6 @@
 """The deltalens dashboard: `deltalens app` or `streamlit run app/Home.py`.
 
-Pages (app/views/): Checkpoints, Trace explorer, Heads, Interventions, Circuit, Beliefs. The
+Pages (app/views/): Checkpoints, Trace explorer, Heads, Interventions, Circuit, Census, Beliefs. The
 checkpoints are $DELTALENS_APP_CHECKPOINTS's, one source a line (set by `deltalens app --checkpoints
 DIR_OR_ID ...`: folders of checkpoints, model folders, Hugging Face Hub ids), else the shipped checkpoints/.
 
@@ -50,6 +50,12 @@ PAGES = {  # file -> (title, what the page shows: drawn before its first import)
         "Circuit",
         "One head's exact effective attention at a reveal, each head's direct logit attribution, activation "
         "patching beside attribution patching, and the automaton the head's states form.",
+    ),
+    "census.py": (
+        "Census",
+        "On the shipped S3 and S5 DeltaNet [0, 2] checkpoints the transition census singles out L0H3, the "
+        "tracking head, with beta > 1 on its action tokens; per layer and head of any delta-rule model: the share "
+        "of beta > 1, of negative gates, the smallest transition eigenvalue and the effective rank of S_t.",
     ),
     "beliefs.py": (
         "Beliefs",

@@ -19,8 +19,8 @@ import streamlit as st
 from deltalens.app.folder import ENV_DIR, PAPER_MODEL, checkpoint_dir, checkpoint_sources  # noqa: F401
 from deltalens.app.trace_view import state_text, trace_html  # noqa: F401
 from deltalens.core.errors import DeltalensError
+from deltalens.loading.opened import Checkpoint, list_checkpoints, open_checkpoint
 from deltalens.models.architecture import article_of
-from deltalens.training.opened import Checkpoint, list_checkpoints, open_checkpoint
 
 
 def attempt(fn: Callable, *args: Any, **kwargs: Any):
@@ -77,8 +77,8 @@ def checkpoint_table(sources: tuple[str, ...] | str) -> pd.DataFrame:
 
 
 def _rows_of(source: str) -> pd.DataFrame:
+    from deltalens.loading.opened import checkpoint_row
     from deltalens.models.io.hub import hub_model_folder, split_hub_id
-    from deltalens.training.opened import checkpoint_row
 
     path = Path(source).expanduser()
     if path.is_dir() and not (path / "config.json").is_file():  # a folder of checkpoints

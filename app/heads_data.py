@@ -21,10 +21,10 @@ from deltalens.app.common import model_lock, opened
 from deltalens.app.disk_cache import MISSING, cached_result, read_result
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import capture
+from deltalens.loading.opened import Checkpoint
 from deltalens.models.architecture import is_delta_rule
 from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
 from deltalens.tasks.traces import generate_trace
-from deltalens.training.opened import Checkpoint
 
 STEPS = {  # what each step measures, as the progress bar names it
     "eigenvalues": "beta and the transition eigenvalues of every head",

@@ -36,8 +36,8 @@ if before:
         warnings.simplefilter("ignore")
         import fla  # noqa: F401  (what opening a DeltaNet checkpoint imported before)
 from deltalens.models.ops.native import native_kernels
-from deltalens.training.opened import open_checkpoint
-from deltalens.training.evaluate import evaluate_checkpoint
+from deltalens.loading.opened import open_checkpoint
+from deltalens.loading.evaluate_checkpoint import evaluate_checkpoint
 from deltalens.probes.summary import probe_summary
 from deltalens.core.display import set_progress
 set_progress(False)

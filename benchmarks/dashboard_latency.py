@@ -61,6 +61,13 @@ ACTIONS = {
         ("extract the automaton (button)", "button", f"circuit-automaton@{PAPER}", None),
         ("checkpoint switch", "selectbox", "circuit-ckpt", S5),
     ],
+    "census": [
+        ("statistic", "selectbox", f"census-statistic@{PAPER}", "effective_rank"),
+        ("traces", "selectbox", f"census-traces@{PAPER}", 256),
+        ("checkpoint switch", "selectbox", "census-ckpt", S5),
+        ("traces (over the button's bar)", "selectbox", f"census-traces@{S5}", 1024),
+        ("count the traces (button)", "button", f"census-run@{S5}", None),
+    ],
     "beliefs": [("seed", "number_input", "belief-seed", 4)],
 }
 

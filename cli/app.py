@@ -22,7 +22,8 @@ def register(subparsers) -> None:
         "app",
         help="start the Streamlit dashboard over the shipped checkpoints (or a folder of your own)",
         description="Start the deltalens dashboard (Streamlit): checkpoints, trace explorer, heads, interventions, "
-        "circuit and beliefs. It serves on 127.0.0.1 unless --host says otherwise; stop it with Ctrl-C.",
+        "circuit, census (per layer and head: beta > 1, eigenvalues, state rank) and beliefs. It serves on "
+        "127.0.0.1 unless --host says otherwise; stop it with Ctrl-C.",
     )
     parser.add_argument(
         "--checkpoints",

@@ -31,8 +31,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from deltalens.loading.opened import open_checkpoint
     from deltalens.probes.census import census, census_figure
-    from deltalens.training.opened import open_checkpoint
 
     checkpoint = open_checkpoint(getattr(args, "folder", None) or args.checkpoint, dtype=args.dtype)
     model = checkpoint.model

@@ -56,8 +56,8 @@ def run(args) -> int:
         get_action_set(
             get_group(args.group or task.get("group", "S3")), args.action_set or task.get("action_set", "swaps")
         )
-    from deltalens.training.evaluate import evaluate_checkpoint, evaluate_text_file
-    from deltalens.training.opened import open_checkpoint
+    from deltalens.loading.evaluate_checkpoint import evaluate_checkpoint, evaluate_text_file
+    from deltalens.loading.opened import open_checkpoint
 
     if not args.traces:
         opened = open_checkpoint(getattr(args, "folder", None) or args.checkpoint, load_model=False)

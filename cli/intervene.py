@@ -131,7 +131,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from deltalens.training.opened import open_checkpoint
+    from deltalens.loading.opened import open_checkpoint
 
     split = (args.transition_clip, args.transition_range, args.write_clip, args.write_scale)
     single = (

@@ -68,8 +68,8 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import torch  # the library loads here, not at module import: `deltalens --help` imports every command
 
+    from deltalens.loading.opened import open_checkpoint
     from deltalens.probes.summary import HEAD_COLUMNS, probe_summary
-    from deltalens.training.opened import open_checkpoint
 
     if args.n_traces < 2:
         raise DeltalensError("--n-traces must be at least 2 (probes hold out whole traces).")

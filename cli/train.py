@@ -43,8 +43,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from deltalens.loading.export import check_export_target, export_run
     from deltalens.training.config import dump_toml, load_config
-    from deltalens.training.export import check_export_target, export_run
     from deltalens.training.loop import train
 
     overrides = [*args.overrides, *([f"run.precision={args.precision}"] if args.precision else [])]

@@ -17,7 +17,7 @@ The names below load on first use: importing everything takes seconds (torch ~1.
 TransformerLens ~3 s, fla ~6 s on a 2-core CPU), and `import deltalens` should not.
 
 The rooms are top-level folders of the repository, mapped under this name by pyproject.toml,
-each importing only the rooms before it: deltalens.tasks, .models, .training, .interp, .probes,
+each importing only the rooms before it: deltalens.tasks, .models, .training, .loading, .sweeps, .interp, .probes,
 .reports, .cli, .app.
 """
 
@@ -64,6 +64,8 @@ if TYPE_CHECKING:
     from deltalens.interp.patching import PatchGrid, patch_grid_figure, patch_heads, path_patch
     from deltalens.interp.split_interventions import abs_eigenvalue, clip_transition, rescale_transition, scale_write
     from deltalens.interp.trace_pairs import relabel_values, reveal_metric, trace_pair
+    from deltalens.loading.evaluate_checkpoint import evaluate_checkpoint
+    from deltalens.loading.opened import Checkpoint, list_checkpoints, load, open_checkpoint
     from deltalens.models.architecture import ARCHITECTURES, FAMILY
     from deltalens.models.build import build
     from deltalens.models.lm.hook_names import ACT_NAMES, act_name
@@ -86,8 +88,7 @@ if TYPE_CHECKING:
     from deltalens.tasks.tokenizers import make_tokenizer
     from deltalens.tasks.traces import TraceSpec, generate_trace
     from deltalens.training.belief_kl import BeliefKL, belief_kl, kl_figure
-    from deltalens.training.evaluate import evaluate, evaluate_checkpoint
-    from deltalens.training.opened import Checkpoint, list_checkpoints, load, open_checkpoint
+    from deltalens.training.evaluate import evaluate
 
 
 def _public_names() -> dict[str, str]:

@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     from deltalens.core.errors import DeltalensError
     from deltalens.interp.capture import capture
     from deltalens.interp.head_sweep import sweep
+    from deltalens.loading.opened import open_checkpoint
     from deltalens.probes.eigenvalues import eigenvalue_report
     from deltalens.probes.subspace import subspace_report
-    from deltalens.training.opened import open_checkpoint
 
     try:
         checkpoint = open_checkpoint(args.checkpoint)

@@ -35,12 +35,12 @@ from deltalens.core.display import progress
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import capture
 from deltalens.interp.interventions import Intervention, check_factor, rescale_beta
+from deltalens.loading.opened import open_checkpoint
 from deltalens.models.architecture import n_heads_of, n_layers_of
 from deltalens.probes.cycle_accuracy import position_table, reveal_frame, single_action_table, stretch_table
 from deltalens.probes.product_reps import representation_report
 from deltalens.probes.products import product_report
 from deltalens.training.loop import LAST
-from deltalens.training.opened import open_checkpoint
 
 SHIPPED = (
     "checkpoints/s4-deltaproduct-n3-full",

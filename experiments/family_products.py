@@ -26,11 +26,11 @@ import torch
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress
 from deltalens.interp.capture import capture
+from deltalens.loading.opened import open_checkpoint
 from deltalens.probes.linear_probes import linear_probes
 from deltalens.probes.products import product_report
 from deltalens.sweeps.grid import config_hash, job_config, load_sweep, read_sweep
 from deltalens.training.loop import LAST
-from deltalens.training.opened import open_checkpoint
 
 
 def probe_run(path: Path, traces: int, state_traces: int) -> dict:

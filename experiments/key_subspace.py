@@ -73,9 +73,9 @@ def clip_tracking_head(model, batch) -> tuple[str | None, float]:
 
 def measure(path: Path, mechanism: Path, seed: int = 0) -> dict:
     from deltalens.interp.capture import capture
+    from deltalens.loading.opened import open_checkpoint
     from deltalens.probes.linear_probes import probe_positions
     from deltalens.probes.subspace import numerical_rank, subspace_report
-    from deltalens.training.opened import open_checkpoint
 
     checkpoint = open_checkpoint(path)
     model, spec = checkpoint.model, checkpoint.spec

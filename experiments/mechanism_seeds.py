@@ -155,9 +155,9 @@ def half_beta(model, layer, head):
 
 def measure(path: Path, label: str, n_traces: int, seed: int, compare: Path | None, test_traces: int = 512) -> dict:
     from deltalens.interp.head_sweep import sweep
+    from deltalens.loading.opened import open_checkpoint
     from deltalens.tasks.baselines import baseline_scores
     from deltalens.training.evaluate import evaluate
-    from deltalens.training.opened import open_checkpoint
     from experiments.report.baselines_section import MIN_WINDOW
 
     where = locate(path)

@@ -145,7 +145,7 @@ def add_sweeps(target: Path, decide, kinds=SPLIT_SWEEPS) -> dict:
     n_traces and seed), and its decision re-taken by `decide`; every other field is kept. Refused when
     the baseline differs from the recorded one (other weights or other traces)."""
     from deltalens.interp.head_sweep import sweep
-    from deltalens.training.opened import open_checkpoint
+    from deltalens.loading.opened import open_checkpoint
 
     if not target.is_file():
         raise SystemExit(f"{target} does not exist yet; measure the model first (without --add-sweeps).")

@@ -43,10 +43,10 @@ from pathlib import Path
 import numpy as np
 
 from deltalens.core.atomic import write_json_atomic
+from deltalens.loading.opened import open_checkpoint
 from deltalens.tasks.hidden_block import hidden_block_adversary, linear_block_mass
 from deltalens.tasks.prob_spec import ProbTraceSpec
 from deltalens.training.belief_kl import reveal_kl
-from deltalens.training.opened import open_checkpoint
 
 HORIZONS = (4, 8, 16, 32, 64, 128, 256)
 TURN, GAP = 0.1, 0.1

@@ -26,12 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from deltalens.core.atomic import write_json_atomic
+from deltalens.loading.opened import open_checkpoint
 from deltalens.probes.belief_probes import decoded_marginal_tv, fit_belief_probes, state_norms
 from deltalens.tasks.dataset import trace_seed
 from deltalens.tasks.probabilistic import generate_prob_trace
 from deltalens.training.belief_kl import reveal_kl
 from deltalens.training.hidden_block_eval import HORIZONS, adversary_traces, guess_kl, query_kl
-from deltalens.training.opened import open_checkpoint
 from experiments.report.hidden_block_section import hidden_block_lines
 
 CYCLES = [1, 10, 25, 50, 100, 150, 200, 300]

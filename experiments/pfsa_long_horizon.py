@@ -26,11 +26,11 @@ from pathlib import Path
 from deltalens import models
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress
+from deltalens.loading.opened import open_checkpoint
 from deltalens.models.lm.lens import attach_tokenizer
 from deltalens.training.config import load_config
 from deltalens.training.long_horizon import at_horizons, long_horizon_kl
 from deltalens.training.loop import LAST, TRAINER_STATE, train
-from deltalens.training.opened import open_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 HORIZONS = (50, 150, 300)

@@ -30,7 +30,7 @@ tapped (models/layers/hooked_recurrence.StateTap), so its kernel writes only the
 memory goes to disk: `capture(..., to=DIR)` writes each slice's rows to safetensors shards as it goes and
 returns `open_capture(DIR)`, read lazily (interp/capture_disk.py); the probes take it like any Capture.
 
-Batches of held-out traces for a checkpoint come from training/opened.py (`open_checkpoint(path)
+Batches of held-out traces for a checkpoint come from loading/opened.py (`open_checkpoint(path)
 .batch(n)`), or from any `tasks.dataset.make_batch`.
 """
 

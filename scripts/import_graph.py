@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = ("core", "tasks", "models", "training", "sweeps", "interp", "probes", "reports", "cli", "app")
+ROOMS = ("core", "tasks", "models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli", "app")
 TOP = {"cli", "app"}  # import every room below them; imported by nothing
 # models/ in tiers, lowest first; models/__init__.py is the room's face and may import any of them
 TIERS = ("architecture", "ops", "layers", "io", "lm", "build", "checkpoint")

@@ -56,6 +56,7 @@ import torch
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
+from deltalens.loading.evaluate_checkpoint import evaluate_checkpoint
 from deltalens.sweeps.lanes import run_in_lanes
 from deltalens.sweeps.sweep_cells import (
     PAPER_TITLE,
@@ -89,7 +90,6 @@ from deltalens.sweeps.sweep_results import (
     select_cells,
 )
 from deltalens.training.config import TrainConfig
-from deltalens.training.evaluate import evaluate_checkpoint
 from deltalens.training.loop import LAST, TRAINER_STATE, train
 
 __all__ = [  # the runner's names and, re-exported, those of the sweep modules it runs

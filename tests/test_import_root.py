@@ -8,7 +8,7 @@ import jedi  # a test dependency (pyproject's [test] extra): the static view of 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ROOMS = ("core", "tasks", "models", "training", "sweeps", "interp", "probes", "reports", "cli", "app")
+ROOMS = ("core", "tasks", "models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli", "app")
 
 
 @pytest.mark.parametrize("room", ROOMS)
@@ -39,7 +39,7 @@ def _goto(code: str, line: int, column: int):
 
 def test_jedi_resolves_the_notebook_api_to_its_definition():
     [definition] = _goto("import deltalens as dl\ndl.load\n", 2, 4)
-    assert definition.module_path.resolve() == (REPO / "training" / "opened.py").resolve()
+    assert definition.module_path.resolve() == (REPO / "loading" / "opened.py").resolve()
     assert definition.name == "load" and definition.type == "function"
 
 

@@ -51,7 +51,8 @@ def test_every_module_loads_once_under_the_deltalens_root():
     code = """
 import importlib, json, pkgutil, sys
 names = []
-for room in ("tasks", "models", "training", "sweeps", "interp", "probes", "reports", "cli"):  # app: run by streamlit
+# app: run by streamlit
+for room in ("tasks", "models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli"):
     package = importlib.import_module(f"deltalens.{room}")
     for info in pkgutil.walk_packages(package.__path__, f"deltalens.{room}."):
         importlib.import_module(info.name)
@@ -59,7 +60,7 @@ for room in ("tasks", "models", "training", "sweeps", "interp", "probes", "repor
 files = {}
 for name, module in list(sys.modules.items()):
     path = getattr(module, "__file__", None) or ""
-    rooms = ("tasks", "models", "training", "sweeps", "interp", "probes", "reports", "cli")
+    rooms = ("tasks", "models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli")
     if "/work/" in path or name.split(".")[0] in rooms:
         files.setdefault(path, []).append(name)
 print(json.dumps({"names": names, "files": files}))

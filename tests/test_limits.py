@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # under deltalens
-ROOMS = ("core", "tasks", "models", "training", "sweeps", "interp", "probes", "reports", "cli", "app")
+ROOMS = ("core", "tasks", "models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli", "app")
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 80
 

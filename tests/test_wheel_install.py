@@ -23,7 +23,7 @@ sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "")
 sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != Path({str(REPO)!r})]
 import deltalens
 from deltalens.core.errors import DeltalensError
-from deltalens.training.checkpoint_names import resolve_checkpoint
+from deltalens.loading.checkpoint_names import resolve_checkpoint
 print(deltalens.__file__)
 try:
     print(resolve_checkpoint({NAME!r}))
@@ -70,3 +70,34 @@ def test_a_wheel_says_how_to_get_the_shipped_checkpoints(installed):
 def test_a_wheel_finds_them_in_a_clone_named_by_the_environment(installed):
     _, answer = _lookup(installed, DELTALENS_CHECKPOINTS=str(REPO / "checkpoints"))
     assert Path(answer) == REPO / "checkpoints" / NAME
+
+
+REPRODUCE = """
+import sys
+from pathlib import Path
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
+sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != Path({repo!r})]
+from deltalens.cli.reproduce import report_writer
+from deltalens.core.errors import DeltalensError
+try:
+    report_writer()
+    print("found")
+except DeltalensError as err:
+    print("error:", err)
+"""
+
+
+def test_a_wheel_says_reproduce_runs_from_a_clone(installed):
+    """The report's code (experiments/) is not installed: `deltalens reproduce` says so in one sentence."""
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = REPRODUCE.format(repo=str(REPO))
+    done = subprocess.run([installed, "-c", code], cwd="/", env=environ, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = done.stdout.strip()
+    assert answer.startswith("error:") and "runs from a clone" in answer and answer.count(". ") == 0, answer
+
+
+def test_a_clone_finds_the_reports_code():
+    from deltalens.cli.reproduce import report_writer
+
+    assert report_writer().__module__ == "experiments.report.reproduce"

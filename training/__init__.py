@@ -5,8 +5,7 @@ data.py            the training stream: batch s is a pure function of (seed, s)
 loop.py            the training loop: AdamW, warmup + cosine, atomic resumable checkpoints
 evaluate.py        held-out reveal accuracy, by length and by position
 belief_kl.py       KL of a model's predictive to the exact belief (probabilistic traces)
-opened.py          open a checkpoint with its tokenizer and task (used by every room above)
-export.py          a finished run as a shipped checkpoint with its model card
 
-Sweeps of many trainings (the grid, its lanes, Slurm) are sweeps/'s.
+Sweeps of many trainings (the grid, its lanes, Slurm) are sweeps/'s; a saved model opened, evaluated
+or exported (dl.load, evaluate_checkpoint, export_run) is loading/'s.
 """

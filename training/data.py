@@ -72,7 +72,7 @@ class TrainingData:
         )
 
     def task_dict(self) -> dict[str, Any]:
-        """What a checkpoint records about its task (read back by training/opened.py)."""
+        """What a checkpoint records about its task (read back by loading/opened.py)."""
         return {"config": vars(self.task).copy(), "eval_spec": self.eval_spec().to_dict()}
 
     def max_actions(self, step: int, total_steps: int) -> int:

@@ -18,12 +18,12 @@ from deltalens.app.common import (
     shown,
 )
 from deltalens.app.disk_cache import cached_result
+from deltalens.loading.opened import SHIPPED, read_card
 from deltalens.models.registry import families
 from deltalens.reports.claims import evaluate_claims
 from deltalens.reports.figures import checkpoint_length_figure, length_figure, spacing_figure, training_curve_figure
 from deltalens.sweeps.grid import expected_cells, load_sweep, read_sweep
 from deltalens.training.loop import training_history
-from deltalens.training.opened import SHIPPED, read_card
 
 REPO = SHIPPED.parent
 RESULTS = REPO / "results" / "sweep"

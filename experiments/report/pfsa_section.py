@@ -2,7 +2,7 @@
 
 (a) and (b) need no model (tasks/belief_decay.py, seconds on a CPU). (c) reads what the
 probabilistic checkpoints recorded when they were exported (`metrics.belief_kl` in their
-config.json, written by training/export.py with training/belief_kl.py), so the report never
+config.json, written by loading/export.py with training/belief_kl.py), so the report never
 retrains or re-evaluates them.
 """
 
@@ -17,10 +17,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from deltalens import models
+from deltalens.loading.opened import open_checkpoint
 from deltalens.reports.numbers import mean_range
 from deltalens.tasks.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
 from deltalens.training.belief_kl import BeliefKL, adversarial_traces, kl_figure, random_traces, uniform_reveal_kl
-from deltalens.training.opened import open_checkpoint
 from experiments.report.hidden_block_section import hidden_block_figure, hidden_block_lines
 
 MAX_PARTIAL = 8  # columns of the KL table: partial reveals since the last full reveal

@@ -5,7 +5,7 @@ and that reading passed down to whatever opens the folder.
     folder.arch, folder.build_config, folder.meta                        # what models.load builds, the section
     models.load(folder)                                                  # no second read of config.json
 
-models.load, dl.load (training/opened.py), the CLI, the dashboard, Hub ids (models/io/hub.py checks the
+models.load, dl.load (loading/opened.py), the CLI, the dashboard, Hub ids (models/io/hub.py checks the
 config before any weight is fetched) and HookedDeltaLM.from_pretrained all go through
 `read_model_folder`: config.json is parsed once, the typed fields of an fla-format family are checked
 once, and the memory bound (models/io/footprint.py: from the safetensors headers, else the config) is

@@ -12,7 +12,7 @@
 HookedDeltaNet and HookedLSTM inherit `LensModel`; the Transformer is TransformerLens's own
 bridge, whose `run_with_cache` already returns an ActivationCache and whose string helpers expect
 a Hugging Face tokenizer, so `attach_tokenizer` binds ours onto that one instance. The tokenizer
-is the checkpoint's (training/opened.py attaches it when it loads a model).
+is the checkpoint's (loading/opened.py attaches it when it loads a model).
 """
 
 from __future__ import annotations

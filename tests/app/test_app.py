@@ -18,6 +18,7 @@ PAGES = [
     "views/trace_explorer.py",
     "views/heads.py",
     "views/interventions.py",
+    "views/census.py",
     "views/beliefs.py",
 ]
 

@@ -29,6 +29,7 @@ PAGES = {
     "trace_explorer": "Trace explorer",
     "heads": "Heads",
     "interventions": "Interventions",
+    "census": "Census",
     "beliefs": "Beliefs",
 }
 
@@ -125,7 +126,7 @@ def test_every_page_loads_in_a_real_browser(server, browser, shots, path):
     assert browser.find_element(By.CSS_SELECTOR, '[data-testid="stMain"] h1').text == PAGES[path]
     assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
     assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stAlertContentError"]')
-    if path in ("", "heads", "interventions", "beliefs"):  # their figures are drawn
+    if path in ("", "heads", "interventions", "census", "beliefs"):  # their figures are drawn
         assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
     browser.save_screenshot(str(shots / f"{path or 'checkpoints'}.png"))
 

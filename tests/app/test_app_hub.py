@@ -24,6 +24,7 @@ PAGES = [
     "views/heads.py",
     "views/interventions.py",
     "views/circuit.py",
+    "views/census.py",
     "views/beliefs.py",
 ]
 
@@ -77,6 +78,7 @@ def test_every_page_works_on_the_hub_model(sources, view):
         "views/circuit.py": "circuit-ckpt",
         "views/trace_explorer.py": "trace-ckpt",
         "views/interventions.py": "iv-ckpt",
+        "views/census.py": "census-ckpt",
     }
     if view in key:
         app.selectbox(key=key[view]).select(REPO).run()
@@ -90,6 +92,6 @@ def test_app_help_names_every_page_and_the_sources_it_takes(capsys):
     with pytest.raises(SystemExit):
         main(["app", "--help"])
     text = " ".join(capsys.readouterr().out.split()).lower()
-    for title in ("checkpoints", "trace explorer", "heads", "interventions", "circuit", "beliefs"):
+    for title in ("checkpoints", "trace explorer", "heads", "interventions", "circuit", "census", "beliefs"):
         assert title in text
     assert "hub id" in text and "model folder" in text

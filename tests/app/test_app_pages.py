@@ -11,7 +11,7 @@ import pytest
 from test_app import PAPER, key, page
 
 from deltalens.app import disk_cache, figures
-from deltalens.training.opened import open_checkpoint
+from deltalens.loading.opened import open_checkpoint
 
 PRODUCT = "s4-deltaproduct-n3-full"
 

@@ -10,7 +10,7 @@ import torch
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.donor import follows_donor
 from deltalens.interp.interventions import NO_INTERVENTION, patch_state
-from deltalens.training.opened import open_checkpoint
+from deltalens.loading.opened import open_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from test_app import PAPER, page
 
 from deltalens.app import disk_cache, preload
 from deltalens.cli import app as app_command
-from deltalens.training.opened import open_checkpoint
+from deltalens.loading.opened import open_checkpoint
 
 S5 = "s5-deltanet-neg-statement"
 

@@ -7,8 +7,8 @@ import pytest
 
 from deltalens import models
 from deltalens.training.belief_kl import belief_kl
-from deltalens.training.evaluate import evaluate_checkpoint
-from deltalens.training.opened import open_checkpoint
+from deltalens.loading.evaluate_checkpoint import evaluate_checkpoint
+from deltalens.loading.opened import open_checkpoint
 
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 SHIPPED = sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "model.safetensors").is_file())

@@ -304,7 +304,7 @@ def test_a_kill_between_the_two_renames_of_a_checkpoint_swap_resumes(tmp_path):
 
 def test_a_failure_during_export_leaves_the_old_checkpoint_whole(tmp_path, monkeypatch):
     import deltalens.models.io.hf_folder as checkpoint_module  # the one writer of checkpoint files
-    from deltalens.training.export import export_run
+    from deltalens.loading.export import export_run
     from deltalens.training.loop import train
 
     config = tiny_config(arch="lstm", steps=2)
@@ -326,8 +326,8 @@ def test_a_failure_during_export_leaves_the_old_checkpoint_whole(tmp_path, monke
 def test_reviewed_edge_cases(tmp_path, monkeypatch, capsys):
     """Windows line endings, names that a stray local folder shares, hidden folders, a fresh run
     over a crashed one, --replace over a folder that is not a checkpoint."""
+    from deltalens.loading.opened import list_checkpoints, resolve_checkpoint
     from deltalens.training.loop import LAST, train
-    from deltalens.training.opened import list_checkpoints, resolve_checkpoint
 
     crlf = trace_file(tmp_path, (S3_TRACE + "\n" + S3_TRACE).replace("\n", "\r\n"), "crlf.txt")
     assert main(["eval", CKPT, "--traces", crlf]) == 0

@@ -13,10 +13,10 @@ import pytest
 
 from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError, reporting_storage_failure, storage_failure
+from deltalens.loading.checkpoint_names import resolve_checkpoint
+from deltalens.loading.opened import read_card
 from deltalens.tasks.probabilistic import parse_prob_trace
 from deltalens.tasks.traces import parse_trace
-from deltalens.training.checkpoint_names import resolve_checkpoint
-from deltalens.training.opened import read_card
 
 REPO = Path(__file__).resolve().parents[2]
 CKPT = REPO / "checkpoints" / "s3-deltanet-neg-statement"

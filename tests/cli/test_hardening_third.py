@@ -21,11 +21,11 @@ from hub_cache import put_in_hub_cache
 import deltalens as dl
 from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError
+from deltalens.loading import checkpoint_names
+from deltalens.loading.checkpoint_names import resolve_checkpoint
 from deltalens.tasks.tokenizers.hf import HFTokenizer
 from deltalens.tasks.tokenizers.repl_bpe import train_repl_bpe
 from deltalens.tasks.traces import TraceSpec, parse_trace
-from deltalens.training import checkpoint_names
-from deltalens.training.checkpoint_names import resolve_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 CKPT = REPO / "checkpoints" / "s3-deltanet-neg-statement"

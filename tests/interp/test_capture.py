@@ -1,4 +1,4 @@
-"""interp.capture and training.opened: activations aligned with trace labels, on every architecture."""
+"""interp.capture and loading.opened: activations aligned with trace labels, on every architecture."""
 
 import pytest
 import torch
@@ -8,9 +8,9 @@ from deltalens import models
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import Capture, capture, expand_names
 from deltalens.interp.interventions import rescale_beta
+from deltalens.loading.opened import checkpoint_batch, open_checkpoint
 from deltalens.tasks import TokenKind, TraceSpec
 from deltalens.tasks.dataset import make_batch
-from deltalens.training.opened import checkpoint_batch, open_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -87,7 +87,7 @@ def test_the_file_names_are_defined_once():
     assert checkpoint.MissingCheckpointFile is hf_folder.MissingCheckpointFile
     definitions = [
         str(path.relative_to(REPO))
-        for room in ("models", "training", "sweeps", "interp", "probes", "reports", "cli", "app")
+        for room in ("models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli", "app")
         for path in (REPO / room).rglob("*.py")
         if re.search(r"^(CONFIG_NAME|WEIGHTS_NAME) = ", path.read_text(), re.MULTILINE)
     ]

@@ -57,8 +57,8 @@ CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 
 def test_the_shipped_n2_a5_model_applies_single_five_cycles_its_head_does_not():
     """results/README.md, the family: L0H2 decodes 5-cycles poorly per action, the model applies them."""
+    from deltalens.loading.opened import open_checkpoint
     from deltalens.probes.cycle_accuracy import reveal_frame, single_action_table
-    from deltalens.training.opened import open_checkpoint
 
     checkpoint = open_checkpoint(CHECKPOINTS / "a5-deltaproduct-n2-noconv-full")
     frame = reveal_frame(checkpoint.model, checkpoint.batch(256, seed=0, actions=1, spacing=1))
@@ -68,8 +68,8 @@ def test_the_shipped_n2_a5_model_applies_single_five_cycles_its_head_does_not():
 
 def test_the_shipped_s4_noconv_head_is_the_standard_representation_not_the_rotation_one():
     from deltalens.interp.capture import capture
+    from deltalens.loading.opened import open_checkpoint
     from deltalens.probes.product_reps import representation_report
-    from deltalens.training.opened import open_checkpoint
 
     checkpoint = open_checkpoint(CHECKPOINTS / "s4-deltaproduct-n3-noconv-full")
     cap = capture(checkpoint.model, checkpoint.batch(32, seed=0), names=("beta", "k"))

@@ -12,7 +12,7 @@ import pytest
 from tiny_runs import tiny_config
 
 from deltalens.core.errors import DeltalensError, StorageError
-from deltalens.training.export import export_run
+from deltalens.loading.export import export_run
 from deltalens.training.loop import train
 
 CONFIG_TEXT = "# the run's train.toml\n"

@@ -5,9 +5,9 @@ import math
 import pytest
 
 from deltalens.core.errors import DeltalensError
+from deltalens.loading.opened import open_checkpoint
 from deltalens.training.belief_kl import partial_counts
 from deltalens.training.long_horizon import at_horizons, long_horizon_kl, long_traces
-from deltalens.training.opened import open_checkpoint
 from experiments.report.pfsa_section import long_horizon_lines
 
 

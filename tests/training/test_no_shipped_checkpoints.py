@@ -10,8 +10,8 @@ import pytest
 from deltalens.cli import app as app_command
 from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError
-from deltalens.training import checkpoint_names
-from deltalens.training.opened import list_checkpoints
+from deltalens.loading import checkpoint_names
+from deltalens.loading.opened import list_checkpoints
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "s3-deltanet-neg-statement"

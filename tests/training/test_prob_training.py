@@ -13,6 +13,7 @@ import torch
 
 from deltalens import models
 from deltalens.core.errors import DeltalensError
+from deltalens.loading.export import export_run
 from deltalens.sweeps.grid import CellStatus, load_sweep
 from deltalens.tasks import Tokenizer, make_tokenizer
 from deltalens.tasks.adversary import adversarial_sequence, adversarial_trace
@@ -22,7 +23,6 @@ from deltalens.tasks.traces import TraceSpec, generate_trace
 from deltalens.training.belief_kl import partial_counts, reveal_kl, token_table, value_candidates
 from deltalens.training.config import TrainConfig
 from deltalens.training.data import TrainingData
-from deltalens.training.export import export_run
 from deltalens.training.loop import train
 from experiments.report.pfsa_section import probabilistic_checkpoints, uniform_kl
 from experiments.report.reproduce import write_report

@@ -12,12 +12,12 @@ from tiny_runs import tiny_config
 
 from deltalens import models
 from deltalens.core.errors import DeltalensError
+from deltalens.loading.export import export_run
 from deltalens.tasks import PAD_ID, TraceSpec, make_tokenizer
 from deltalens.tasks.dataset import make_batch
 from deltalens.training.config import apply_overrides, dump_toml, load_config
 from deltalens.training.data import TrainingData
 from deltalens.training.evaluate import evaluate, score_batch
-from deltalens.training.export import export_run
 from deltalens.training.loop import LAST, next_token_loss, train
 
 

@@ -25,6 +25,15 @@ import torch
 from deltalens import models
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
+from deltalens.loading.checkpoint_names import (  # noqa: F401 (re-exported)
+    NO_SHIPPED,
+    SHIPPED,
+    _checkpoint_dirs,
+    checkpoint_roots,
+    no_shipped_checkpoints,
+    open_folder,
+    resolve_checkpoint,
+)
 from deltalens.models.architecture import architecture_of, is_delta_rule
 from deltalens.models.checkpoint import CONFIG_NAME
 from deltalens.models.io.model_folder import ModelFolder
@@ -34,15 +43,6 @@ from deltalens.tasks.dataset import make_batch
 from deltalens.tasks.tokenizers import Tokenizer
 from deltalens.tasks.tokenizers.hf import HFTokenizer, has_tokenizer, spec_is_hf
 from deltalens.tasks.traces import TraceSpec
-from deltalens.training.checkpoint_names import (  # noqa: F401 (re-exported)
-    NO_SHIPPED,
-    SHIPPED,
-    _checkpoint_dirs,
-    checkpoint_roots,
-    no_shipped_checkpoints,
-    open_folder,
-    resolve_checkpoint,
-)
 from deltalens.training.config import TaskConfig
 from deltalens.training.data import TrainingData
 

@@ -11,11 +11,11 @@ from typing import Any
 
 from deltalens import models
 from deltalens.core.errors import DeltalensError
+from deltalens.loading.evaluate_checkpoint import evaluate_checkpoint
+from deltalens.loading.opened import open_checkpoint
 from deltalens.models.checkpoint import is_replaceable
 from deltalens.training.belief_kl import belief_kl
-from deltalens.training.evaluate import evaluate_checkpoint
 from deltalens.training.loop import LAST, training_history
-from deltalens.training.opened import open_checkpoint
 
 # besides the weights and config.json (the tokenizer files of an hf tokenizer: tokenizers/hf.py)
 EXPORTED_FILES = {"train.toml", "CARD.md", "tokenizer.json", "tokenizer_config.json"}

@@ -1,0 +1,11 @@
+"""Saved models: opened, listed, evaluated, exported.
+
+opened.py               dl.load / open_checkpoint: a folder, shipped name or hub id with its tokenizer and
+                        task (the CLI's default task where it records none); list_checkpoints, model cards
+checkpoint_names.py     where a name is looked up: shipped checkpoints, $DELTALENS_CHECKPOINTS, hub ids
+evaluate_checkpoint.py  a saved checkpoint's accuracy at several lengths, or on transcripts from a file
+export.py               a finished training run as a shipped checkpoint with its model card
+
+Above training/ (a checkpoint's task is a training config's [task] and its data stream), below everything
+that opens models by name.
+"""
