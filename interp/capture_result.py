@@ -3,24 +3,19 @@ takes them; interp/capture_disk.py reads a capture written to disk back into one
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import pandas as pd
 import torch
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError, did_you_mean
-from deltalens.models.architecture import (
-    article_of,
-)
+from deltalens.models.architecture import article_of
 from deltalens.tasks.tokenizers import TokenKind
 
 KIND_NAMES = {int(kind): kind.name.lower() for kind in TokenKind}
 LABELS = ("trace", "position", "token", "kind", "action_pos", "perm_id", "answer", "reveal_var", "state_step")
-
-Names = Union[str, Sequence[str], Callable[[str], bool], None]
 
 
 @dataclass(repr=False)
