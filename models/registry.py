@@ -138,8 +138,11 @@ _loaded = False
 def _resolve(target: Callable | str) -> Callable:
     if not isinstance(target, str):
         return target
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
+    module, _, path = target.partition(":")  # "module:name" or "module:Class.method"
+    found = importlib.import_module(module)
+    for name in path.split("."):
+        found = getattr(found, name)
+    return found
 
 
 def _builtins() -> dict[str, Family]:

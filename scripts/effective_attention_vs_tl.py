@@ -22,7 +22,7 @@ def main() -> int:
     from transformer_lens.model_bridge import TransformerBridge
 
     import deltalens as dl
-    from deltalens.models.production.qwen3_5 import HookedQwen3_5, make_config
+    from deltalens.models.production.qwen3_5 import HookedQwen3_5
 
     with tempfile.TemporaryDirectory() as staging:
         folder = Path(staging) / "qwen3_5"
@@ -30,7 +30,9 @@ def main() -> int:
         for name in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy2(TOKENIZER / name, folder / name)
         bridge = TransformerBridge.boot_transformers(str(folder), device="cpu", dtype=torch.float32)
-        ours = HookedQwen3_5.from_folder(folder, make_config(json.loads((folder / "config.json").read_text())))
+        ours = HookedQwen3_5.from_folder(
+            folder, HookedQwen3_5.make_config(json.loads((folder / "config.json").read_text()))
+        )
     tokens = torch.randint(2, 300, (1, 24), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         _, theirs_cache = bridge.run_with_cache(tokens, use_cache=False)

@@ -23,7 +23,7 @@ from deltalens.models.production.family import ProductionFamily, check_config
 from deltalens.models.production.hooked_kda import HookedKimiDeltaAttention
 from deltalens.models.production.lm import HookedProductionLM
 
-__all__ = ["FAMILY", "HookedKimiLinear", "HookedKimiLinearDeltaAttention", "build_model", "load_model", "make_config"]
+__all__ = ["FAMILY", "HookedKimiLinear", "HookedKimiLinearDeltaAttention"]
 
 
 class HookedKimiLinearDeltaAttention(HookedKimiDeltaAttention, modeling.KimiLinearDeltaAttention):
@@ -100,6 +100,7 @@ class HookedKimiLinear(HookedProductionLM):
     MoE layers: blocks.{l}.mlp.gate.hook_router_logits / hook_router_weights."""
 
     family = FAMILY
+    check = staticmethod(_check_kimi)
 
     def __init__(self, hf_model: torch.nn.Module, family: ProductionFamily) -> None:
         super().__init__(hf_model, family)
@@ -107,19 +108,3 @@ class HookedKimiLinear(HookedProductionLM):
             if isinstance(layer.mlp, modeling.KimiLinearMoE):
                 _hook_router(layer.mlp.gate)
         self.setup()  # the new hook points under our names
-
-
-def make_config(fields: dict):
-    """transformers' config from config.json's fields (what models.build takes), checked first."""
-    _check_kimi(fields)
-    return FAMILY.make_config(fields)
-
-
-def build_model(config) -> HookedKimiLinear:
-    """A freshly initialised model from transformers' config object (the registry's model factory)."""
-    return HookedKimiLinear.from_config(config)
-
-
-def load_model(folder, config, dtype=None) -> HookedKimiLinear:
-    """transformers' own loader on `folder` (its tensor names and conversions) in `dtype` (None: fp32), then hooked."""
-    return HookedKimiLinear.from_folder(folder, config, dtype)

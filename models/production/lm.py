@@ -39,6 +39,7 @@ from deltalens.core.errors import DeltalensError
 from deltalens.models.lm.delta_lm import HookedDeltaLM
 from deltalens.models.lm.lens import LensModel
 from deltalens.models.production.attention import add_attention_hooks
+from deltalens.models.production.family import check_config
 
 __all__ = ["HookedProductionLM", "lens_path"]
 
@@ -142,6 +143,18 @@ class HookedProductionLM(LensModel, HookedRootModule):
                     self.hook_dict[module.name] = module
 
     # ---- shape and layers ------------------------------------------------------------------------
+
+    @classmethod
+    def check(cls, fields: dict) -> None:
+        """Refuse what the hooked model would get wrong, by name, before anything is built (a family with
+        more to refuse overrides this)."""
+        check_config(cls.family, fields)
+
+    @classmethod
+    def make_config(cls, fields: dict):
+        """transformers' config from config.json's fields (the registry's config factory), checked first."""
+        cls.check(fields)
+        return cls.family.make_config(fields)
 
     @classmethod
     def from_config(cls, config) -> HookedProductionLM:

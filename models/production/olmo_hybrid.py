@@ -13,11 +13,11 @@ import torch
 from transformers.models.olmo_hybrid import modeling_olmo_hybrid as modeling
 from transformers.models.olmo_hybrid.configuration_olmo_hybrid import OlmoHybridConfig
 
-from deltalens.models.production.family import ProductionFamily, check_config
+from deltalens.models.production.family import ProductionFamily
 from deltalens.models.production.hooked_gdn import HookedGatedDeltaNet
 from deltalens.models.production.lm import HookedProductionLM
 
-__all__ = ["FAMILY", "HookedOlmoHybrid", "build_model", "load_model", "make_config", "HookedOlmoHybridGatedDeltaNet"]
+__all__ = ["FAMILY", "HookedOlmoHybrid", "HookedOlmoHybridGatedDeltaNet"]
 
 
 class HookedOlmoHybridGatedDeltaNet(HookedGatedDeltaNet, modeling.OlmoHybridGatedDeltaNet):
@@ -52,19 +52,3 @@ class HookedOlmoHybrid(HookedProductionLM):
     """transformers' OLMo-Hybrid causal LM with our hooks (models/production/lm.py)."""
 
     family = FAMILY
-
-
-def make_config(fields: dict):
-    """transformers' config from config.json's fields (what models.build takes), checked first."""
-    check_config(FAMILY, fields)
-    return FAMILY.make_config(fields)
-
-
-def build_model(config) -> HookedOlmoHybrid:
-    """A freshly initialised model from transformers' config object (the registry's model factory)."""
-    return HookedOlmoHybrid.from_config(config)
-
-
-def load_model(folder, config, dtype=None) -> HookedOlmoHybrid:
-    """transformers' own loader on `folder` (its tensor names and conversions) in `dtype` (None: fp32), then hooked."""
-    return HookedOlmoHybrid.from_folder(folder, config, dtype)

@@ -13,11 +13,11 @@ import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as modeling
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 
-from deltalens.models.production.family import ProductionFamily, check_config
+from deltalens.models.production.family import ProductionFamily
 from deltalens.models.production.hooked_gdn import HookedGatedDeltaNet
 from deltalens.models.production.lm import HookedProductionLM
 
-__all__ = ["FAMILY", "HookedQwen3_5", "build_model", "load_model", "make_config", "HookedQwen3_5GatedDeltaNet"]
+__all__ = ["FAMILY", "HookedQwen3_5", "HookedQwen3_5GatedDeltaNet"]
 
 
 class HookedQwen3_5GatedDeltaNet(HookedGatedDeltaNet, modeling.Qwen3_5GatedDeltaNet):
@@ -55,19 +55,3 @@ class HookedQwen3_5(HookedProductionLM):
     """transformers' Qwen3.5 causal LM with our hooks (models/production/lm.py)."""
 
     family = FAMILY
-
-
-def make_config(fields: dict):
-    """transformers' config from config.json's fields (what models.build takes), checked first."""
-    check_config(FAMILY, fields)
-    return FAMILY.make_config(fields)
-
-
-def build_model(config) -> HookedQwen3_5:
-    """A freshly initialised model from transformers' config object (the registry's model factory)."""
-    return HookedQwen3_5.from_config(config)
-
-
-def load_model(folder, config, dtype=None) -> HookedQwen3_5:
-    """transformers' own loader on `folder` (its tensor names and conversions) in `dtype` (None: fp32), then hooked."""
-    return HookedQwen3_5.from_folder(folder, config, dtype)

@@ -12,11 +12,11 @@ import torch
 from transformers.models.qwen3_next import modeling_qwen3_next as modeling
 from transformers.models.qwen3_next.configuration_qwen3_next import Qwen3NextConfig
 
-from deltalens.models.production.family import ProductionFamily, check_config
+from deltalens.models.production.family import ProductionFamily
 from deltalens.models.production.hooked_gdn import HookedGatedDeltaNet
 from deltalens.models.production.lm import HookedProductionLM
 
-__all__ = ["FAMILY", "HookedQwen3Next", "HookedQwen3NextGatedDeltaNet", "build_model", "load_model", "make_config"]
+__all__ = ["FAMILY", "HookedQwen3Next", "HookedQwen3NextGatedDeltaNet"]
 
 
 class HookedQwen3NextGatedDeltaNet(HookedGatedDeltaNet, modeling.Qwen3NextGatedDeltaNet):
@@ -58,19 +58,3 @@ class HookedQwen3Next(HookedProductionLM):
     """transformers' Qwen3-Next causal LM with our hooks (models/production/lm.py)."""
 
     family = FAMILY
-
-
-def make_config(fields: dict):
-    """transformers' config from config.json's fields (what models.build takes), checked first."""
-    check_config(FAMILY, fields)
-    return FAMILY.make_config(fields)
-
-
-def build_model(config) -> HookedQwen3Next:
-    """A freshly initialised model from transformers' config object (the registry's model factory)."""
-    return HookedQwen3Next.from_config(config)
-
-
-def load_model(folder, config, dtype=None) -> HookedQwen3Next:
-    """transformers' own loader on `folder` (its tensor names and conversions) in `dtype` (None: fp32), then hooked."""
-    return HookedQwen3Next.from_folder(folder, config, dtype)

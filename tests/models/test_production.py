@@ -150,7 +150,9 @@ def test_beta_rescale_reaches_the_recurrence(opened):
 
 
 def test_unsupported_options_are_refused_by_name_before_weights(tmp_path):
-    from deltalens.models.production.qwen3_5 import make_config
+    from deltalens.models.production.qwen3_5 import HookedQwen3_5
+
+    make_config = HookedQwen3_5.make_config
 
     with pytest.raises(DeltalensError, match="quantization_config"):
         make_config({"model_type": "qwen3_5_text", "quantization_config": {"quant_method": "fp8"}})
@@ -167,9 +169,10 @@ def test_our_model_holds_exactly_transformers_parameters_on_the_meta_device(kind
 
     family = kind.removesuffix("_text")
     module = importlib.import_module(f"deltalens.models.production.{family}")
-    config = module.make_config(SEVEN_B[kind])
+    lm = module.HookedQwen3_5 if family == "qwen3_5" else module.HookedOlmoHybrid
+    config = lm.make_config(SEVEN_B[kind])
     with torch.device("meta"):
-        ours = module.build_model(config)
+        ours = lm.from_config(config)
     theirs = footprint(module.FAMILY, config)  # transformers' own class on the meta device
     count = sum(p.numel() for p in {id(p): p for p in ours.parameters()}.values())
     assert count == theirs.parameters > 5 * 10**9

@@ -205,7 +205,9 @@ def test_the_chunked_kernel_equals_transformers_recurrence():
 
 
 def test_unsupported_options_are_refused_by_name_and_the_release_config_reads():
-    from deltalens.models.production.kimi_linear import make_config
+    from deltalens.models.production.kimi_linear import HookedKimiLinear
+
+    make_config = HookedKimiLinear.make_config
 
     base = {"model_type": "kimi_linear", "num_hidden_layers": 4}
     for key, value in (("mla_use_nope", False), ("moe_router_activation_func", "softmax"), ("moe_layer_freq", 2)):
@@ -243,9 +245,9 @@ def test_our_model_holds_exactly_transformers_parameters_on_the_meta_device():
         linear_attn_config={"full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "kda_layers": [
             i for i in range(1, 28) if i not in (4, 8, 12, 16, 20, 24, 27)], "head_dim": 128, "num_heads": 32},
     )  # fmt: skip
-    config = kimi_linear.make_config(shape)
+    config = kimi_linear.HookedKimiLinear.make_config(shape)
     with torch.device("meta"):
-        ours = kimi_linear.build_model(config)
+        ours = kimi_linear.HookedKimiLinear.from_config(config)
     count = sum(p.numel() for p in {id(p): p for p in ours.parameters()}.values())
     assert count == footprint(kimi_linear.FAMILY, config).parameters > 40 * 10**9
     assert len(ours.delta_layers) == 20 and len(ours.attention_layers) == 7
