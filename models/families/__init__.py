@@ -19,6 +19,7 @@ BUILTIN = (
     "kimi_linear",
     "m2rnn",
     "deltanet_m2rnn",
+    "kda",
 )
 for _name in BUILTIN:
     importlib.import_module(f"{__name__}.{_name}")

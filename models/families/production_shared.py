@@ -1,8 +1,9 @@
-"""What the transformers production families (Qwen3.5, OLMo-Hybrid) share in their records: the hooks
-they have and a lower bound on their weights from config.json alone (no torch)."""
+"""What the transformers production families (Qwen3.5, Qwen3-Next, OLMo-Hybrid, Kimi Linear) share in their
+records: the hooks they have and a lower bound on their weights from config.json alone (no torch)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from deltalens.models.io.footprint import number
@@ -21,14 +22,40 @@ INTERVENTIONS = "beta range, head ablation, state patching, gate clamp"
 
 
 def weights(config: dict[str, Any]) -> float:
-    """Embeddings (twice unless tied) and each layer's MLP (one expert's, for MoE), the text tower's fields where
-    there is one."""
+    """Embeddings (twice unless tied) and each layer's MLP, the text tower's fields where there is one. A
+    mixture-of-experts layer counts all its routed experts (an 80B MoE model is 80B in memory, not the
+    size of one expert per layer); which layers are MoE follows transformers' rules (`_moe_layers`)."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     hidden, vocab = number(text, "hidden_size", 0), number(text, "vocab_size", 0)
-    mlp = 3 * hidden * number(text, "intermediate_size", 0)
-    if text.get("num_experts"):  # mixture-of-experts layers: the experts' width, not the dense one
-        mlp = 3 * hidden * number(text, "moe_intermediate_size", 0)
-    return vocab * hidden * (1 if text.get("tie_word_embeddings") else 2) + number(text, "num_hidden_layers", 0) * mlp
+    layers = number(text, "num_hidden_layers", 0)
+    if not math.isfinite(layers):  # JSON's Infinity: as big as it says (0 * inf would read as nan)
+        return math.inf
+    dense = 3 * hidden * number(text, "intermediate_size", 0)
+    experts = next((number(text, key, 0) for key in _EXPERTS if text.get(key) is not None), 0)
+    moe_layers = _moe_layers(text, layers) if experts > 0 else 0
+    moe = experts * 3 * hidden * number(text, "moe_intermediate_size", 0)
+    mlps = moe_layers * moe + (layers - moe_layers) * dense
+    return vocab * hidden * (1 if text.get("tie_word_embeddings") else 2) + mlps
+
+
+_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts")  # the routed experts' count, as configs name it
+
+
+def _moe_layers(text: dict[str, Any], layers: float) -> float:
+    """How many of `layers` carry experts: `mlp_layer_types`' "sparse" entries where listed (Kimi Linear as saved
+    by transformers), else the layers from `first_k_dense_replace` (Kimi Linear's release) on, every
+    `decoder_sparse_step`-th, less `mlp_only_layers` (Qwen3-Next); counted without a loop over the layers."""
+    kinds = text.get("mlp_layer_types")
+    if isinstance(kinds, list) and len(kinds) == layers:
+        return float(sum(kind == "sparse" for kind in kinds))
+    first, step = number(text, "first_k_dense_replace", 0), number(text, "decoder_sparse_step", 1)
+    if not (math.isfinite(first) and math.isfinite(step)):  # hostile: no layer counted as MoE (still a lower bound)
+        return 0.0
+    first, step = max(int(first), 0), max(int(step), 1)
+    count = max(int(layers) // step - first // step, 0)  # layers i >= first with (i + 1) % step == 0
+    only = text.get("mlp_only_layers")
+    listed = {i for i in only if isinstance(i, int) and first <= i < layers} if isinstance(only, list) else set()
+    return float(max(count - sum((i + 1) % step == 0 for i in listed), 0))
 
 
 def register_production(arch: str, display: str, article: str, class_name: str, model_types: tuple[str, ...]) -> None:

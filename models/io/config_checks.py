@@ -23,6 +23,8 @@ from deltalens.core.errors import DeltalensError
 
 # fields that may be zero (all other numbers must be positive)
 MAY_BE_ZERO = frozenset({"num_hidden_layers", "pad_token_id", "bos_token_id", "eos_token_id", "initializer_range"})
+# numbers of either sign (KDA's lower_bound: a log-decay, below zero)
+ANY_SIGN = frozenset({"lower_bound"})
 
 
 def check_fields(config, what: str) -> None:
@@ -50,6 +52,8 @@ def _rule(name: str, hint: Any) -> tuple[str, Callable[[Any], bool]]:
         rule, test = "true or false", lambda v: isinstance(v, bool)
     elif kinds == [int]:
         rule, test = f"a whole number >= {lowest}", lambda v: _is_int(v) and v >= lowest
+    elif kinds == [float] and name in ANY_SIGN:
+        rule, test = "a number", _is_number
     elif kinds == [float]:
         sign = ">=" if lowest == 0 else ">"
         rule, test = f"a number {sign} 0", lambda v: _is_number(v) and (v >= 0 if lowest == 0 else v > 0)

@@ -2,7 +2,7 @@
 is needed only for its CUDA kernels and for fla-format objects).
 
 One dataclass per architecture holds the arguments and defaults of fla's config class
-(`fla.models.DeltaNetConfig`, `GatedDeltaNetConfig`, `GatedDeltaProductConfig`) as typed fields, so
+(`fla.models.DeltaNetConfig`, `GatedDeltaNetConfig`, `GatedDeltaProductConfig`, `KDAConfig`) as typed fields, so
 `config.num_heads` is an `int` to an IDE. Like fla's (Hugging Face) configs they accept and keep
 unknown keys as attributes (deltalens's `state_norm_every`, a config.json's "deltalens" section), and
 write the same config.json fields. The known fields are checked once, at construction
@@ -15,6 +15,7 @@ fla-format family declares its class with `@settings_class` and names it in its 
     deltanet        DeltaNetSettings             DeltaNetConfig / DeltaNetForCausalLM       delta_net
     gated_deltanet  GatedDeltaNetSettings        GatedDeltaNetConfig / ...ForCausalLM        gated_deltanet
     deltaproduct    GatedDeltaProductSettings    GatedDeltaProductConfig / ...ForCausalLM    gated_deltaproduct
+    kda             KDASettings                  KDAConfig / KDAForCausalLM                 kda
 """
 
 import warnings
@@ -158,6 +159,28 @@ class GatedDeltaProductSettings(FlaSettings):
     use_forget_gate: bool = False
     allow_neg_eigval: bool = False
     num_householder: int = 1
+
+
+@settings_class
+class KDASettings(FlaSettings):
+    """fla.models.KDAConfig: Kimi Delta Attention, a decay per key channel (models/layers/kda_mixer.py).
+    KDAConfig has no fuse_linear_cross_entropy (its LM fuses by fuse_cross_entropy); the field is kept
+    here as for every family, and fla keeps it as an ignored attribute."""
+
+    model_type: ClassVar[str] = "kda"
+    fla_config: ClassVar[str] = "KDAConfig"
+    fla_model: ClassVar[str] = "KDAForCausalLM"
+
+    expand_v: float = 1.0
+    use_short_conv: bool = True
+    allow_neg_eigval: bool = False
+    safe_gate: bool = False  # fla's kernel hint for gates in [lower_bound, 0); needs lower_bound
+    lower_bound: float | None = None  # set: g = lower_bound * sigmoid(exp(A_log) (f + dt_bias)), not softplus
+    conv_size: int = 4
+    head_dim: int = 128
+    num_heads: int = 16
+    num_v_heads: int | None = None
+    num_hidden_layers: int = 24
 
 
 FLA_DEFAULTS: dict[str, Any] = DeltaNetSettings.defaults  # fla.models.DeltaNetConfig
