@@ -39,6 +39,7 @@ class Parity:
     theirs_bf16_vs_fp32_max: float
     theirs_bf16_vs_fp32_rel: float
     logit_scale: float  # max |logit| of transformers' fp32 model: what the absolute errors are out of
+    fp32_kept: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # (ours, theirs): fp32 tensors in bf16 models
 
 
 @contextlib.contextmanager
@@ -85,6 +86,15 @@ def parity(kind: str, hf_home: Path) -> Parity:
         *_errors(mine["bf16"], ref["bf16"]),
         *_errors(ref["bf16"], ref["fp32"]),
         ref["fp32"].abs().max().item(),
+        (_fp32_names(ours["bf16"]), _fp32_names(theirs["bf16"])),
+    )
+
+
+def _fp32_names(model) -> tuple[str, ...]:
+    """The parameters a bf16 model keeps in fp32, named from the decoder layers down (ours wraps
+    transformers' model, so the prefixes differ)."""
+    return tuple(
+        sorted(name[name.index("layers.") :] for name, p in model.named_parameters() if p.dtype == torch.float32)
     )
 
 

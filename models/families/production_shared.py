@@ -3,7 +3,6 @@ records: the hooks they have and a lower bound on their weights from config.json
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from deltalens.models.io.footprint import number
@@ -27,9 +26,7 @@ def weights(config: dict[str, Any]) -> float:
     size of one expert per layer); which layers are MoE follows transformers' rules (`_moe_layers`)."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     hidden, vocab = number(text, "hidden_size", 0), number(text, "vocab_size", 0)
-    layers = number(text, "num_hidden_layers", 0)
-    if not math.isfinite(layers):  # JSON's Infinity: as big as it says (0 * inf would read as nan)
-        return math.inf
+    layers = number(text, "num_hidden_layers", 0)  # number() refuses JSON's Infinity / NaN in one sentence
     dense = 3 * hidden * number(text, "intermediate_size", 0)
     experts = next((number(text, key, 0) for key in _EXPERTS if text.get(key) is not None), 0)
     moe_layers = _moe_layers(text, layers) if experts > 0 else 0
@@ -49,8 +46,6 @@ def _moe_layers(text: dict[str, Any], layers: float) -> float:
     if isinstance(kinds, list) and len(kinds) == layers:
         return float(sum(kind == "sparse" for kind in kinds))
     first, step = number(text, "first_k_dense_replace", 0), number(text, "decoder_sparse_step", 1)
-    if not (math.isfinite(first) and math.isfinite(step)):  # hostile: no layer counted as MoE (still a lower bound)
-        return 0.0
     first, step = max(int(first), 0), max(int(step), 1)
     count = max(int(layers) // step - first // step, 0)  # layers i >= first with (i + 1) % step == 0
     only = text.get("mlp_only_layers")

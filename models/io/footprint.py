@@ -20,6 +20,7 @@ it would be built); the load refuses a precision that does not fit, naming both 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +39,8 @@ MEMORY_LIMIT_ENV = "DELTALENS_MAX_MODEL_GB"  # a stated limit on a model's weigh
 SIZE_FIELDS = (
     "vocab_size", "d_vocab", "hidden_size", "d_model", "num_hidden_layers", "n_layers", "num_heads", "n_heads",
     "num_v_heads", "head_dim", "d_head", "d_mlp", "intermediate_size", "hidden_ratio", "expand_k", "expand_v",
-    "num_householder", "n_ctx",
+    "num_householder", "n_ctx", "linear_num_value_heads", "linear_value_head_dim", "num_experts",
+    "n_routed_experts", "moe_intermediate_size",
 )  # fmt: skip
 
 
@@ -52,7 +54,20 @@ def number(config: dict[str, Any], key: str, default: float) -> float:
     value = config.get(key, default)
     if value is None:
         return default
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return default
+    if not math.isfinite(value):  # json reads Infinity / NaN; int(inf) would fail far from the cause
+        raise DeltalensError(f"the config's {key} is {value}, not a finite number; check config.json")
+    return float(value)
+
+
+def size_fields(config: dict[str, Any]) -> str:
+    """'hidden_size=3840, num_hidden_layers=32, ...' from the config and its text tower (multimodal configs
+    keep the language model's sizes under text_config): the fields a too-big model is told to check."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    pairs = [(k, config[k]) for k in SIZE_FIELDS if config.get(k) is not None]
+    pairs += [(f"text_config.{k}", text[k]) for k in SIZE_FIELDS if text.get(k) is not None]
+    return ", ".join(f"{k}={v}" for k, v in pairs) or "no size field found"
 
 
 def _mlp_width(hidden: float, config: dict[str, Any]) -> float:
@@ -170,7 +185,7 @@ def check_fits(
     budget, source = memory_budget() if budget is None else budget
     if budget is None or need <= budget:
         return
-    sizes = ", ".join(f"{k}={config[k]}" for k in SIZE_FIELDS if config.get(k) is not None)
+    sizes = size_fields(config)
     limit = f"more than the {gigabytes(max(budget, 0))} GB {source}"
     others = [name for name in DTYPE_BYTES if name != dtype] if estimate is not None else []
     # another precision is offered only for weights that can be loaded (not a config beyond its file)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -161,7 +162,28 @@ def cast_model(model, dtype):
     if dtype is None:
         return model
     with contextlib.redirect_stdout(sys.stderr):  # TransformerLens prints "Changing model dtype to ..."
-        return model.to(dtype)
+        model = model.to(dtype)
+    return _keep_fp32_parts(model, dtype)
+
+
+def _keep_fp32_parts(model, dtype):
+    """Put back in fp32 what a wrapped transformers model keeps there in half precision
+    (`_keep_in_fp32_modules_strict`, and `_keep_in_fp32_modules` for fp16: Kimi Linear's router weight,
+    its correction bias and dt_bias), as transformers' own `from_pretrained(dtype=...)` does: a router in
+    bf16 can pick other experts."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return model
+    for module in model.modules():
+        names = set(getattr(module, "_keep_in_fp32_modules_strict", None) or ())
+        if dtype == torch.float16:
+            names |= set(getattr(module, "_keep_in_fp32_modules", None) or ())
+        if not names:
+            continue
+        pattern = re.compile("|".join(rf"(^|\.){re.escape(name)}($|\.)" for name in sorted(names)))
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+            if pattern.search(name) and tensor.is_floating_point():
+                tensor.data = tensor.data.float()
+    return model
 
 
 def _on_cpu(model) -> bool:

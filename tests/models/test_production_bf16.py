@@ -41,3 +41,16 @@ def test_bf16_logits_match_transformers_bf16_within_the_stated_tolerance(measure
     # both really ran in bf16 (an fp32 pair differs by 1e-6), and ours is no further from transformers' bf16
     # model than twice the distance of that model from its own fp32 self
     assert p.bf16_max > 100 * p.fp32_max and p.bf16_rel <= 2 * p.theirs_bf16_vs_fp32_rel, p
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bf16_keeps_in_fp32_what_transformers_keeps_in_fp32(measured, kind):
+    """What transformers names in `_keep_in_fp32_modules_strict` stays fp32 in our bf16 model (Kimi Linear's
+    router weight, its correction bias and dt_bias: a bf16 router can pick other experts); nothing else does.
+    OLMo-Hybrid's A_log is fp32 in transformers' bf16 model only because its __init__ builds it in fp32 (not
+    a declared rule); ours holds it in bf16 and, like theirs, takes exp in fp32 (README, bf16 table)."""
+    ours, theirs = measured[kind].fp32_kept
+    assert set(ours) <= set(theirs)
+    if kind == "kimi_linear":
+        assert ours == theirs
+        assert any(name.endswith("dt_bias") for name in ours) and any("gate.weight" in name for name in ours)

@@ -65,3 +65,30 @@ def test_the_bound_counts_every_routed_expert_of_a_config_transformers_saved(kin
     experts = sum(p.numel() for name, p in model.named_parameters() if ".experts." in name)
     exact = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     assert experts < weights_lower_bound(kind, json.loads(config.to_json_string()), 1) <= exact
+
+
+def test_a_multimodal_config_too_big_is_told_the_text_towers_fields(tmp_path, monkeypatch):
+    """Qwen3.5-27B keeps its sizes under text_config; the refusal names them (it once read '... GB () ...')."""
+    from deltalens.core.errors import DeltalensError
+    from deltalens.models.io.model_folder import read_model_folder
+
+    monkeypatch.setenv("DELTALENS_MAX_MODEL_GB", "1")
+    config = json.loads((FIXTURES / "qwen3_5_27b.json").read_text())
+    config.pop("_source")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DeltalensError) as err:
+        read_model_folder(tmp_path)
+    assert "text_config.hidden_size=5120" in str(err.value) and "()" not in str(err.value)
+
+
+def test_an_infinite_size_field_is_one_sentence(tmp_path):
+    """JSON's Infinity in a size field: a DeltalensError naming it, not an OverflowError from int(inf)."""
+    from deltalens.core.errors import DeltalensError
+    from deltalens.models.io.model_folder import read_model_folder
+
+    config = json.loads((FIXTURES / "olmo_hybrid_7b.json").read_text())
+    config.pop("_source")
+    config["num_hidden_layers"] = float("inf")
+    (tmp_path / "config.json").write_text(json.dumps(config))  # json writes Infinity
+    with pytest.raises(DeltalensError, match="num_hidden_layers is inf, not a finite number"):
+        read_model_folder(tmp_path)
