@@ -23,6 +23,7 @@ TINY_OVERRIDES = {  # DeltaNet's head size is hidden_size / num_heads (fla's Del
     "deltanet": {},
     "gated_deltanet": {"head_dim": 8},
     "deltaproduct": {"head_dim": 8, "num_householder": 3, "use_forget_gate": True},
+    "kda": {"head_dim": 8},
 }
 DELTA_RULE_ARCHS = tuple(TINY_OVERRIDES)
 

@@ -152,6 +152,7 @@ class KDAMixer(KDARecurrenceMixin, nn.Module):
         d_model = config.hidden_size
         self.layer_idx = layer_idx
         self.use_short_conv = config.use_short_conv
+        self.use_gate = True  # the output norm is always gated (fla's KDAConfig has no flag); interp reads it
         self.lower_bound = config.lower_bound
         if config.safe_gate and config.lower_bound is None:
             raise DeltalensError("safe_gate=True needs lower_bound (fla recommends -5): the gate's floor in log space.")

@@ -8,13 +8,17 @@ from deltalens.interp.logit_attribution import dla_figure, head_outputs, logit_a
 from tests.conftest import DELTA_RULE_ARCHS
 
 
-@pytest.mark.parametrize("arch", DELTA_RULE_ARCHS)
-@pytest.mark.parametrize("gated_output", [False, True])
+# the config flag of each family's gated output norm; KDA's output is always gated (fla's KDAConfig has no flag)
+OUTPUT_GATE = {"deltanet": "use_gate", "gated_deltanet": "use_gate", "deltaproduct": "use_output_gate", "kda": None}
+CASES = [(arch, gated) for arch in DELTA_RULE_ARCHS for gated in ((False, True) if OUTPUT_GATE[arch] else (True,))]
+
+
+@pytest.mark.parametrize("arch, gated_output", CASES)
 def test_components_sum_to_the_logit_difference(tiny_model, arch, gated_output):
     from tests.conftest import build_tiny
 
-    flag = {"deltanet": "use_gate", "gated_deltanet": "use_gate", "deltaproduct": "use_output_gate"}[arch]
-    model = build_tiny(arch, **{flag: gated_output})
+    flag = OUTPUT_GATE[arch]
+    model = build_tiny(arch, **({flag: gated_output} if flag else {}))
     with torch.no_grad():  # a non-trivial final norm weight, so that folding it in is tested
         model.model.norm.weight.uniform_(0.5, 2.0)
     tokens = torch.randint(0, 23, (3, 15), generator=torch.Generator().manual_seed(0))
