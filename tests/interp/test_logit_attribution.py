@@ -7,7 +7,6 @@ from deltalens.core.errors import DeltalensError
 from deltalens.interp.logit_attribution import dla_figure, head_outputs, logit_attribution, reveal_rows
 from tests.conftest import DELTA_RULE_ARCHS
 
-
 # the config flag of each family's gated output norm; KDA's output is always gated (fla's KDAConfig has no flag)
 OUTPUT_GATE = {"deltanet": "use_gate", "gated_deltanet": "use_gate", "deltaproduct": "use_output_gate", "kda": None}
 CASES = [(arch, gated) for arch in DELTA_RULE_ARCHS for gated in ((False, True) if OUTPUT_GATE[arch] else (True,))]
