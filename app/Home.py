@@ -9,6 +9,7 @@ screen before a page imports torch and the library (seconds, the first time a se
 """
 
 import os
+import threading
 
 # One BLAS/OpenMP thread per computation, set before numpy or torch load (the server runs this first).
 # The dashboard's matrices are small (thousands of rows by a few hundred): one thread is as fast,
@@ -22,7 +23,7 @@ from pathlib import Path  # noqa: E402
 import streamlit as st  # noqa: E402
 
 from deltalens.app.folder import sources_label  # noqa: E402
-from deltalens.app.preload import start_preload  # noqa: E402
+from deltalens.app.preload import first_page_drawn, start_preload  # noqa: E402
 
 VIEWS = Path(__file__).resolve().parent / "views"
 PAGES = {  # file -> (title, what the page shows: drawn before its first import)
@@ -76,4 +77,5 @@ st.caption(summary)
 try:
     page.run()
 finally:  # after the page: its first render never waits on imports it does not need
+    first_page_drawn(threading.current_thread())  # under `deltalens app` the preload waits for this run to end
     start_preload()  # a no-op under `deltalens app` (app/serve.py started it with the server)

@@ -2,8 +2,9 @@
 that belong to one checkpoint, and one sentence on the page for any error (the server never goes down).
 
 Models are cached with st.cache_resource (one copy per checkpoint); measurements in memory and on
-disk (app/disk_cache.py); the computations themselves are the library's. Nothing here imports the
-interp or probes rooms (transformer_lens, scikit-learn): the Checkpoints page needs neither.
+disk (app/disk_cache.py); the computations themselves are the library's. Nothing here imports torch,
+transformer_lens or scikit-learn when imported (the Checkpoints page, the first, lists checkpoints from
+their saved files before they load: tests/app/test_first_page_imports.py); opening a model imports them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import streamlit as st
@@ -19,8 +20,11 @@ import streamlit as st
 from deltalens.app.folder import ENV_DIR, PAPER_MODEL, checkpoint_dir, checkpoint_sources  # noqa: F401
 from deltalens.app.trace_view import state_text, trace_html  # noqa: F401
 from deltalens.core.errors import DeltalensError
-from deltalens.loading.opened import Checkpoint, list_checkpoints, open_checkpoint
+from deltalens.loading.listing import checkpoint_row, list_checkpoints
 from deltalens.models.architecture import article_of
+
+if TYPE_CHECKING:  # opened.py imports torch: loaded with the first model (opened())
+    from deltalens.loading.opened import Checkpoint
 
 
 def attempt(fn: Callable, *args: Any, **kwargs: Any):
@@ -77,7 +81,6 @@ def checkpoint_table(sources: tuple[str, ...] | str) -> pd.DataFrame:
 
 
 def _rows_of(source: str) -> pd.DataFrame:
-    from deltalens.loading.opened import checkpoint_row
     from deltalens.models.io.hub import hub_model_folder, split_hub_id
 
     path = Path(source).expanduser()
@@ -114,6 +117,8 @@ def folder_of(table: pd.DataFrame, name: str) -> str:
 
 @st.cache_resource(show_spinner="loading the checkpoint ...", max_entries=8)
 def opened(path: str) -> Checkpoint:
+    from deltalens.loading.opened import open_checkpoint  # torch and TransformerLens: the first model pays them
+
     return open_checkpoint(path)
 
 

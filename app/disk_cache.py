@@ -71,6 +71,11 @@ def read_result(step: str, folder: Path | None, params: str) -> Any:
         return MISSING
 
 
+def has_result(step: str, folder: Path | None, params: str) -> bool:
+    """Whether cached_result keeps this question on disk (without reading it: a check a page makes on every run)."""
+    return _result_file(step, folder, params).is_file()
+
+
 def cached_result(step: str, folder: Path | None, params: str, compute: Callable[[], Any]) -> Any:
     """compute(), kept in measures/<checkpoint>-<step>-<key>.pkl (written atomically); folder None: a
     result of no checkpoint (measures/shared-<step>-<key>.pkl)."""

@@ -37,11 +37,11 @@ from deltalens.models.ops.precision import training_autocast
 from deltalens.training.config import TrainConfig, dump_toml
 from deltalens.training.data import TrainingData
 from deltalens.training.evaluate import evaluate
+from deltalens.training.history import TRAINER_STATE, training_history  # noqa: F401 (re-exported)
 from deltalens.training.optimizer_state import load_optimizer, save_optimizer
 from deltalens.training.schedule import learning_rate
 
 LAST = "last"
-TRAINER_STATE = "trainer_state.json"
 
 
 @dataclass
@@ -307,20 +307,6 @@ def _train_steps(run: _Run, progress: bool, on_step) -> TrainResult:
         run.run_eval()
     run.save(run.history[-1])
     return TrainResult(run.run_dir, run.step, run.wall, run.history, run.stopped_early)
-
-
-def training_history(folder) -> list[dict[str, Any]]:
-    """A checkpoint's evaluations during training (step, reveal_accuracy, ...): its trainer_state.json
-    (a run's last/), else the history an export keeps in its metadata; [] when it keeps none."""
-    folder = Path(folder)
-    try:
-        return list(json.loads((folder / TRAINER_STATE).read_text())["history"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    try:
-        return list((models.read_checkpoint_meta(folder).get("training") or {}).get("history") or [])
-    except DeltalensError:
-        return []
 
 
 RUN_MARKER = ".deltalens-run"  # written into every run folder: what `--out` may reuse

@@ -1,13 +1,17 @@
 """Checkpoints: every checkpoint the dashboard was given (folders, model folders, Hub ids by their id),
 its card, saved accuracies side by side, each run's training curves (the history it keeps), the family
 table (which hooks and probes apply to which architecture), and the reproduce report's claims with
-their verdicts (all from saved files: nothing is re-evaluated)."""
+their verdicts (all from saved files: nothing is re-evaluated).
+
+The first page a new server shows: it imports nothing that loads torch, TransformerLens or scikit-learn
+(tests/app/test_first_page_imports.py), so it is drawn while the server's preload thread imports them;
+only the claims section needs them, and it follows on a rerun once they have loaded (app/sweep_claims.py)."""
 
 import pandas as pd
 import streamlit as st
 
 from deltalens import models
-from deltalens.app import figures
+from deltalens.app import figures, sweep_claims
 from deltalens.app.common import (
     PAPER_MODEL,
     attempt,
@@ -17,16 +21,11 @@ from deltalens.app.common import (
     folder_of,
     shown,
 )
-from deltalens.app.disk_cache import cached_result
-from deltalens.loading.opened import SHIPPED, read_card
+from deltalens.loading.listing import read_card
 from deltalens.models.registry import families
-from deltalens.reports.claims import evaluate_claims
-from deltalens.reports.figures import checkpoint_length_figure, length_figure, spacing_figure, training_curve_figure
-from deltalens.sweeps.grid import expected_cells, load_sweep, read_sweep
-from deltalens.training.loop import training_history
+from deltalens.reports.checkpoint_figures import checkpoint_length_figure, training_curve_figure
+from deltalens.training.history import training_history
 
-REPO = SHIPPED.parent
-RESULTS = REPO / "results" / "sweep"
 COMPARED = ("s3-deltanet-pos-statement", "s3-transformer-statement")  # the paper's baselines, compared by default
 
 table = attempt(checkpoint_table, tuple(checkpoint_sources()))
@@ -100,47 +99,35 @@ def sweep_section(signature: tuple) -> tuple:
     """(caption, claims table, figures) of the sweep's saved results, built again only when a file
     changes (`signature`: their names and modification times), and kept on disk: the figures took
     6-9 s to build on 2 busy cores."""
-    caption, table, shown = cached_result("sweep-section", None, repr(signature), build_sweep_section)
+    caption, table, shown = sweep_claims.section(signature)
     for fig in shown:
         figures.explain_empty_panels(figures.label_reference_lines(fig), "no sweep runs at this spacing")
     return caption, table, shown
 
 
-def build_sweep_section() -> tuple:
-    sweep = load_sweep(REPO / "sweep" / "paper.toml")
-    sweep, statuses, _ = read_sweep(sweep, RESULTS)
-    results = [s.result for s in statuses if s.result is not None]
-    claims = evaluate_claims(
-        results,
-        sweep.thresholds,
-        settings=[c.setting for c in sweep.cells],
-        seeds=len(sweep.seeds),
-        expected=expected_cells(sweep),
-        archs=set(sweep.models),
-    )
-    caption = (
-        f"{len(results)} of {len(sweep.cells)} sweep runs measured ({len(sweep.seeds)} seeds per cell; "
-        "results/sweep/*.json); `deltalens reproduce` writes the same table to results/reproduce.md. "
-        "*not measured*: a cell it needs is still training; *not testable*: its premise failed (no cell "
-        "learned, or the model did not learn with dense reveals either)."
-    )
-    table = pd.DataFrame(
-        [{"claim": c.statement, "setting": c.setting, "verdict": c.verdict, "measured": c.evidence} for c in claims]
-    )
-    shown = [spacing_figure(results, sweep.thresholds), length_figure(results, sweep.thresholds)] if results else []
-    return caption, table, shown
-
-
-def signature() -> tuple:
-    files = [REPO / "sweep" / "paper.toml", *sorted(RESULTS.glob("*.json"))]
-    return tuple((f.name, f.stat().st_mtime_ns) for f in files if f.is_file())
+@st.fragment(run_every=5)
+def claims_follow(key: tuple) -> None:
+    """While the preload thread imports what the claims need, and then a thread builds them: a note; then
+    the whole page again, which reads them from disk. A fragment: the page above stays as it is meanwhile."""
+    sweep_claims.start_building(key)  # a no-op until the imports are in, and after its first call
+    if sweep_claims.waiting(key):
+        st.info(
+            "The claims are judged from the sweep's results as soon as the library has loaded (the server's "
+            "first seconds); they appear here then."
+        )
+        return
+    st.rerun()
 
 
 st.header("The paper's claims, from the sweep")
-section = attempt(sweep_section, signature())
-if section is not None:
-    caption, claims, shown = section
-    st.caption(caption)
-    st.table(claims, hide_index=True)  # wrapped, not cut: the measured column is the evidence
-    for fig in shown:
-        st.plotly_chart(fig, width="stretch")
+key = sweep_claims.signature()
+if sweep_claims.waiting(key):
+    claims_follow(key)
+else:
+    section = attempt(sweep_section, key)
+    if section is not None:
+        caption, claims, shown = section
+        st.caption(caption)
+        st.table(claims, hide_index=True)  # wrapped, not cut: the measured column is the evidence
+        for fig in shown:
+            st.plotly_chart(fig, width="stretch")
