@@ -7,7 +7,9 @@ corrupted run:
     metric(corrupt with a_clean at one site) - metric(corrupt)  ~  dmetric/da|corrupt . (a_clean - a_corrupt)
 
 summed over the site's features, so one clean forward (no gradient), one corrupted forward and one
-backward give every estimate at once. Sites (blocks.{l}.attn.hook_x, per head and position):
+backward give every estimate at once (interp/attribution_runs.py runs them without the work the metric never
+reads: logits only where it looks, the prefix both batches share once, no gradients for the weights).
+Sites (blocks.{l}.attn.hook_x, per head and position):
 
 * "z"      the head's read-out (every architecture with heads; the Transformer's own hook_z);
 * "beta"   the delta rule's write strength (factors summed for a DeltaProduct);
@@ -36,6 +38,7 @@ import torch
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
+from deltalens.interp.attribution_runs import SiteNames, attribution_runs
 from deltalens.interp.patching import PatchGrid, _check_site, tokens_of
 from deltalens.models.architecture import architecture_of, is_delta_rule, n_heads_of, n_layers_of
 
@@ -64,7 +67,7 @@ class AttributionResult(Summary):
     corrupt: float
     seconds: float  # wall time of the whole estimate
     forward_seconds: float  # wall time of one plain forward of the corrupted batch, for the cost ratio
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per part: shared prefix, clean, corrupt+backward
 
     @property
     def forward_equivalents(self) -> float:
@@ -157,19 +160,6 @@ def _sum_features(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(*x.shape[:3], -1).sum(-1).sum(0)
 
 
-def _differentiable(value):
-    """The metric's value as the one-element tensor autograd needs, or one sentence saying what it is instead."""
-    if not torch.is_tensor(value) or value.numel() != 1 or not value.requires_grad:
-        got = f"a tensor of shape {tuple(value.shape)}" if torch.is_tensor(value) else type(value).__name__
-        if torch.is_tensor(value) and value.numel() == 1:
-            got = "a tensor cut off from the logits (no gradient: .item(), .detach() or a new tensor)"
-        raise DeltalensError(
-            f"metric must return a one-element tensor computed from the logits, so it can be differentiated; "
-            f"it returned {got}"
-        )
-    return value
-
-
 def attribution_patching(
     model,
     clean,
@@ -182,7 +172,8 @@ def attribution_patching(
 
     clean, corrupt: batches or token tensors of one shape; metric(logits) -> a scalar tensor (differentiable);
     sites: any of "z", "beta", "state" ("z", "q", "k", "v" on a Transformer). One forward of the clean run, one
-    forward and one backward of the corrupted run (plus, for "state", one adjoint scan per layer).
+    forward and one backward of the corrupted run (plus, for "state", one adjoint scan per layer); on a delta-rule
+    LM the prefix both batches share runs once and the LM head only where the metric reads (attribution_runs).
     time_forward: first time one plain forward of the corrupted batch (outside `seconds`), the unit of
     `forward_equivalents`; False skips it (forward_equivalents is then NaN).
 
@@ -218,42 +209,23 @@ def attribution_patching(
                 model(corrupt_t)
                 forward_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        keep = {f"blocks.{layer}.attn.hook_{s}" for layer in range(L) for s in sites}
-        with torch.no_grad():
-            clean_logits, clean_cache = model.run_with_cache(clean_t, names_filter=lambda name: name in keep)
-        clean_value = float(metric(clean_logits))
-        t_clean = time.perf_counter() - start
-
-        acts: dict[str, torch.Tensor] = {}
-        watch = {f"blocks.{layer}.attn.hook_{s}" for layer in range(L) for s in grad_sites}
-        store = {
-            f"blocks.{layer}.attn.hook_{s}" for layer in range(L) for s in extra + (("state",) if want_state else ())
-        }
-        store = {name for name in store if name in model.hook_dict}  # hook_gate only where the state decays
-
-        def grab(act, hook, key):  # keyed by the name asked for (a Transformer's hook_z is an alias)
-            # returned, so the run goes on from this very tensor: TransformerLens's bridge only uses a hook's
-            # tensor downstream when the hook returns one, and the gradient w.r.t. the unreturned input is None
-            acts[key] = act.clone()
-            return acts[key]
-
-        def keep_detached(act, hook, key):
-            acts[key] = act.detach()
-
-        hooks = [(name, partial(grab, key=name)) for name in watch]
-        hooks += [(name, partial(keep_detached, key=name)) for name in store if name not in watch]
-        with torch.enable_grad(), model.hooks(fwd_hooks=hooks):
-            value = _differentiable(metric(model(corrupt_t)))
-            names = sorted(n for n in watch if acts.get(n) is not None and acts[n].requires_grad)
-            grads = torch.autograd.grad(value, [acts[n] for n in names], allow_unused=True)
-        grad_of = {n: (torch.zeros_like(acts[n]) if g is None else g) for n, g in zip(names, grads)}
-        corrupt_value = float(value.detach())
-        t_backward = time.perf_counter() - start - t_clean
+        names = SiteNames(
+            keep=frozenset(f"blocks.{layer}.attn.hook_{s}" for layer in range(L) for s in sites),
+            watch=frozenset(f"blocks.{layer}.attn.hook_{s}" for layer in range(L) for s in grad_sites),
+            store=frozenset(  # hook_gate only where the state decays
+                name
+                for layer in range(L)
+                for s in extra + (("state",) if want_state else ())
+                if (name := f"blocks.{layer}.attn.hook_{s}") in model.hook_dict
+            ),
+        )
+        runs = attribution_runs(model, clean_t, corrupt_t, metric, names)
+        clean_cache, acts, grad_of, first = runs.clean, runs.corrupt, runs.grads, runs.start
 
         grids: dict[str, torch.Tensor] = {}
         T, H = corrupt_t.shape[1], n_heads_of(model)
         for site in sites:
-            grid = torch.zeros(L, H, T, dtype=torch.float64)
+            grid = torch.zeros(L, H, T, dtype=torch.float64)  # 0 before `first`: both runs are the same there
             for layer in range(L):
                 name = f"blocks.{layer}.attn.hook_{site}"
                 if site == "state":
@@ -269,17 +241,15 @@ def attribution_patching(
                         grad_of.get(zname, torch.zeros_like(acts[zname])),
                     )
                     diff = clean_cache[name].double() - acts[name].double()
-                    grid[layer] = _sum_features(lam * diff).T
+                    grid[layer, :, first:] = _sum_features(lam * diff).T
                 else:
                     diff = clean_cache[name].double() - acts[name].detach().double()
-                    grid[layer] = _sum_features(grad_of[name].double() * diff).T
+                    grid[layer, :, first:] = _sum_features(grad_of[name].double() * diff).T
             grids[site] = grid
         seconds = time.perf_counter() - start
     finally:
         model.train(was_training)
-    return AttributionResult(
-        grids, clean_value, corrupt_value, seconds, forward_seconds, {"clean": t_clean, "corrupt+backward": t_backward}
-    )
+    return AttributionResult(grids, runs.clean_value, runs.corrupt_value, seconds, forward_seconds, runs.timings)
 
 
 def reveal_margin(batch: dict) -> Metric:
