@@ -406,9 +406,9 @@ def test_group_on_a_shipped_checkpoint_and_typos_get_sentences(capsys):
 
 
 def test_a_folder_of_another_family_is_told_which_are_supported(tmp_path):
-    folder = copy_with(CKPT, tmp_path / "kda", "config.json", model_type="kda", deltalens=None)
+    folder = copy_with(CKPT, tmp_path / "rwkv7", "config.json", model_type="rwkv7", deltalens=None)
     config = json.loads((folder / "config.json").read_text())
     config.pop("deltalens")
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(DeltalensError, match=r"type 'kda', which deltalens does not open: it reads fla folders of"):
+    with pytest.raises(DeltalensError, match=r"type 'rwkv7', which deltalens does not open: it reads fla folders of"):
         dl.load(str(folder))
