@@ -22,14 +22,7 @@ def checkpoint_length_figure(evals: dict[str, dict[str, Any]], threshold: float 
     fig.add_hline(y=threshold, line_dash="dot", line_color="grey", annotation_text=f"threshold {threshold:g}")
     fig.update_xaxes(type="log", title_text="actions per trace (1x, 2x, 4x the training length)")
     fig.update_yaxes(range=[0, 1.02], title_text="held-out reveal accuracy")
-    # a short title and the legend below: the figure often sits in half the page's width
-    fig.update_layout(
-        title="Saved accuracy vs trace length",
-        template="plotly_white",
-        height=460,
-        legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
-    )
-    return fig
+    return _half_width(fig, "Saved accuracy vs trace length")
 
 
 def training_curve_figure(histories: dict[str, list[dict[str, Any]]]):
@@ -53,8 +46,13 @@ def training_curve_figure(histories: dict[str, list[dict[str, Any]]]):
                 )
     fig.update_xaxes(title_text="optimiser step")
     fig.update_yaxes(range=[0, 1.02], title_text="held-out reveal accuracy")
+    return _half_width(fig, "Training curves (validation during training)")
+
+
+def _half_width(fig, title: str):
+    """A short title and the legend below: these figures often sit in half the page's width."""
     fig.update_layout(
-        title="Training curves (validation during training)",
+        title=title,
         template="plotly_white",
         height=460,
         legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},

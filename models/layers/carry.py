@@ -38,6 +38,14 @@ def conv_with_carry(conv: nn.Module, x: torch.Tensor, carry: Optional[Carry], na
     return conv(full)[:, full.shape[1] - x.shape[1] :]
 
 
+def conv_qkv(mixer: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A mixer's q, k, v projections through its short convolutions (`q_conv1d`, ...), carried on from a chunk
+    before where the mixer has a carry: the step every delta-rule mixer with `use_short_conv` shares."""
+    return tuple(  # type: ignore[return-value]
+        conv_with_carry(getattr(mixer, f"{n}_conv1d"), getattr(mixer, f"{n}_proj")(x), mixer.carry, n) for n in "qkv"
+    )
+
+
 def start_state(carry: Optional[Carry], state_edit, renorm_every: int = 0) -> Optional[torch.Tensor]:
     """The state this chunk continues from (None: zeros, the sequence start)."""
     if carry is None:

@@ -48,7 +48,7 @@ from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.layers.beta_range import BetaRangeMixin
-from deltalens.models.layers.carry import Carry, conv_with_carry, keep_final, keep_last, replay_kept, start_state
+from deltalens.models.layers.carry import Carry, conv_qkv, keep_final, keep_last, replay_kept, start_state
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, Recurrence
 from deltalens.models.layers.rms_norm import RMSNorm, RMSNormGated
 from deltalens.models.layers.short_conv import ShortConvolution
@@ -135,9 +135,7 @@ class DeltaNetMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
     def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Projections, short conv, activation, head split and q/k normalisation, as fla's layer."""
         if self.use_short_conv:
-            q = conv_with_carry(self.q_conv1d, self.q_proj(x), self.carry, "q")
-            k = conv_with_carry(self.k_conv1d, self.k_proj(x), self.carry, "k")
-            v = conv_with_carry(self.v_conv1d, self.v_proj(x), self.carry, "v")
+            q, k, v = conv_qkv(self, x)
         else:
             q, k = self.q_proj(x), self.k_proj(x)
             if self.qk_activation == "silu":

@@ -40,7 +40,7 @@ from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.layers.beta_range import BetaRangeMixin, Index
-from deltalens.models.layers.carry import Carry, conv_with_carry, keep_final, keep_last, replay_kept, start_state
+from deltalens.models.layers.carry import Carry, conv_qkv, keep_final, keep_last, replay_kept, start_state
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, Recurrence
 from deltalens.models.layers.rms_norm import RMSNorm, RMSNormGated
 from deltalens.models.layers.short_conv import ShortConvolution
@@ -160,9 +160,7 @@ class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
     def _qkv(self, x: torch.Tensor):
         """q (B, T, H, d_k); k, v (B, T, H, n, d): projections, conv + SiLU, heads, L2 norm, GVA repeat."""
         if self.use_short_conv:
-            q = conv_with_carry(self.q_conv1d, self.q_proj(x), self.carry, "q")
-            k = conv_with_carry(self.k_conv1d, self.k_proj(x), self.carry, "k")
-            v = conv_with_carry(self.v_conv1d, self.v_proj(x), self.carry, "v")
+            q, k, v = conv_qkv(self, x)
         else:
             q, k, v = F.silu(self.q_proj(x)), F.silu(self.k_proj(x)), F.silu(self.v_proj(x))
         q = l2_normalize(rearrange(q, "b t (h d) -> b t h d", d=self.head_k_dim))
