@@ -1,7 +1,8 @@
 """PFSA-SR, cause vs length: one model on the drain and the no-drain adversary at every horizon.
 
     python3 -m experiments.pfsa_drain RUN/last --name deltanet-neg-c16-lr3e-3-s0 [--out results/pfsa_drain]
-    python3 -m experiments.pfsa_drain --table [--out results/pfsa_drain]
+    python3 -m experiments.pfsa_drain --table [--out results/pfsa_drain]    # seed means and the verdict
+    python3 -m experiments.pfsa_drain --seeds [--out results/pfsa_drain]    # one row per run
 
 The two adversaries (tasks/hidden_block.py, ``hidden_block_adversary(..., drain=True|False)``) write the same
 kinds of lines, make the same block moves and ask the same query for a seed, and their exact posteriors are
@@ -54,6 +55,7 @@ ARCHS = {
     "deltanet-neg": "DeltaNet [0, 2]",
     "deltanet-renorm": "renormalised DeltaNet",
     "lstm": "LSTM",
+    "lstm-wide": "LSTM, 128 wide, 12,000 steps",
     "hybrid": "hybrid DeltaNet + M²RNN",
     "m2rnn": "M²RNN",
 }
@@ -123,7 +125,9 @@ def read_records(folder: Path) -> dict[tuple[str, int, str], list[dict]]:
         arch, rest = stem.rsplit("-c", 1)
         cycles, lr_seed = rest.split("-lr", 1)
         lr = lr_seed.rsplit("-s", 1)[0]
-        cells.setdefault((arch, int(cycles), lr), []).append(json.loads(path.read_text()))
+        record = json.loads(path.read_text())
+        record["name"] = stem
+        cells.setdefault((arch, int(cycles), lr), []).append(record)
     return cells
 
 
@@ -142,9 +146,11 @@ def moves(short: int | None, long: int | None) -> bool:
     return long is None or long >= 2 * short
 
 
-def verdict(cells: dict, lr: str, folder: Path) -> str:
-    """The rule of the module docstring, on the seed means of one lr."""
-    need = [(a, c) for a in ("deltanet-neg", "lstm") for c in (16, 64)]
+def verdict(cells: dict, lr: str, folder: Path, reference: str = "lstm", reference_cycles=(16, 64)) -> str:
+    """The rule of the module docstring, on the seed means of one lr. `reference` is the non-linear arm
+    (the LSTM; the wider LSTM of sweep/pfsa_drain/lstm-wide-c16.toml stands in for it, at 16 cycles only, when
+    the 64-wide ones never hold the mixture)."""
+    need = [("deltanet-neg", c) for c in (16, 64)] + [(reference, c) for c in reference_cycles]
     missing = [f"{a} c{c}" for a, c in need if len(cells.get((a, c, lr), [])) < 3]
     if missing:
         return f"not measured at lr {lr}: fewer than 3 seeds for {', '.join(missing)}"
@@ -152,9 +158,9 @@ def verdict(cells: dict, lr: str, folder: Path) -> str:
         c: curve(cells[("deltanet-neg", c, lr)], "drain") - curve(cells[("deltanet-neg", c, lr)], "no_drain")
         for c in (16, 64)
     }
-    lstm_gap = max(
-        np.abs(curve(cells[("lstm", c, lr)], "drain") - curve(cells[("lstm", c, lr)], "no_drain")).max()
-        for c in (16, 64)
+    reference_gap = max(
+        np.abs(curve(cells[(reference, c, lr)], "drain") - curve(cells[(reference, c, lr)], "no_drain")).max()
+        for c in reference_cycles
     )
     guess = json.loads((folder / "guesses.json").read_text())["block_uniform"]
     unlearned = [
@@ -169,11 +175,12 @@ def verdict(cells: dict, lr: str, folder: Path) -> str:
         )
     turns = [turning_point(curve(cells[("deltanet-neg", c, lr)], "drain")) for c in (16, 64)]
     moved = moves(*turns)
-    theory = all(g[-1] > GAP and g[-1] - g[0] > GAP for g in gaps.values()) and lstm_gap < GAP and not moved
+    theory = all(g[-1] > GAP and g[-1] - g[0] > GAP for g in gaps.values()) and reference_gap < GAP and not moved
     length = all(np.abs(g).max() < GAP for g in gaps.values()) and moved
     facts = (
         f"DeltaNet [0, 2] gap at H = {HORIZONS[-1]}: {gaps[16][-1]:.2f} (c16), {gaps[64][-1]:.2f} (c64); "
-        f"LSTM's largest |gap| {lstm_gap:.2f}; DeltaNet's turning point {turns[0]} (c16) -> {turns[1]} (c64)"
+        f"{ARCHS.get(reference, reference)}'s largest |gap| {reference_gap:.2f}; "
+        f"DeltaNet's turning point {turns[0]} (c16) -> {turns[1]} (c64)"
     )
     if theory:
         return f"supports the theory at lr {lr} ({facts})"
@@ -203,6 +210,51 @@ def table(folder: Path) -> list[str]:
     lines.append("Cells: seed-mean KL at the query, drain / no-drain (nats).")
     for lr in sorted({lr for _, _, lr in cells}):
         lines.append(f"- Verdict: {verdict(cells, lr, folder)}")
+        if ("lstm-wide", 16, lr) in cells:
+            lines.append(
+                "- With the wider, longer-trained LSTM as the non-linear reference (c16 only, stated before its "
+                f"runs): {verdict(cells, lr, folder, reference='lstm-wide', reference_cycles=(16,))}"
+            )
+    return lines
+
+
+def holds_mixture(record: dict, guess: dict) -> bool:
+    """The premise on one run: its KL at the smallest H at least TURN below the block-uniform guess on both
+    adversaries."""
+    h = str(HORIZONS[0])
+    return max(record["horizons"][h][adv]["kl"] for adv in ("drain", "no_drain")) < guess[h] - TURN
+
+
+def seed_table(folder: Path) -> list[str]:
+    """One row per run: did it hold the mixture, its gap and turning points, and the top value's agreement
+    with the exact posterior at H = 16 (the c16 training length) on each adversary."""
+    cells = read_records(folder)
+    guess = json.loads((folder / "guesses.json").read_text())["block_uniform"]
+    lines = [
+        f"| model | train cycles | lr | seed | holds the mixture | KL at H={HORIZONS[0]} | gap at H=16 | "
+        f"gap at H={HORIZONS[-1]} | turn (drain / no-drain) | top right at H=16 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    held: dict[tuple[str, str], list[bool]] = {}
+    for (arch, cycles, lr), records in sorted(cells.items()):
+        for record in sorted(records, key=lambda r: r["name"]):
+            seed = record["name"].rsplit("-s", 1)[-1]
+            d, n = curve([record], "drain"), curve([record], "no_drain")
+            ok = holds_mixture(record, guess)
+            held.setdefault((arch, lr), []).append(ok)
+            top = [record["horizons"]["16"][adv]["top_right"] for adv in ("drain", "no_drain")]
+            i16 = HORIZONS.index(16)
+            lines.append(
+                f"| {ARCHS.get(arch, arch)} | {cycles} | {lr} | {seed} | {'yes' if ok else 'no'} | "
+                f"{d[0]:.2f} / {n[0]:.2f} | {d[i16] - n[i16]:+.2f} | {d[-1] - n[-1]:+.2f} | "
+                f"{turning_point(d)} / {turning_point(n)} | {top[0]:.2f} / {top[1]:.2f} |"
+            )
+    lines.append("")
+    lines.append(
+        "Runs that hold the mixture: "
+        + "; ".join(f"{ARCHS.get(a, a)} lr {lr}: {sum(v)} of {len(v)}" for (a, lr), v in sorted(held.items()))
+        + "."
+    )
     return lines
 
 
@@ -213,9 +265,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/pfsa_drain"))
     parser.add_argument("--traces", type=int, default=32, help="adversary traces per horizon and adversary")
     parser.add_argument("--table", action="store_true", help="print the markdown table of --out and exit")
+    parser.add_argument("--seeds", action="store_true", help="print the per-run table of --out and exit")
     args = parser.parse_args()
-    if args.table:
-        print("\n".join(table(args.out)))
+    if args.table or args.seeds:
+        print("\n".join(table(args.out) if args.table else seed_table(args.out)))
         return
     if args.checkpoint is None or not args.name:
         parser.error("give a checkpoint folder and --name, or --table")

@@ -1,0 +1,136 @@
+"""experiments/pfsa_drain.py: the cause-vs-length rule fixed before the runs, on made-up records."""
+
+import importlib
+import json
+
+import pytest
+
+drain = importlib.import_module("experiments.pfsa_drain")
+H = drain.HORIZONS
+GUESS = 0.49
+
+
+def record(kl_drain, kl_no_drain):
+    return {
+        "checkpoint": "made-up",
+        "horizons": {
+            str(h): {
+                "drain": {"kl": a, "top_right": 1.0, "calibration": 0.0, "support": 1.0},
+                "no_drain": {"kl": b, "top_right": 1.0, "calibration": 0.0, "support": 1.0},
+            }
+            for h, a, b in zip(H, kl_drain, kl_no_drain)
+        },
+    }
+
+
+def write(folder, name, rec):
+    (folder / f"{name}.json").write_text(json.dumps(rec))
+
+
+def folder_with(tmp_path, runs, seeds=3):
+    """runs: (arch, cycles) -> (drain curve, no-drain curve), written for lr 1e-3 and `seeds` seeds."""
+    (tmp_path / "guesses.json").write_text(json.dumps({"block_uniform": {str(h): GUESS for h in H}}))
+    for (arch, cycles), (d, n) in runs.items():
+        for s in range(seeds):
+            write(tmp_path, f"{arch}-c{cycles}-lr1e-3-s{s}", record(d, n))
+    return tmp_path
+
+
+FLAT = [0.1] * len(H)
+# the drain curve turns at H = 16 and keeps rising; the no-drain one stays flat
+DRAINED = [0.1, 0.12, 0.5, 1.0, 1.5, 2.0, 2.5]
+# both curves turn where training ended: at H = 32 for the 4-16-cycle model, at H = 128 for the 4-64-cycle one
+LENGTH_16 = [0.1, 0.1, 0.15, 0.6, 1.0, 1.2, 1.3]
+LENGTH_64 = [0.1, 0.1, 0.1, 0.1, 0.15, 0.6, 1.0]
+
+
+def test_a_drain_gap_at_a_fixed_turn_beside_a_flat_lstm_supports_the_theory(tmp_path):
+    folder = folder_with(
+        tmp_path,
+        {
+            ("deltanet-neg", 16): (DRAINED, FLAT),
+            ("deltanet-neg", 64): (DRAINED, FLAT),
+            ("lstm", 16): (FLAT, FLAT),
+            ("lstm", 64): (FLAT, FLAT),
+        },
+    )
+    verdict = drain.verdict(drain.read_records(folder), "1e-3", folder)
+    assert verdict.startswith("supports the theory at lr 1e-3"), verdict
+    assert "turning point 16 (c16) -> 16 (c64)" in verdict
+
+
+def test_coinciding_curves_whose_turn_moves_with_training_length_are_length_generalisation(tmp_path):
+    folder = folder_with(
+        tmp_path,
+        {
+            ("deltanet-neg", 16): (LENGTH_16, LENGTH_16),
+            ("deltanet-neg", 64): (LENGTH_64, LENGTH_64),
+            ("lstm", 16): (FLAT, FLAT),
+            ("lstm", 64): (FLAT, FLAT),
+        },
+    )
+    verdict = drain.verdict(drain.read_records(folder), "1e-3", folder)
+    assert verdict.startswith("length generalisation at lr 1e-3"), verdict
+
+
+def test_an_lstm_with_its_own_gap_makes_the_drain_gap_mixed(tmp_path):
+    folder = folder_with(
+        tmp_path,
+        {
+            ("deltanet-neg", 16): (DRAINED, FLAT),
+            ("deltanet-neg", 64): (DRAINED, FLAT),
+            ("lstm", 16): (DRAINED, FLAT),
+            ("lstm", 64): (FLAT, FLAT),
+        },
+    )
+    assert drain.verdict(drain.read_records(folder), "1e-3", folder).startswith("mixed at lr 1e-3")
+
+
+def test_a_reference_that_never_holds_the_mixture_makes_it_not_testable(tmp_path):
+    at_guess = [GUESS] * len(H)
+    folder = folder_with(
+        tmp_path,
+        {
+            ("deltanet-neg", 16): (DRAINED, FLAT),
+            ("deltanet-neg", 64): (DRAINED, FLAT),
+            ("lstm", 16): (at_guess, at_guess),
+            ("lstm", 64): (FLAT, FLAT),
+        },
+    )
+    verdict = drain.verdict(drain.read_records(folder), "1e-3", folder)
+    assert verdict.startswith("not testable at lr 1e-3: lstm c16 do not hold the mixture"), verdict
+
+
+def test_fewer_than_three_seeds_is_not_measured(tmp_path):
+    folder = folder_with(tmp_path, {("deltanet-neg", 16): (DRAINED, FLAT), ("lstm", 16): (FLAT, FLAT)}, seeds=2)
+    verdict = drain.verdict(drain.read_records(folder), "1e-3", folder)
+    assert verdict.startswith("not measured at lr 1e-3"), verdict
+    assert "deltanet-neg c16" in verdict and "lstm c64" in verdict
+
+
+@pytest.mark.parametrize("kl_at_4, held", [(0.3, "yes"), (0.45, "no")])
+def test_the_per_run_table_applies_the_premise_to_each_run(tmp_path, kl_at_4, held):
+    folder = folder_with(tmp_path, {("deltanet-neg", 16): ([kl_at_4] + DRAINED[1:], FLAT)}, seeds=1)
+    lines = drain.seed_table(folder)
+    row = [line for line in lines if line.startswith("| DeltaNet [0, 2] | 16 | 1e-3 | 0 |")]
+    assert len(row) == 1 and f"| {held} |" in row[0], lines
+    assert lines[-1] == f"Runs that hold the mixture: DeltaNet [0, 2] lr 1e-3: {int(held == 'yes')} of 1."
+
+
+def test_the_wider_lstm_stands_in_for_the_reference_at_16_cycles_only(tmp_path):
+    at_guess = [GUESS] * len(H)
+    folder = folder_with(
+        tmp_path,
+        {
+            ("deltanet-neg", 16): (DRAINED, FLAT),
+            ("deltanet-neg", 64): (DRAINED, FLAT),
+            ("lstm", 16): (at_guess, at_guess),
+            ("lstm", 64): (at_guess, at_guess),
+            ("lstm-wide", 16): (FLAT, FLAT),
+        },
+    )
+    cells = drain.read_records(folder)
+    assert drain.verdict(cells, "1e-3", folder).startswith("not testable")
+    substituted = drain.verdict(cells, "1e-3", folder, reference="lstm-wide", reference_cycles=(16,))
+    assert substituted.startswith("supports the theory at lr 1e-3"), substituted
+    assert any(line.startswith("- With the wider") and "supports the theory" in line for line in drain.table(folder))
