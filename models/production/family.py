@@ -30,6 +30,7 @@ class ProductionFamily:
     neg_eigval: Callable[[Any], bool] = lambda config: False  # beta in [0, 2]?
     text_config_key: str = "text_config"  # where a multimodal config keeps its text tower
     refused: dict[str, str] = field(default_factory=dict)  # config key -> why it is not supported
+    positions: str = "rotary"  # what its attention layers encode position with (cfg.positional_embedding_type)
 
     @property
     def library_mixer(self) -> type:

@@ -76,6 +76,7 @@ FAMILY = ProductionFamily(
     config_class=KimiLinearConfig,
     linear_mixer=HookedKimiLinearDeltaAttention,
     layer_types=("linear_attention", "full_attention"),
+    positions="none",  # its MLA layers use no rotary embedding (mla_use_nope); KDA orders the tokens
 )
 
 

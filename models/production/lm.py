@@ -273,7 +273,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
             n_ctx=getattr(config, "max_position_embeddings", None),
             act_fn=getattr(config, "hidden_act", "silu"),
             normalization_type="RMS",
-            positional_embedding_type="rotary",
+            positional_embedding_type=self.family.positions,
             eps=getattr(config, "rms_norm_eps", 1e-6),
             allow_neg_eigval=self._first_mixer.allow_neg_eigval,
             device=self.device,

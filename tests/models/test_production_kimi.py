@@ -67,6 +67,7 @@ def test_opens_by_hub_id_with_moe_and_latent_attention_and_equal_logits(opened):
     assert (ours.delta_layers, ours.attention_layers) == ([0, 1, 3], [2])
     assert isinstance(ours.model.layers[2].self_attn, modeling.KimiLinearAttention)  # MLA, hooked
     assert sum(isinstance(layer.mlp, modeling.KimiLinearMoE) for layer in ours.model.layers) == 3
+    assert ours.cfg.positional_embedding_type == "none"  # its MLA has no rotary embedding
     with torch.no_grad():
         error = (ours(tokens) - theirs(tokens).logits).abs().max().item()
     assert error < 1e-4, error
