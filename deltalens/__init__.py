@@ -62,7 +62,13 @@ if TYPE_CHECKING:
     )
     from deltalens.interp.logit_attribution import LogitAttribution, dla_figure, logit_attribution, reveal_rows
     from deltalens.interp.patching import PatchGrid, patch_grid_figure, patch_heads, path_patch
-    from deltalens.interp.split_interventions import abs_eigenvalue, clip_transition, rescale_transition, scale_write
+    from deltalens.interp.split_interventions import (
+        abs_eigenvalue,
+        clip_transition,
+        clip_write,
+        rescale_transition,
+        scale_write,
+    )
     from deltalens.interp.trace_pairs import relabel_values, reveal_metric, trace_pair
     from deltalens.loading.evaluate_checkpoint import evaluate_checkpoint
     from deltalens.loading.opened import Checkpoint, list_checkpoints, load, open_checkpoint

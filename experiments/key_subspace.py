@@ -23,7 +23,7 @@ T is the model's tracking head by rule (a) of experiments/mechanism_seeds.py (la
 at least 0.10): taken from that script's JSON for the model when one exists, else measured here the
 same way (beta clipped at 1 on each head in turn, 128 held-out traces, eval split seed 0).
 
-    python3 -m experiments.key_subspace MODEL [MODEL ...] [--out results/mechanism/key_subspace]
+    python3 -m experiments.key_subspace MODEL [MODEL ...] [--out results/mechanism/key_subspace]   # checkpoints, runs
     python3 -m experiments.key_subspace --table-only     # print the markdown section from the JSON
     python3 -m experiments.key_subspace --table-only --readme results/mechanism/README.md   # (re)append it
 
@@ -51,11 +51,14 @@ SHARE = 2 / 3
 BEGIN, END = "<!-- key-subspace: begin -->", "<!-- key-subspace: end -->"
 
 
-def tracking_head(path: Path, mechanism: Path) -> tuple[str | None, str]:
-    """(T as 'L0H3', where it came from) from a mechanism_seeds.py JSON of this model, or (None, '')."""
+def tracking_head(where: dict, mechanism: Path) -> tuple[str | None, str]:
+    """(T as 'L0H3', where it came from) from a mechanism_seeds.py JSON of this model, or (None, '').
+    Matched on the cell name and the weights folder's last two parts (a checkpoint's folder, or a run's
+    hashed folder and last/), so a moved repo still matches and two labels' same-named cells do not."""
+    tail = where["weights"].parts[-2:]
     for file in sorted(mechanism.glob("*.json")):
         record = json.loads(file.read_text())
-        if record.get("name") == path.name and Path(record.get("weights", "")).name == path.name:
+        if record.get("name") == where["name"] and Path(record.get("weights", "")).parts[-2:] == tail:
             return record.get("decision", {}).get("tracking_head"), file.as_posix()
     return None, ""
 
@@ -76,13 +79,15 @@ def measure(path: Path, mechanism: Path, seed: int = 0) -> dict:
     from deltalens.loading.opened import open_checkpoint
     from deltalens.probes.linear_probes import probe_positions
     from deltalens.probes.subspace import numerical_rank, subspace_report
+    from experiments.mechanism_seeds import locate
 
-    checkpoint = open_checkpoint(path)
+    where = locate(path)  # a checkpoint folder, or a run folder of `deltalens reproduce --runs` (RUN/last)
+    checkpoint = open_checkpoint(where["weights"])
     model, spec = checkpoint.model, checkpoint.spec
     config = checkpoint.meta.get("model_config") or {}
     if not config.get("allow_neg_eigval"):
         raise DeltalensError(f"{path} is not a DeltaNet with beta in [0, 2]; rule (a) needs beta > 1 to clip.")
-    head, source = tracking_head(path, mechanism)
+    head, source = tracking_head(where, mechanism)
     clip_drop = None
     if source == "":
         head, clip_drop = clip_tracking_head(model, checkpoint.batch(SWEEP_TRACES, seed=seed))
@@ -115,7 +120,7 @@ def measure(path: Path, mechanism: Path, seed: int = 0) -> dict:
             }
         )
     record = {
-        "name": path.name,
+        "name": where["name"],
         "source": path.as_posix(),
         "group": spec.group,
         "n": int(cap.n_vars),
@@ -246,7 +251,7 @@ def append_section(readme: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", type=Path, help="checkpoint folders of DeltaNet [0, 2] models")
+    parser.add_argument("models", nargs="*", type=Path, help="checkpoint or run folders of DeltaNet [0, 2] models")
     parser.add_argument("--out", type=Path, default=Path("results/mechanism/key_subspace"))
     parser.add_argument("--mechanism", type=Path, default=Path("results/mechanism"), help="mechanism_seeds.py JSONs")
     parser.add_argument("--table-only", action="store_true", help="only print the section from OUT's JSON")

@@ -3,6 +3,7 @@
     python3 -m experiments.pfsa_drain RUN/last --name deltanet-neg-c16-lr3e-3-s0 [--out results/pfsa_drain]
     python3 -m experiments.pfsa_drain --table [--out results/pfsa_drain]    # seed means and the verdict
     python3 -m experiments.pfsa_drain --seeds [--out results/pfsa_drain]    # one row per run
+    python3 -m experiments.pfsa_drain --readme results/pfsa_drain/README.md  # both, between its markers
 
 The two adversaries (tasks/hidden_block.py, ``hidden_block_adversary(..., drain=True|False)``) write the same
 kinds of lines, make the same block moves and ask the same query for a seed, and their exact posteriors are
@@ -43,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deltalens.core.atomic import write_json_atomic
+from deltalens.core.atomic import write_json_atomic, write_text_atomic
 from deltalens.loading.opened import open_checkpoint
 from deltalens.tasks.hidden_block import hidden_block_adversary, linear_block_mass
 from deltalens.tasks.prob_spec import ProbTraceSpec
@@ -258,6 +259,97 @@ def seed_table(folder: Path) -> list[str]:
     return lines
 
 
+def figure(folder: Path):
+    """Seed-mean KL by horizon, one panel per architecture: drain solid, no-drain dashed, one colour per
+    (training cycles, lr) cell, the block-uniform guess dotted."""
+    from plotly.colors import qualitative
+    from plotly.subplots import make_subplots
+
+    cells = read_records(folder)
+    archs = [a for a in ARCHS if any(arch == a for arch, _, _ in cells)]
+    columns = 3
+    rows = -(-len(archs) // columns)
+    fig = make_subplots(
+        rows=rows,
+        cols=columns,
+        subplot_titles=[ARCHS[a] for a in archs],
+        vertical_spacing=0.16,
+        horizontal_spacing=0.05,
+    )
+    guess = json.loads((folder / "guesses.json").read_text())["block_uniform"]
+    settings = sorted({(c, lr) for _, c, lr in cells})
+    colours = {setting: qualitative.Plotly[i % len(qualitative.Plotly)] for i, setting in enumerate(settings)}
+    shown = set()
+    for index, arch in enumerate(archs):
+        row, col = index // columns + 1, index % columns + 1
+        for (a, cycles, lr), records in sorted(cells.items()):
+            if a != arch:
+                continue
+            for adversary, dash in (("drain", "solid"), ("no_drain", "dash")):
+                label = f"{cycles} cycles, lr {lr}, {adversary.replace('_', '-')}"
+                fig.add_scatter(
+                    x=list(HORIZONS),
+                    y=curve(records, adversary),
+                    mode="lines+markers",
+                    name=label,
+                    legendgroup=label,
+                    showlegend=label not in shown,
+                    row=row,
+                    col=col,
+                    line={"color": colours[(cycles, lr)], "dash": dash},
+                    hovertemplate=f"{label}<br>H=%{{x}}: KL %{{y:.2f}} ({len(records)} seeds)<extra></extra>",
+                )
+                shown.add(label)
+        fig.add_scatter(
+            x=list(HORIZONS),
+            y=[guess[str(h)] for h in HORIZONS],
+            mode="lines",
+            name="block-uniform guess",
+            legendgroup="guess",
+            showlegend=index == 0,
+            line={"color": "grey", "dash": "dot"},
+            row=row,
+            col=col,
+        )
+    # one log y-axis for every panel: the learned models' no-drain KL (~0.05) and the drained one (~4) both show
+    fig.update_xaxes(type="log", tickvals=list(HORIZONS), tickangle=0, title_text="H", title_standoff=4)
+    fig.update_yaxes(type="log", matches="y", tickvals=[0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5])
+    fig.update_yaxes(title_text="KL at the query (nats)", col=1)
+    fig.update_layout(
+        title="PFSA-SR, drain (solid) vs no-drain (dashed): seed-mean KL(exact || model) by horizon H",
+        height=340 * rows + 160,
+        width=1300,
+        template="plotly_white",
+        margin={"t": 90},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.1, "x": 0},
+    )
+    fig.update_annotations(font_size=14)  # the panel titles
+    return fig
+
+
+def write_figure(fig, stem: Path) -> None:
+    """HTML (plotly.js written once beside it, so it works offline) and, where kaleido can, PNG."""
+    from experiments.report.reproduce import write_pngs
+
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    fig.write_html(stem.with_suffix(".html"), include_plotlyjs="directory", div_id=f"figure-{stem.name}")
+    error = write_pngs([fig], [stem.with_suffix(".png")])
+    print(f"figure: {stem}.html" + (f" ({error})" if error else f", {stem}.png"), file=sys.stderr)
+
+
+def fill_readme(readme: Path, folder: Path) -> None:
+    """Rewrite the generated blocks of a README: the lines between ``<!-- table -->`` and ``<!-- /table -->``
+    (``table``) and between ``<!-- seeds -->`` and ``<!-- /seeds -->`` (``seed_table``); the prose stays."""
+    text = readme.read_text()
+    for name, lines in (("table", table(folder)), ("seeds", seed_table(folder))):
+        start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+        if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+            raise SystemExit(f"{readme}: needs exactly one {start} ... {end} block")
+        head, rest = text.split(start)
+        text = head + start + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1]
+    write_text_atomic(readme, text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", nargs="?", type=Path)
@@ -266,7 +358,14 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=32, help="adversary traces per horizon and adversary")
     parser.add_argument("--table", action="store_true", help="print the markdown table of --out and exit")
     parser.add_argument("--seeds", action="store_true", help="print the per-run table of --out and exit")
+    parser.add_argument(
+        "--readme", type=Path, help="rewrite the two tables in this README, write the figure beside --out, and exit"
+    )
     args = parser.parse_args()
+    if args.readme:
+        fill_readme(args.readme, args.out)
+        write_figure(figure(args.out), args.out / "figures" / "drain_vs_no_drain")
+        return
     if args.table or args.seeds:
         print("\n".join(table(args.out) if args.table else seed_table(args.out)))
         return

@@ -79,6 +79,14 @@ def _error_bars(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+LEGEND_WIDTH = 380  # the legend sits right of the panels; its longest names (family labels) take ~360 px
+
+
+def _width(panels: int, per_panel: int) -> int:
+    """A figure's width: its panels plus the legend, and never narrower than plotly's default (700)."""
+    return max(700, panels * per_panel + LEGEND_WIDTH)
+
+
 def _reference_lines(
     fig, settings: list[str], threshold: float, label: str, cols_per_setting: int = 1, by_row: bool = False
 ) -> None:
@@ -97,16 +105,17 @@ def _reference_lines(
             continue
         for j in range(1, cols_per_setting + 1):
             row, col = (i, j) if by_row else (1, i)
-            fig.add_hline(
-                y=level,
-                line_dash="dash",
-                line_color="#bbbbbb",
-                row=row,
-                col=col,
-                annotation_text=f"chance 1/{round(1 / level)}" if j == 1 else None,
-                annotation_position="top left",
-                annotation_font_size=10,
+            # the label once per setting; an annotation_text of None would show plotly's placeholder "new text"
+            label = (
+                {
+                    "annotation_text": f"chance 1/{round(1 / level)}",
+                    "annotation_position": "top left",
+                    "annotation_font_size": 10,
+                }
+                if j == 1
+                else {}
             )
+            fig.add_hline(y=level, line_dash="dash", line_color="#bbbbbb", row=row, col=col, **label)
 
 
 def spacing_figure(results: list[dict[str, Any]], thresholds: Thresholds | None = None):
@@ -147,7 +156,7 @@ def spacing_figure(results: list[dict[str, Any]], thresholds: Thresholds | None 
     fig.update_layout(
         title="Test reveal accuracy vs reveal spacing (training length; seed mean, bars min-max)",
         template="plotly_white",
-        width=max(500, 380 * len(settings)),
+        width=_width(len(settings), 380),
         height=420,
     )
     _dedupe_legend(fig)
@@ -186,7 +195,7 @@ def length_figure(results: list[dict[str, Any]], thresholds: Thresholds | None =
     fig.update_layout(
         title="Extrapolation: test reveal accuracy vs trace length (seed mean, bars min-max)",
         template="plotly_white",
-        width=max(500, 320 * len(spacings)),
+        width=_width(len(spacings), 320),
         height=max(380, 300 * len(settings)),
     )
     _dedupe_legend(fig)
@@ -219,7 +228,7 @@ def search_figure(searches: list[dict[str, Any]], chosen: dict[tuple[str, str], 
                 + ": %{y:.3f} at step %{x}<extra>%{fullData.name}</extra>",
             )
     title = "Learning-rate search at k = 1: validation curves (solid: chosen lr, dotted: other lr)"
-    return _validation_layout(fig, groups, 0.9, title, width=max(500, 480 * len(groups)))
+    return _validation_layout(fig, groups, 0.9, title, width=_width(len(groups), 480))
 
 
 def _validation_layout(fig, settings: list[str], threshold: float, title: str, width: int):
@@ -271,4 +280,4 @@ def long_budget_figure(runs: list[dict[str, Any]], grids: dict[str, dict[str, An
                     hovertemplate=f"seed {r['seed']}, {label}: %{{y:.3f}} at step %{{x}}<extra></extra>",
                 )
     title = "Longer budget: solid the long run, dotted the grid run (same seed)"
-    return _validation_layout(fig, [g for g, _ in panels], learned, title, width=max(560, 520 * len(panels)))
+    return _validation_layout(fig, [g for g, _ in panels], learned, title, width=_width(len(panels), 520))

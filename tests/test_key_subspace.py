@@ -46,6 +46,25 @@ def test_rule_k_needs_the_lowest_key_dimension_and_n(keys):
     assert keys.verdict(models, "key_rule") == (1, 3, "not supported")
 
 
+def test_the_tracking_head_is_read_from_the_json_of_the_same_weights(keys, tmp_path):
+    """Two labels may hold a cell of the same name (a grid run and a sparse-only run): the weights folder's
+    last two parts tell them apart; a checkpoint matches however the repo was moved."""
+    cell = "s3-deltanet-neg-statement-k4-s1"
+    for label, run, head in (("sweep", "aaaa1111", "L0H1"), ("sparse", "bbbb2222", "L0H2")):
+        record = {"name": cell, "weights": f"/old/place/runs/{cell}-{run}/last", "decision": {"tracking_head": head}}
+        (tmp_path / f"{label}-{cell}.json").write_text(json.dumps(record))
+    shipped = {"name": "s3-x", "weights": "/elsewhere/checkpoints/s3-x", "decision": {"tracking_head": "L0H3"}}
+    (tmp_path / "shipped-s3-x.json").write_text(json.dumps(shipped))
+
+    def where(weights, name):
+        return {"weights": Path(weights), "name": name}
+
+    assert keys.tracking_head(where(f"/new/runs/{cell}-bbbb2222/last", cell), tmp_path)[0] == "L0H2"
+    assert keys.tracking_head(where(f"/new/runs/{cell}-aaaa1111/last", cell), tmp_path)[0] == "L0H1"
+    assert keys.tracking_head(where("/repo/checkpoints/s3-x", "s3-x"), tmp_path)[0] == "L0H3"
+    assert keys.tracking_head(where(f"/new/runs/{cell}-cccc3333/last", cell), tmp_path) == (None, "")
+
+
 def test_sections_are_rewritten_in_place_and_the_rest_kept(keys, counts, tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# table\n\nkept\n")

@@ -134,3 +134,19 @@ def test_the_wider_lstm_stands_in_for_the_reference_at_16_cycles_only(tmp_path):
     substituted = drain.verdict(cells, "1e-3", folder, reference="lstm-wide", reference_cycles=(16,))
     assert substituted.startswith("supports the theory at lr 1e-3"), substituted
     assert any(line.startswith("- With the wider") and "supports the theory" in line for line in drain.table(folder))
+
+
+def test_the_readme_tables_are_rewritten_between_their_markers_and_the_prose_kept(tmp_path):
+    folder = folder_with(tmp_path, {("deltanet-neg", 16): (DRAINED, FLAT)}, seeds=1)
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "intro\n<!-- table -->\nSTALE\n<!-- /table -->\nmiddle\n<!-- seeds -->\nSTALE\n<!-- /seeds -->\nend\n"
+    )
+    drain.fill_readme(readme, folder)
+    text = readme.read_text()
+    assert text.startswith("intro\n<!-- table -->\n| model |") and "\nmiddle\n" in text and text.endswith("-->\nend\n")
+    assert "STALE" not in text and "| DeltaNet [0, 2] | 16 | 1e-3 | 0 | yes |" in text
+    readme.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="needs exactly one"):
+        drain.fill_readme(readme, folder)
+    assert readme.read_text() == "no markers\n"

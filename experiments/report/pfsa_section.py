@@ -207,7 +207,9 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
     lines = [
         "## PFSA-SR: probabilistic state tracking",
         "",
-        "A linear recurrence cannot renormalise its belief after a reveal. (a) The unnormalised joint belief "
+        "The paper's theory: a linear recurrence cannot renormalise its belief after a reveal. What that costs "
+        "the exact unnormalised filters (arithmetic, not a trained model; whether trained models fail for this "
+        "reason is what results/pfsa_drain/ tests): (a) the unnormalised joint belief "
         "(one entry per permutation) loses a factor P(reveal) at every partial reveal; on a fair swap followed by "
         "a reveal that factor is exactly 1/2. (b) The unnormalised marginal belief (n x n) re-pins revealed rows, "
         f"but the adversary of tasks/adversary.py drains its chosen entries by {marginal.rate:g} per reveal "

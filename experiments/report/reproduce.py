@@ -94,7 +94,7 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         # fixed div id (plotly's default is a random uuid) keeps a regenerated report's unchanged figures unchanged
         fig.write_html(figures_dir / f"{name}.html", include_plotlyjs="directory", div_id=f"figure-{name}")
     pngs = [figures_dir / f"{name}.png" for name, _, _ in named]
-    png_error = _write_pngs([fig for _, _, fig in named], pngs)
+    png_error = write_pngs([fig for _, _, fig in named], pngs)
     figures = []
     for (name, title, _), png in zip(named, pngs):
         # a PNG that cannot be regenerated is kept (the report says it is an earlier run's), never deleted
@@ -115,13 +115,15 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
     return Report(markdown, claims, figures, png_error)
 
 
-def _write_pngs(figs: list, paths: list[Path]) -> str | None:
+def write_pngs(figs: list, paths: list[Path]) -> str | None:
     """All PNGs in one kaleido call (its browser starts once: ~5 s, then well under 1 s a figure),
     through temporary files of this process renamed on success, so an earlier PNG is replaced whole
     or kept. None on success, else one line saying what failed and how to fix it."""
     temporary = [path.with_name(f".{path.stem}.{os.getpid()}.tmp.png") for path in paths]
     try:
-        pio.write_images(figs, temporary, format="png", scale=2)
+        # write_images sizes every figure at plotly's default 700 x 500 unless told: a figure's own layout size wins
+        sizes = {"width": [fig.layout.width for fig in figs], "height": [fig.layout.height for fig in figs]}
+        pio.write_images(figs, temporary, format="png", scale=2, **sizes)
         for tmp, path in zip(temporary, paths):
             tmp.replace(path)
     except Exception as err:  # kaleido raises plain RuntimeErrors (and others) for a missing browser

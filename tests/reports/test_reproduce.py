@@ -326,6 +326,28 @@ def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, 
     assert md.count("not run (not trained yet)") == 3
 
 
+def test_pngs_take_each_figures_own_size_and_every_chance_line_is_named(tmp_path, monkeypatch):
+    """plotly's write_images sizes every figure 700 x 500 unless told: the report passes the layout's size.
+    The length figure's chance lines are labelled once per setting, never with plotly's "new text"."""
+    sweep = load_sweep(tiny_sweep(tmp_path))
+    statuses = [CellStatus(c, short="not trained yet", reason="no result file") for c in sweep.cells]
+    statuses[1].result = {**result("deltanet-neg", 2, [0.95, 0.9, 0.8]), "wall_time_s": 60.0}
+    asked = {}
+
+    def record(figs, files, **kwargs):
+        asked.update(kwargs, figs=figs)
+        for file in files:
+            Path(file).write_bytes(b"png")
+
+    monkeypatch.setattr(plotly.io, "write_images", record)
+    write_report(sweep, statuses, tmp_path / "reports")
+    assert asked["width"] == [fig.layout.width for fig in asked["figs"]] and None not in asked["width"]
+    assert asked["height"] == [fig.layout.height for fig in asked["figs"]]
+    for fig in asked["figs"]:
+        texts = [a.text for a in fig.layout.annotations]
+        assert None not in texts and "new text" not in texts
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
