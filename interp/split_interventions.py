@@ -195,7 +195,12 @@ def abs_eigenvalue(model, layer: int, head: int | None, factor: int | None = Non
 def clip_write(model, layer: int, head: int | None, hi: float = 1.0, factor: int | None = None) -> Intervention:
     """The write becomes min(beta, hi) k v^T, the transition I - beta k k^T kept: with hi = 1, the part of
     clip_beta that transition-only clipping leaves out (clip_beta = clip_transition + clip_write). Unlike a
-    uniform scale_write it changes the writes of some tokens only (those with beta > hi)."""
+    uniform scale_write it changes the writes of some tokens only (those with beta > hi).
+
+    >>> accuracy = dl.accuracy_under(model, batch, dl.clip_write(model, 0, 3, hi=1.0))  # the S3 tracking head
+    >>> accuracy >= 0.9  # its reflections kept, its write clipped: it still tracks
+    True
+    """
     if not 0.0 <= float(hi) <= 2.0:  # NaN fails too
         raise DeltalensError(f"the write clip needs 0 <= hi <= 2, got {hi}.")
     ceiling = float(hi)

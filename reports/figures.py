@@ -106,7 +106,7 @@ def _reference_lines(
         for j in range(1, cols_per_setting + 1):
             row, col = (i, j) if by_row else (1, i)
             # the label once per setting; an annotation_text of None would show plotly's placeholder "new text"
-            label = (
+            named: dict[str, object] = (
                 {
                     "annotation_text": f"chance 1/{round(1 / level)}",
                     "annotation_position": "top left",
@@ -115,7 +115,7 @@ def _reference_lines(
                 if j == 1
                 else {}
             )
-            fig.add_hline(y=level, line_dash="dash", line_color="#bbbbbb", row=row, col=col, **label)
+            fig.add_hline(y=level, line_dash="dash", line_color="#bbbbbb", row=row, col=col, **named)
 
 
 def spacing_figure(results: list[dict[str, Any]], thresholds: Thresholds | None = None):
