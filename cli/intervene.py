@@ -13,7 +13,7 @@
     deltalens intervene CKPT --layer L --head H --eigen-abs                  eigenvalue 1 - beta -> |1 - beta|
     deltalens intervene CKPT --layer L --head H --ablate zero [--site z|state]
     deltalens intervene CKPT --layer L --head H --beta-range 0 1 --factor J   one DeltaProduct factor
-    deltalens intervene CKPT --sweep beta-range --factor J   factor J of every head in turn
+    deltalens intervene CKPT --sweep beta-range --factor J   factor J of every head in turn (split sweeps too)
     deltalens intervene CKPT --layer L --head H --gate-range 1 1              no forgetting (gated models)
     deltalens intervene CKPT --patch-grid [--site z|beta|state] [--json]      activation patching, layers x heads
 
@@ -27,7 +27,7 @@ import json
 
 from deltalens.cli import arguments
 from deltalens.core.errors import DeltalensError
-from deltalens.interp.intervention_names import INTERVENTIONS
+from deltalens.interp.intervention_names import INTERVENTIONS, SPLIT_INTERVENTIONS
 
 
 def register(subparsers) -> None:
@@ -110,8 +110,8 @@ def register(subparsers) -> None:
         "--factor",
         type=arguments.whole(0),
         metavar="J",
-        help="with --beta-*/--transition-*/--write-*/--eigen-abs/--sweep beta-range: only Householder factor J "
-        "of a DeltaProduct",
+        help="with --beta-*/--transition-*/--write-*/--eigen-abs, --sweep beta-range or a split sweep: only "
+        "Householder factor J of a DeltaProduct",
     )
     parser.add_argument(
         "--site",
@@ -140,10 +140,11 @@ def run(args) -> int:
         or args.beta_reflect
         or args.eigen_abs
     )
-    if args.factor is not None and (args.sweep not in (None, "beta-range") or args.ablate or args.gate_range):
+    factored_sweeps = (None, "beta-range", *SPLIT_INTERVENTIONS)
+    if args.factor is not None and (args.sweep not in factored_sweeps or args.ablate or args.gate_range):
         raise DeltalensError(
-            "--factor picks the factor whose beta --beta-*, --transition-*, --write-*, --eigen-abs or "
-            "--sweep beta-range changes; use it with one of those."
+            "--factor picks the factor whose beta --beta-*, --transition-*, --write-*, --eigen-abs, "
+            "--sweep beta-range or a split sweep changes; use it with one of those."
         )
     if args.patch_grid:
         if args.sweep or single or args.layer is not None or args.head is not None or args.factor is not None:

@@ -82,10 +82,10 @@ class SweepResult(Summary):
 
 
 def _builder(model, intervention: Union[str, Builder], batches, factor: int | None = None) -> tuple[str, Builder]:
-    if factor is not None and intervention != "beta-range":
+    if factor is not None and intervention not in ("beta-range", *SPLIT_INTERVENTIONS):
         raise DeltalensError(
-            "factor picks the Householder factor whose beta the beta-range sweep rescales; "
-            f"it does not apply to {intervention!r}."
+            "factor picks the Householder factor whose beta the beta-range sweep or a split sweep "
+            f"({', '.join(SPLIT_INTERVENTIONS)}) changes; it does not apply to {intervention!r}."
         )
     if callable(intervention):
         return getattr(intervention, "__name__", "custom"), intervention
@@ -109,6 +109,10 @@ def _builder(model, intervention: Union[str, Builder], batches, factor: int | No
         require_delta_rule(model, "beta to reflect")
         return intervention, lambda m, layer, head: reflect_beta(m, layer, head)
     if intervention in SPLIT_INTERVENTIONS:
+        if factor is not None:
+            require_delta_rule(model, "beta to split between transition and write")
+            check_factor(model, factor)  # before any head is run
+            return f"{intervention} (factor {factor})", _split_builder(model, intervention, factor)
         return intervention, _split_builder(model, intervention)
     method, site = intervention.split("-")
     if site == "state":
@@ -132,15 +136,17 @@ def _builder(model, intervention: Union[str, Builder], batches, factor: int | No
     )
 
 
-def _split_builder(model, intervention: str) -> Builder:
-    """The builder of a transition-only / write-only intervention (interp/split_interventions.py)."""
+def _split_builder(model, intervention: str, factor: int | None = None) -> Builder:
+    """The builder of a transition-only / write-only intervention (interp/split_interventions.py), on every
+    Householder factor of a head or, with `factor`, on that one."""
     require_delta_rule(model, "beta to split between transition and write")
+    f = factor
     return {
-        "transition-clip": lambda m, layer, head: split.clip_transition(m, layer, head, hi=1.0),
-        "transition-range": lambda m, layer, head: split.rescale_transition(m, layer, head, to=(0.0, 1.0)),
-        "write-clip": lambda m, layer, head: split.clip_write(m, layer, head, hi=1.0),
-        "write-half": lambda m, layer, head: split.scale_write(m, layer, head, scale=0.5),
-        "eigen-abs": lambda m, layer, head: split.abs_eigenvalue(m, layer, head),
+        "transition-clip": lambda m, layer, head: split.clip_transition(m, layer, head, hi=1.0, factor=f),
+        "transition-range": lambda m, layer, head: split.rescale_transition(m, layer, head, to=(0.0, 1.0), factor=f),
+        "write-clip": lambda m, layer, head: split.clip_write(m, layer, head, hi=1.0, factor=f),
+        "write-half": lambda m, layer, head: split.scale_write(m, layer, head, scale=0.5, factor=f),
+        "eigen-abs": lambda m, layer, head: split.abs_eigenvalue(m, layer, head, factor=f),
     }[intervention]
 
 
@@ -158,7 +164,8 @@ def sweep(
 
     batch: a batch of held-out traces (split into pieces of `batch_size`) or a list of batches.
     intervention: a name from INTERVENTIONS or a callable (model, layer, head) -> Intervention.
-    factor: with "beta-range" on a DeltaProduct, rescale only Householder factor `factor` of each head.
+    factor: with "beta-range" or a split intervention on a DeltaProduct, change only Householder factor
+        `factor` of each head.
     top_k: for a model with many heads, rank every head first by attribution patching (the first-order
         change of the reveal margin under the intervention, one forward and backward:
         interp/attribution_patching.py) and verify only the `top_k` with the largest predicted drop;

@@ -102,6 +102,25 @@ def test_intervene_sweep_one_factor_of_every_head(capsys, product_path):
     assert all("F1" in h["label"] for h in second["heads"])
     assert main(["intervene", product_path, "--sweep", "zero-z", "--factor", "1"]) != 0
     assert "--sweep beta-range" in capsys.readouterr().err
+
+
+def test_split_sweeps_take_one_factor_and_match_the_single_head_intervention(capsys, product_path):
+    """--factor with a split sweep changes that factor of every head in turn; each row is what the one-head
+    intervention on that factor gives."""
+    args = ["--json", "--n-traces", "32"]
+    swept = _json(capsys, ["intervene", product_path, "--sweep", "transition-clip", "--factor", "1", *args])
+    assert swept["intervention"] == "transition-clip (factor 1)"
+    assert all("F1" in h["label"] for h in swept["heads"])
+    by_head = {(h["layer"], h["head"]): h["accuracy"] for h in swept["heads"]}
+    one = _json(
+        capsys,
+        ["intervene", product_path, "--layer", "0", "--head", "1", "--transition-clip", "1", "--factor", "1", *args],
+    )
+    assert one["accuracy"] == by_head[(0, 1)]
+    every = _json(capsys, ["intervene", product_path, "--sweep", "transition-clip", *args])
+    assert "F1" not in every["heads"][0]["label"]
+    assert main(["intervene", product_path, "--sweep", "eigen-abs", "--factor", "2"]) != 0
+    assert "factor 2 is out of range" in capsys.readouterr().err
     assert main(["intervene", product_path, "--sweep", "beta-range", "--factor", "2"]) != 0
     assert "factor 2 is out of range" in capsys.readouterr().err
 
