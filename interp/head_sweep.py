@@ -109,11 +109,11 @@ def _builder(model, intervention: Union[str, Builder], batches, factor: int | No
         require_delta_rule(model, "beta to reflect")
         return intervention, lambda m, layer, head: reflect_beta(m, layer, head)
     if intervention in SPLIT_INTERVENTIONS:
-        if factor is not None:
-            require_delta_rule(model, "beta to split between transition and write")
-            check_factor(model, factor)  # before any head is run
-            return f"{intervention} (factor {factor})", _split_builder(model, intervention, factor)
-        return intervention, _split_builder(model, intervention)
+        build = _split_builder(model, intervention, factor)
+        if factor is None:
+            return intervention, build
+        check_factor(model, factor)  # before any head is run
+        return f"{intervention} (factor {factor})", build
     method, site = intervention.split("-")
     if site == "state":
         require_delta_rule(model, "matrix state S_t")
@@ -140,7 +140,7 @@ def _split_builder(model, intervention: str, factor: int | None = None) -> Build
     """The builder of a transition-only / write-only intervention (interp/split_interventions.py), on every
     Householder factor of a head or, with `factor`, on that one."""
     require_delta_rule(model, "beta to split between transition and write")
-    f = factor
+    f = factor  # short, so each line fits
     return {
         "transition-clip": lambda m, layer, head: split.clip_transition(m, layer, head, hi=1.0, factor=f),
         "transition-range": lambda m, layer, head: split.rescale_transition(m, layer, head, to=(0.0, 1.0), factor=f),
