@@ -102,6 +102,8 @@ def test_intervene_sweep_one_factor_of_every_head(capsys, product_path):
     assert all("F1" in h["label"] for h in second["heads"])
     assert main(["intervene", product_path, "--sweep", "zero-z", "--factor", "1"]) != 0
     assert "--sweep beta-range" in capsys.readouterr().err
+    assert main(["intervene", product_path, "--sweep", "beta-range", "--factor", "2"]) != 0
+    assert "factor 2 is out of range" in capsys.readouterr().err
 
 
 def test_split_sweeps_take_one_factor_and_match_the_single_head_intervention(capsys, product_path):
@@ -120,8 +122,6 @@ def test_split_sweeps_take_one_factor_and_match_the_single_head_intervention(cap
     every = _json(capsys, ["intervene", product_path, "--sweep", "transition-clip", *args])
     assert "F1" not in every["heads"][0]["label"]
     assert main(["intervene", product_path, "--sweep", "eigen-abs", "--factor", "2"]) != 0
-    assert "factor 2 is out of range" in capsys.readouterr().err
-    assert main(["intervene", product_path, "--sweep", "beta-range", "--factor", "2"]) != 0
     assert "factor 2 is out of range" in capsys.readouterr().err
 
 
