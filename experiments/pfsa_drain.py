@@ -4,6 +4,7 @@
     python3 -m experiments.pfsa_drain --table [--out results/pfsa_drain]    # seed means and the verdict
     python3 -m experiments.pfsa_drain --seeds [--out results/pfsa_drain]    # one row per run
     python3 -m experiments.pfsa_drain --readme results/pfsa_drain/README.md  # both, between its markers
+    python3 -m experiments.pfsa_drain --filters [--out results/pfsa_drain]  # the two analytical filters
 
 The two adversaries (tasks/hidden_block.py, ``hidden_block_adversary(..., drain=True|False)``) write the same
 kinds of lines, make the same block moves and ask the same query for a seed, and their exact posteriors are
@@ -17,7 +18,11 @@ Per horizon and adversary, at the query (32 traces, the same for every model):
 * ``kl``: KL(exact || model) over the values;
 * ``top_right``: the model's most likely value is the exact posterior's (the arrangement it believes in);
 * ``calibration``: |q_top / (q_top + q_second) - p_top| on the two values the exact mixture puts mass on
-  (0: the mixture's odds reproduced), and ``support``: the model's mass on those two values.
+  (0: the mixture's odds reproduced), and ``support``: the model's mass on those two values;
+* ``probe_mass``: the model's mass on the probe variable's value, which the block cannot hold (records
+  written before this metric existed lack it).
+A value-gated model's record also has ``vgate`` (experiments/drain_sides.py ``gate_stats``). The one-sidedness
+rule, its analytical filters and the value-gated DeltaNet's verdict are experiments/drain_sides.py's.
 
 The decision rule, fixed before the runs (``verdict`` below):
 * turning point of a curve: the first H whose seed-mean KL exceeds the KL at the smallest H by TURN = 0.1 nats;
@@ -49,6 +54,7 @@ from deltalens.loading.opened import open_checkpoint
 from deltalens.tasks.hidden_block import hidden_block_adversary, linear_block_mass
 from deltalens.tasks.prob_spec import ProbTraceSpec
 from deltalens.training.belief_kl import reveal_kl
+from experiments import drain_sides
 
 HORIZONS = (4, 8, 16, 32, 64, 128, 256)
 TURN, GAP = 0.1, 0.1
@@ -59,6 +65,8 @@ ARCHS = {
     "lstm-wide": "LSTM, 128 wide, 12,000 steps",
     "hybrid": "hybrid DeltaNet + M²RNN",
     "m2rnn": "M²RNN",
+    "m2rnn-8k": "M²RNN, 8,000 steps",
+    "vgated": "value-gated DeltaNet",
 }
 
 
@@ -69,6 +77,7 @@ def query_rows(model, tokenizer, spec, horizon: int, drain: bool, n_traces: int)
     rows = []
     for row in kl.groupby("trace").tail(1).itertuples():  # the query is each trace's last reveal
         p, q = np.asarray(row.p), np.asarray(row.q)
+        probe = drain_sides.probe_value(traces[row.trace])
         two = np.argsort(-p)[:2]  # the mixture's two values (the opening's random swap)
         top, second = q[two[0]], q[two[1]]
         rows.append(
@@ -77,6 +86,7 @@ def query_rows(model, tokenizer, spec, horizon: int, drain: bool, n_traces: int)
                 "top_right": float(np.argmax(q) == two[0]),
                 "calibration": float(abs(top / max(top + second, 1e-12) - p[two[0]])),
                 "support": float(top + second),
+                "probe_mass": float(q[probe - 1]),
             }
         )
     return rows
@@ -92,13 +102,17 @@ def evaluate(path: Path, n_traces: int) -> dict:
         for drain in (True, False):
             rows = query_rows(model, tokenizer, spec, horizon, drain, n_traces)
             entry["drain" if drain else "no_drain"] = {
-                key: float(np.mean([r[key] for r in rows])) for key in ("kl", "top_right", "calibration", "support")
+                key: float(np.mean([r[key] for r in rows]))
+                for key in ("kl", "top_right", "calibration", "support", "probe_mass")
             }
             traces = [hidden_block_adversary(spec, horizon, seed=i, drain=drain) for i in range(4)]
             block = [linear_block_mass(trace)[-2] for trace in traces]
             entry["drain" if drain else "no_drain"]["linear_block_mass"] = float(np.mean(block))
         record["horizons"][str(horizon)] = entry
         print(f"H={horizon}: drain {entry['drain']['kl']:.3f}, no-drain {entry['no_drain']['kl']:.3f}", flush=True)
+    gate = drain_sides.gate_stats(model, tokenizer, spec)
+    if gate is not None:
+        record["vgate"] = gate
     meta = checkpoint.meta.get("metrics") or {}
     record["training_metrics"] = meta
     record["eval_s"] = round(time.perf_counter() - started, 1)
@@ -192,6 +206,7 @@ def verdict(cells: dict, lr: str, folder: Path, reference: str = "lstm", referen
 
 def table(folder: Path) -> list[str]:
     cells = read_records(folder)
+    guess = json.loads((folder / "guesses.json").read_text())["block_uniform"]
     lines = [
         "| model | train cycles | lr | seeds | "
         + " | ".join(f"H={h}" for h in HORIZONS)
@@ -205,7 +220,6 @@ def table(folder: Path) -> list[str]:
             f"| {ARCHS.get(arch, arch)} | {cycles} | {lr} | {len(records)} | {cols} | "
             f"{turning_point(d)} / {turning_point(n)} |"
         )
-    guess = json.loads((folder / "guesses.json").read_text())["block_uniform"]
     lines.append("| block-uniform guess | | | | " + " | ".join(f"{guess[str(h)]:.2f}" for h in HORIZONS) + " | |")
     lines.append("")
     lines.append("Cells: seed-mean KL at the query, drain / no-drain (nats).")
@@ -216,6 +230,65 @@ def table(folder: Path) -> list[str]:
                 "- With the wider, longer-trained LSTM as the non-linear reference (c16 only, stated before its "
                 f"runs): {verdict(cells, lr, folder, reference='lstm-wide', reference_cycles=(16,))}"
             )
+        for cycles in (16, 64):
+            if ("vgated", cycles, lr) in cells:
+                lines.append(
+                    "- Linearity or one-sidedness (experiments/drain_sides.py, stated before the value-gated runs): "
+                    + drain_sides.sides_verdict(cells, lr, cycles, guess, HORIZONS)
+                )
+    return lines
+
+
+def probe_table(folder: Path) -> list[str]:
+    """Mass on the probe's value at the query on drain (no-drain), by H: every cell whose runs all have it,
+    and the two analytical filters (filters.json, written by --filters)."""
+    cells = read_records(folder)
+    lines = [
+        "| model | train cycles | lr | seeds | " + " | ".join(f"H={h}" for h in HORIZONS) + " |",
+        "|---|---|---|---|" + "---|" * len(HORIZONS),
+    ]
+    for (arch, cycles, lr), records in sorted(cells.items()):
+        measured = [r for r in records if "probe_mass" in r["horizons"][str(HORIZONS[0])]["drain"]]
+        if not measured:
+            continue
+        d, n = curve(measured, "drain", "probe_mass"), curve(measured, "no_drain", "probe_mass")
+        cols = " | ".join(f"{a:.2f} / {b:.2f}" for a, b in zip(d, n))
+        lines.append(f"| {ARCHS.get(arch, arch)} | {cycles} | {lr} | {len(measured)} of {len(records)} | {cols} |")
+    filters = folder / "filters.json"
+    if filters.is_file():
+        record = json.loads(filters.read_text())
+        for reveal, label in drain_sides.FILTERS.items():
+            at = [record[reveal][str(h)] for h in HORIZONS]
+            cols = " | ".join(f"{r['drain']['probe_mass']:.2f} / {r['no_drain']['probe_mass']:.2f}" for r in at)
+            lines.append(f"| {label} | | | | {cols} |")
+    lines += ["", "Cells: seed-mean mass on the probe's value at the query, drain / no-drain (exact: 0)."]
+    return lines
+
+
+def _show(fmt: str, x: float) -> str:
+    """x in fmt, a rounding error below zero shown as 0 ("-0.00" reads as a sign)."""
+    return fmt.format(x if abs(x) > 5e-3 or "e" in fmt else 0.0)
+
+
+def filter_table(folder: Path) -> list[str]:
+    """The analytical filters (filters.json): KL, top value right, block mass, by H up to 512."""
+    record = json.loads((folder / "filters.json").read_text())
+    hs = drain_sides.FILTER_HORIZONS
+    lines = [
+        "| filter | quantity | " + " | ".join(f"H={h}" for h in hs) + " |",
+        "|---|---|" + "---|" * len(hs),
+    ]
+    for reveal, label in drain_sides.FILTERS.items():
+        for key, name, fmt in (
+            ("kl", "KL (nats)", "{:.2f}"),
+            ("max_tv", "largest TV to the exact posterior", "{:.1e}"),
+            ("top_right", "top value right", "{:.2f}"),
+            ("block_mass", "block mass (of 3)", "{:.2g}"),
+        ):
+            at = [record[reveal][str(h)] for h in hs]
+            cols = " | ".join(f"{_show(fmt, r['drain'][key])} / {_show(fmt, r['no_drain'][key])}" for r in at)
+            lines.append(f"| {label.split(' (')[0]} | {name} | {cols} |")
+    lines += ["", f"Cells: drain / no-drain, means over {record.get('traces', 32)} adversary traces, fp32."]
     return lines
 
 
@@ -339,9 +412,15 @@ def write_figure(fig, stem: Path) -> None:
 
 def fill_readme(readme: Path, folder: Path) -> None:
     """Rewrite the generated blocks of a README: the lines between ``<!-- table -->`` and ``<!-- /table -->``
-    (``table``) and between ``<!-- seeds -->`` and ``<!-- /seeds -->`` (``seed_table``); the prose stays."""
+    (``table``) and between ``<!-- seeds -->`` and ``<!-- /seeds -->`` (``seed_table``), and where it has their
+    markers ``<!-- probe -->`` (``probe_table``) and ``<!-- filters -->`` (``filter_table``); the prose stays."""
     text = readme.read_text()
-    for name, lines in (("table", table(folder)), ("seeds", seed_table(folder))):
+    blocks = [("table", table(folder)), ("seeds", seed_table(folder))]
+    if "<!-- probe -->" in text:  # the later blocks only where the README has their markers
+        blocks.append(("probe", probe_table(folder)))
+    if "<!-- filters -->" in text and (folder / "filters.json").is_file():
+        blocks.append(("filters", filter_table(folder)))
+    for name, lines in blocks:
         start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
         if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
             raise SystemExit(f"{readme}: needs exactly one {start} ... {end} block")
@@ -358,6 +437,7 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=32, help="adversary traces per horizon and adversary")
     parser.add_argument("--table", action="store_true", help="print the markdown table of --out and exit")
     parser.add_argument("--seeds", action="store_true", help="print the per-run table of --out and exit")
+    parser.add_argument("--filters", action="store_true", help="write the analytical filters' filters.json to --out")
     parser.add_argument(
         "--readme", type=Path, help="rewrite the two tables in this README, write the figure beside --out, and exit"
     )
@@ -365,6 +445,15 @@ def main() -> None:
     if args.readme:
         fill_readme(args.readme, args.out)
         write_figure(figure(args.out), args.out / "figures" / "drain_vs_no_drain")
+        return
+    if args.filters:
+        first = next(iter(sorted(args.out.glob("*-c*-lr*-s[0-9]*.json"))), None)
+        if first is None:
+            raise SystemExit(f"{args.out}: no run record to read the adversary's spec from")
+        spec = ProbTraceSpec.from_dict(json.loads(first.read_text())["spec"])
+        record = drain_sides.filter_record(spec, args.traces) | {"traces": args.traces}
+        write_json_atomic(args.out / "filters.json", record)
+        print("\n".join(filter_table(args.out)))
         return
     if args.table or args.seeds:
         print("\n".join(table(args.out) if args.table else seed_table(args.out)))

@@ -5,6 +5,8 @@ are exact and which approximate):
 
 * ``marginal_transition``: ``M <- sum_k probs[k] P_k M`` (exact, linear);
 * ``marginal_mask``: the linear-RNN reveal, zero row i and column v, then inject e_i e_v^T;
+* ``row_reveal``: the key-side reveal, row i replaced by e_v and the other rows untouched (what a
+  delta-rule write (I - k k^T) M + k e_v^T with k = e_i can do; zeroing column v needs the value side);
 * ``sinkhorn`` (after ``total_support``): the rebalancing to a doubly stochastic matrix that the
   normalised marginal filter applies after each reveal.
 """
@@ -52,6 +54,16 @@ def _reveal_masks(n: int, variable: int, value: int) -> tuple[np.ndarray, np.nda
 def marginal_mask(m: Any, variable: int, value: int) -> Any:
     """The linear-RNN reveal: A(x) M + B(x) with A = zero row i and column v, B = e_i e_v^T."""
     keep, inject = _reveal_masks(m.shape[0], variable, value)
+    return m * like(m, keep) + like(m, inject)
+
+
+def row_reveal(m: Any, variable: int, value: int) -> Any:
+    """The key-side reveal: (I - e_i e_i^T) M + e_i e_v^T, row i set to the revealed value, column v kept."""
+    n = m.shape[0]
+    keep = np.ones((n, n))
+    keep[variable, :] = 0.0
+    inject = np.zeros((n, n))
+    inject[variable, value - 1] = 1.0
     return m * like(m, keep) + like(m, inject)
 
 

@@ -85,6 +85,7 @@ from deltalens.tasks.marginal_belief import (
     marginal_mask,
     marginal_transition,
     point_marginals,
+    row_reveal,
     sinkhorn,
     total_support,
 )
@@ -405,12 +406,16 @@ def run_linear_joint(pfsa: PFSA, events: Sequence[Event], b0: Any = None, full_r
 
 
 def run_linear_marginal(
-    n: int, q0: Sequence[int], events: Sequence[Event], m0: Any = None, full_reset: bool = True
+    n: int, q0: Sequence[int], events: Sequence[Event], m0: Any = None, full_reset: bool = True, reveal: str = "mask"
 ) -> LinearRun:
     """M~_t: exact linear transitions, reveals as mask + injection, never rebalanced.
 
-    ``m0`` sets the dtype (numpy or torch); by default the float64 point marginals of q0.
+    ``m0`` sets the dtype (numpy or torch); by default the float64 point marginals of q0. ``reveal="row"``
+    reveals by ``row_reveal`` instead (the revealed row only: the key-side filter a delta rule can run).
     """
+    if reveal not in ("mask", "row"):
+        raise DeltalensError(f"reveal is 'mask' (row and column) or 'row' (the row only), got {reveal!r}")
+    step = marginal_mask if reveal == "mask" else row_reveal
     m = point_marginals(q0) if m0 is None else m0
     masses, peaks, history = [mass(m)], [max_entry(m)], [to_numpy(m)]
     for event in events:
@@ -421,7 +426,7 @@ def run_linear_marginal(
             m = like(m, point_marginals(state))
         else:
             for variable, value in zip(event.variables, event.values):
-                m = marginal_mask(m, variable, value)
+                m = step(m, variable, value)
         masses.append(mass(m))
         peaks.append(max_entry(m))
         history.append(to_numpy(m))

@@ -150,3 +150,67 @@ def test_the_readme_tables_are_rewritten_between_their_markers_and_the_prose_kep
     with pytest.raises(SystemExit, match="needs exactly one"):
         drain.fill_readme(readme, folder)
     assert readme.read_text() == "no markers\n"
+
+
+# --- linearity or one-sidedness (experiments/drain_sides.py), the value-gated DeltaNet beside DeltaNet [0, 2] ---
+sides = importlib.import_module("experiments.drain_sides")
+
+
+def with_probe_mass(rec, mass):
+    for entry in rec["horizons"].values():
+        for adversary in entry.values():
+            adversary["probe_mass"] = mass
+    return rec
+
+
+def sides_folder(tmp_path, gated, probe_mass=None, plain=(DRAINED, FLAT)):
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "guesses.json").write_text(json.dumps({"block_uniform": {str(h): GUESS for h in H}}))
+    for s in range(3):
+        write(tmp_path, f"deltanet-neg-c16-lr1e-3-s{s}", record(*plain))
+        rec = record(*gated)
+        write(tmp_path, f"vgated-c16-lr1e-3-s{s}", rec if probe_mass is None else with_probe_mass(rec, probe_mass))
+    return drain.read_records(tmp_path)
+
+
+def test_no_gated_gap_where_deltanet_drains_is_one_sidedness(tmp_path):
+    cells = sides_folder(tmp_path, (FLAT, FLAT), probe_mass=0.0)
+    verdict = sides.sides_verdict(cells, "1e-3", 16, {str(h): GUESS for h in H}, H)
+    assert verdict.startswith("one-sidedness at lr 1e-3, 16 cycles"), verdict
+
+
+def test_a_gated_gap_with_mass_on_the_probe_value_says_the_gate_is_not_used(tmp_path):
+    cells = sides_folder(tmp_path, (DRAINED, FLAT), probe_mass=0.8)
+    verdict = sides.sides_verdict(cells, "1e-3", 16, {str(h): GUESS for h in H}, H)
+    assert verdict.startswith("gate not learned or used"), verdict
+
+
+def test_a_gated_gap_spread_over_the_block_supports_the_precision_view(tmp_path):
+    spread = [0.1, 0.12, 0.3, 0.45, 0.49, 0.5, 0.52]  # rises to the block-uniform guess, no probe mass
+    cells = sides_folder(tmp_path, (spread, FLAT), probe_mass=0.02)
+    verdict = sides.sides_verdict(cells, "1e-3", 16, {str(h): GUESS for h in H}, H)
+    assert verdict.startswith("support for the renormalisation / precision view"), verdict
+
+
+def test_the_sides_rule_needs_both_models_to_hold_the_mixture_and_the_probe_mass(tmp_path):
+    guess = {str(h): GUESS for h in H}
+    unheld = sides_folder(tmp_path / "a", ([0.45] * len(H), [0.45] * len(H)), probe_mass=0.0)
+    assert sides.sides_verdict(unheld, "1e-3", 16, guess, H).startswith("not testable")
+    unmeasured = sides_folder(tmp_path / "b", (DRAINED, FLAT))
+    assert "not measured" in sides.sides_verdict(unmeasured, "1e-3", 16, guess, H)
+    assert sides.sides_verdict(unmeasured, "1e-3", 64, guess, H).startswith("not measured at lr 1e-3, 64 cycles")
+
+
+def test_the_filters_reproduce_the_analytical_facts():
+    """The column-masked filter, read out per row, is exact on drain where its block mass has decayed; the
+    row-only filter loses the arrangement by H = 8, its mass moving to the probe's value."""
+    from deltalens.tasks.prob_spec import ProbTraceSpec
+
+    run = drain.Path(__file__).parents[1] / "results/pfsa_drain/deltanet-neg-c16-lr1e-3-s0.json"
+    spec = ProbTraceSpec.from_dict(json.loads(run.read_text())["spec"])
+    mask = sides.filter_metrics(spec, 64, drain=True, reveal="mask", n_traces=4)
+    assert mask["max_tv"] < 1e-6 and mask["block_mass"] < 0.01 and mask["top_right"] == 1.0
+    row = sides.filter_metrics(spec, 16, drain=True, reveal="row", n_traces=4)
+    assert row["top_right"] == 0.0 and row["probe_mass"] > 0.8
+    control = sides.filter_metrics(spec, 16, drain=False, reveal="row", n_traces=4)
+    assert control["max_tv"] < 1e-6

@@ -20,6 +20,7 @@ BUILTIN = (
     "m2rnn",
     "deltanet_m2rnn",
     "kda",
+    "value_gated_deltanet",
 )
 for _name in BUILTIN:
     importlib.import_module(f"{__name__}.{_name}")

@@ -19,7 +19,7 @@ state edits) act on its DeltaNet layers (`delta_layers`); asked for an M²RNN la
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch.nn as nn
@@ -28,7 +28,7 @@ from deltalens.core.errors import DeltalensError
 from deltalens.models.io.config_from_dict import config_from_dict
 from deltalens.models.layers.deltanet_mixer import DeltaNetMixer
 from deltalens.models.layers.m2rnn_mixer import M2RNNMixer
-from deltalens.models.lm.delta_lm import HookedDeltaLM
+from deltalens.models.lm.own_config import OwnConfigLM
 
 __all__ = ["DeltaM2RNNConfig", "HookedDeltaM2RNN", "HookedM2RNN", "M2RNNConfig"]
 
@@ -101,37 +101,14 @@ def _hybrid_mixer(config: DeltaM2RNNConfig, layer_idx: int) -> nn.Module:
     return M2RNNMixer(config, layer_idx) if config.is_nonlinear(layer_idx) else DeltaNetMixer(config, layer_idx)
 
 
-class _OwnConfigLM(HookedDeltaLM):
-    """HookedDeltaLM with a deltalens config dataclass instead of an fla config: no fla interchange."""
-
-    @property
-    def model_config(self) -> dict[str, Any]:
-        """JSON-able config: `models.build(model.arch, **model.model_config)` rebuilds this model."""
-        return asdict(self.config)
-
-    @classmethod
-    def from_fla(cls, fla_model: nn.Module):
-        raise DeltalensError(f"fla has no {cls.__name__[6:]}; build one with models.build and load with models.load")
-
-    def to_fla(self) -> nn.Module:
-        raise DeltalensError(f"fla has no {type(self).__name__[6:]}; save it with models.save instead")
-
-    def save_pretrained(self, save_directory, extra_config: Optional[dict] = None) -> None:
-        raise DeltalensError(f"{type(self).__name__} has no fla format; save it with models.save instead")
-
-    @classmethod
-    def from_pretrained(cls, directory, device=None, dtype=None):
-        raise DeltalensError(f"{cls.__name__} has no fla format; open its checkpoint with models.load instead")
-
-
-class HookedM2RNN(_OwnConfigLM):
+class HookedM2RNN(OwnConfigLM):
     """M²RNN language model with TransformerLens hooks (module docstring)."""
 
     mixer_class = M2RNNMixer
     arch = "m2rnn"
 
 
-class HookedDeltaM2RNN(_OwnConfigLM):
+class HookedDeltaM2RNN(OwnConfigLM):
     """DeltaNet / M²RNN hybrid with TransformerLens hooks (module docstring)."""
 
     # DeltaBlock calls mixer_class(config, layer_idx); here a function that picks the layer's class
