@@ -27,9 +27,14 @@ _building = threading.Lock()  # one build at a time: a page run that needs the s
 _builders: dict[tuple, threading.Thread] = {}
 
 
+CONTROLS = ("matched_budget", "transformer_lr", "transformer_variants")  # the control folders under results/
+
+
 def signature() -> tuple:
-    """The sweep file's and each result file's name and modification time: the section's disk key."""
-    files = [REPO / "sweep" / "paper.toml", *sorted(RESULTS.glob("*.json"))]
+    """The sweep file's, each result file's and each control result's name and modification time: the
+    section's disk key."""
+    controls = [p for name in CONTROLS for p in sorted((RESULTS.parent / name).rglob("*.json"))]
+    files = [REPO / "sweep" / "paper.toml", *sorted(RESULTS.glob("*.json")), *controls]
     return tuple((f.name, f.stat().st_mtime_ns) for f in files if f.is_file())
 
 
@@ -68,26 +73,21 @@ def section(key: tuple) -> tuple[str, Any, list]:
 def build() -> tuple[str, Any, list]:
     import pandas as pd
 
-    from deltalens.reports.claims import evaluate_claims
     from deltalens.reports.figures import length_figure, spacing_figure
-    from deltalens.sweeps.grid import expected_cells, load_sweep, read_sweep
+    from deltalens.reports.lab import lab_module
+    from deltalens.sweeps.grid import load_sweep, read_sweep
 
     sweep = load_sweep(REPO / "sweep" / "paper.toml")
     sweep, statuses, _ = read_sweep(sweep, RESULTS)
     results = [s.result for s in statuses if s.result is not None]
-    claims = evaluate_claims(
-        results,
-        sweep.thresholds,
-        settings=[c.setting for c in sweep.cells],
-        seeds=len(sweep.seeds),
-        expected=expected_cells(sweep),
-        archs=set(sweep.models),
-    )
+    # the report's own judge (grid + controls under results/), so the page and results/reproduce.md agree
+    claims = lab_module("report.controlled_claims").judged_claims(sweep, statuses, RESULTS.parent)
     caption = (
         f"{len(results)} of {len(sweep.cells)} sweep runs measured ({len(sweep.seeds)} seeds per cell; "
-        "results/sweep/*.json); `deltalens reproduce` writes the same table to results/reproduce.md. "
-        "*not measured*: a cell it needs is still training; *not testable*: its premise failed (no cell "
-        "learned, or the model did not learn with dense reveals either)."
+        "results/sweep/*.json), the verdicts revised by the controls under results/ (matched budgets, the "
+        "Transformer at another lr, the full-action cells): the table `deltalens reproduce` writes to "
+        "results/reproduce.md. *not measured*: a cell it needs is still training; *not testable*: its premise "
+        "failed (no cell learned, or the model did not learn with dense reveals either)."
     )
     table = pd.DataFrame(
         [{"claim": c.statement, "setting": c.setting, "verdict": c.verdict, "measured": c.evidence} for c in claims]

@@ -73,21 +73,10 @@ def register(subparsers) -> None:
 
 
 def report_writer():
-    """experiments.report.reproduce.write_report from the clone this deltalens runs from: the report's code
-    lives beside sweep/ and results/ in experiments/, which a non-editable install does not carry."""
-    import importlib
+    """experiments.report.reproduce.write_report from the clone this deltalens runs from (reports/lab.py)."""
+    from deltalens.reports.lab import lab_module
 
-    import deltalens
-
-    root = Path(deltalens.__file__).resolve().parents[1]
-    if not (root / "experiments" / "report" / "reproduce.py").is_file():
-        raise DeltalensError(
-            "`deltalens reproduce` runs from a clone of the repository (its experiments/, sweep/ and results/ "
-            "are not installed): clone it, `pip install -e .` there and run the command in the clone"
-        )
-    if str(root) not in sys.path:
-        sys.path.append(str(root))
-    return importlib.import_module("experiments.report.reproduce").write_report
+    return lab_module("report.reproduce").write_report
 
 
 def run(args) -> int:
@@ -143,8 +132,15 @@ def run(args) -> int:
         todo = []
     if not total.interrupted:
         _add(total, train_missing(sweep, todo, args.runs, args.results, progress))
+    # the controls and later sections belong to the results, not to where the report goes: read them beside
+    # --results (results/sweep -> the controls under results/), so every --out gets the same report
     report = write_report(
-        sweep, statuses, Path(args.out), None if args.no_pfsa else Path(args.checkpoints), searches=searches
+        sweep,
+        statuses,
+        Path(args.out),
+        None if args.no_pfsa else Path(args.checkpoints),
+        searches=searches,
+        results=Path(args.results).resolve(),
     )
     done = sum(s.result is not None for s in statuses)
     verdicts = [c.verdict for c in report.claims]

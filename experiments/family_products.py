@@ -6,9 +6,9 @@ reflections applies the action's permutation, whether the product of every token
 between consecutive read-outs applies the permutation composed there (span="readout"), and which
 head's state holds the variables' values (a linear probe: a model can track the state with
 per-token products that are no fixed representation). Writes OUT/products.json, which the
-"Per-token products" section of `deltalens reproduce --out OUT` reads. A run whose checkpoint is gone
-keeps its row from the products.json already there if that row probed the same model (same 1x
-accuracy as the result now): run folders are often deleted after a sweep.
+"Per-token products" section of `deltalens reproduce --results OUT/sweep` reads (OUT: the results root).
+A run whose checkpoint is gone keeps its row from the products.json already there if that row probed
+the same model (same 1x accuracy as the result now): run folders are often deleted after a sweep.
 
     python3 -m experiments.family_products [--sweep sweep/family.toml] [--results results/family/sweep]
                                        [--runs runs/family] [--out results/family] [--traces 64]

@@ -1,11 +1,16 @@
 """The paper's claims after the controls, and their count.
 
-The grid judges each claim on its own cells (claims.py). Two later sweeps judge some claims again:
-the matched-budget lr grid ("DeltaNet β∈[0,1] fails with sparse reveals", controls_section.py) and
+The grid judges each claim on its own cells (claims.py). Later sweeps judge some claims again: the
+matched-budget lr grid ("DeltaNet β∈[0,1] fails with sparse reveals", controls_section.py), the
+Transformer at another lr ("needs dense reveals", "does not extrapolate", transformer_lr_section.py) and
 the full-action Transformer cells ("the Transformer fails on full permutations even with dense
 reveals", transformer_variants_section.py). Here the grid's verdicts are revised by them, by the
 rule in claims.claim_rules, and counted: the count the README quotes is `count_line`'s, never one
 written by hand.
+
+The controls are read from the results root they belong to (the folder holding the grid's results/sweep/,
+its siblings matched_budget/, transformer_lr/, transformer_variants/), never from where a report is written:
+`judged_claims` is what `deltalens reproduce` writes to any --out and what the dashboard shows.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from pathlib import Path
 from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, Claim
 from deltalens.sweeps.sweep_cells import Thresholds
 from experiments.report.controls_section import ControlVerdict, matched_budget_verdicts, read_results
+from experiments.report.transformer_lr_section import revise_transformer
 from experiments.report.transformer_variants_section import PAPER_THRESHOLDS, full_actions_claims
+
+CONTROLS = ("matched_budget", "transformer_lr", "transformer_variants")  # folders under the results root
 
 
 def revise_pos_fails(claim: Claim, controls: list[ControlVerdict]) -> Claim:
@@ -35,15 +43,41 @@ def revise_pos_fails(claim: Claim, controls: list[ControlVerdict]) -> Claim:
     return dataclasses.replace(claim, verdict=verdict, evidence=evidence, budget_bound=bound)
 
 
-def with_controls(claims: list[Claim], root: Path, thresholds: Thresholds = PAPER_THRESHOLDS) -> list[Claim]:
-    """`claims` (the grid's) revised by the controls found next to the report in `root`, then the
-    full-permutation claims of the Transformer variants' cells appended (nothing where none exist)."""
+def with_controls(
+    claims: list[Claim], root: Path, thresholds: Thresholds = PAPER_THRESHOLDS, grid: list | None = None
+) -> list[Claim]:
+    """`claims` (the grid's, from the `grid` results) revised by the controls under the results root `root`,
+    then the full-permutation claims of the Transformer variants' cells appended (nothing where none exist)."""
     _, controls = matched_budget_verdicts(Path(root))
     revised = [
         revise_pos_fails(claim, [c for c in controls if f"{c.group} {c.tokenizer}" == claim.setting])
         for claim in claims
     ]
+    revised = revise_transformer(revised, Path(root), grid or [])
     return revised + full_actions_claims(read_results(Path(root) / "transformer_variants"), thresholds)
+
+
+def judged_claims(sweep, statuses, root: Path) -> list[Claim]:
+    """The paper's claims from the grid's results (`statuses`, grid.read_results of `sweep`) revised by the
+    controls under `root`: the one table of results/reproduce.md and of the dashboard."""
+    from deltalens.reports.claims import evaluate_claims
+    from deltalens.sweeps.grid import expected_cells
+
+    results = [s.result for s in statuses if s.result is not None]
+    claims = evaluate_claims(
+        results,
+        sweep.thresholds,
+        settings=[s.cell.setting for s in statuses],
+        seeds=len(sweep.seeds),
+        expected=expected_cells(sweep),
+        archs=set(sweep.models),
+    )
+    return with_controls(claims, root, sweep.thresholds, grid=results)
+
+
+def missing_controls(root: Path) -> list[str]:
+    """The control folders `root` lacks (a report written without them says so)."""
+    return [name for name in CONTROLS if not (Path(root) / name).is_dir()]
 
 
 def count_line(claims: list[Claim]) -> str:

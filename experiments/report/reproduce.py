@@ -20,13 +20,12 @@ from deltalens.reports.claims import (
     NOT_MEASURED,
     NOT_TESTABLE,
     claim_rules,
-    evaluate_claims,
     spread,
 )
 from deltalens.reports.figures import ARCH_LABELS, length_figure, long_budget_figure, search_figure, spacing_figure
-from deltalens.sweeps.grid import best_validation, cell_config, curriculum, expected_cells
+from deltalens.sweeps.grid import best_validation, cell_config, curriculum
 from experiments.report.baselines_section import baseline_lines
-from experiments.report.controlled_claims import count_line, with_controls
+from experiments.report.controlled_claims import count_line, judged_claims, missing_controls
 from experiments.report.controls_section import controls_lines
 from experiments.report.long_runs_section import long_run_lines, long_sweep_runs, long_sweep_table
 from experiments.report.pfsa_section import pfsa_section
@@ -52,26 +51,20 @@ class Report:
     png_error: str | None  # the first PNG failure, one line naming the fix
 
 
-def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = None, searches=()) -> Report:
+def write_report(
+    sweep, statuses, out: Path, pfsa_checkpoints: Path | None = None, searches=(), results: Path | None = None
+) -> Report:
     """Write OUT/reproduce.md and OUT/figures/*; a PNG failure leaves the rest intact. With
     ``pfsa_checkpoints`` the report gains the PFSA-SR section (pfsa_section.py); ``searches`` are
-    the learning-rate search's statuses (training.grid.read_search)."""
+    the learning-rate search's statuses (training.grid.read_search). ``results`` is the folder of the
+    sweep's results (results/sweep, results/family/sweep; default: `out`/sweep): the controls, products.json
+    and the paper grid's later sections are read under its parent, the results root, so what is written does
+    not depend on `out`."""
+    root = Path(results).parent if results is not None else Path(out)
     section = pfsa_section(pfsa_checkpoints) if pfsa_checkpoints is not None else None
     results = [s.result for s in statuses if s.result is not None]
-    claims = (
-        evaluate_claims(
-            results,
-            sweep.thresholds,
-            settings=[s.cell.setting for s in statuses],
-            seeds=len(sweep.seeds),
-            expected=expected_cells(sweep),
-            archs=set(sweep.models),
-        )
-        if sweep.judge_claims
-        else []
-    )
-    if sweep.judge_claims:  # the grid's verdicts revised by the controls written next to the report
-        claims = with_controls(claims, out, sweep.thresholds)
+    # the grid's verdicts revised by the controls under the results root (controlled_claims.py)
+    claims = judged_claims(sweep, statuses, root) if sweep.judge_claims else []
     searched = [s.result for s in searches if s.result is not None]
     figures_dir = out / "figures"
     figures_dir.mkdir(parents=True, exist_ok=True)
@@ -85,7 +78,7 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         ("accuracy_vs_length", "accuracy vs trace length (extrapolation)", length_figure(results, sweep.thresholds)),
         *(section.figures if section else []),
     ]
-    long_runs, long_grids = long_sweep_runs(out)
+    long_runs, long_grids = long_sweep_runs(root) if sweep.judge_claims else ([], {})
     if long_runs:
         figure = long_budget_figure(long_runs, long_grids, sweep.thresholds.learned)
         named.append(("long_budget", "longer budget (validation curves)", figure))
@@ -103,15 +96,17 @@ def write_report(sweep, statuses, out: Path, pfsa_checkpoints: Path | None = Non
         stale = bool(png_error and kept)
         figures.append(FigureFiles(name, title, figures_dir / f"{name}.html", shown, png_error, png_stale=stale))
     markdown = out / "reproduce.md"
+    later = sweep.judge_claims  # the paper grid's report reads the lab's later sections under the root
     extra = [
         *baseline_lines(results),
-        *controls_lines(out),
-        *transformer_variants_lines(out, results, sweep.thresholds),
+        *(controls_lines(root) if later else []),
+        *(transformer_variants_lines(root, results, sweep.thresholds) if later else []),
         *(section.lines if section else []),
-        *products_lines(out),
+        *products_lines(root),
     ]
     long_lines = long_sweep_table(long_runs, long_grids, sweep.thresholds.learned)
-    write_text_atomic(markdown, render_markdown(sweep, statuses, claims, figures, out, extra, searches, long_lines))
+    text = render_markdown(sweep, statuses, claims, figures, out, extra, searches, long_lines, root=root)
+    write_text_atomic(markdown, text)
     return Report(markdown, claims, figures, png_error)
 
 
@@ -154,8 +149,9 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def _claim_lines(sweep, claims, multiples) -> list[str]:
-    """The paper's claims, judged (a sweep with `claims = false` in [sweep] has no such section)."""
+def _claim_lines(sweep, claims, multiples, root: Path) -> list[str]:
+    """The paper's claims, judged (a sweep with `claims = false` in [sweep] has no such section); the
+    controls that revise them are read under `root`, and a control folder it lacks is named."""
     t = sweep.thresholds
     lines = [
         "## The paper's claims",
@@ -188,6 +184,14 @@ def _claim_lines(sweep, claims, multiples) -> list[str]:
         lines.append("| all | – | not measured | no cell has a result yet | – |")
     else:
         lines += ["", count_line(claims)]
+    missing = missing_controls(root)
+    if missing:
+        lines += [
+            "",
+            f"Controls read from `{root}`: {', '.join(f'{m}/' for m in missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not there, so the verdicts they would revise stand as the "
+            "grid gave them.",
+        ]
     if "lstm" in sweep.models:
         lines += ["", "The LSTM (a non-linear RNN) is shown for reference; the paper makes no claim about it here."]
     return [*lines, ""]
@@ -296,7 +300,15 @@ def _wall_time_lines(sweep, statuses, searches) -> list[str]:
 
 
 def render_markdown(
-    sweep, statuses, claims, figures, out: Path, extra: list[str] = (), searches=(), long_lines: list[str] = ()
+    sweep,
+    statuses,
+    claims,
+    figures,
+    out: Path,
+    extra: list[str] = (),
+    searches=(),
+    long_lines: list[str] = (),
+    root: Path | None = None,
 ) -> str:
     """The report, section by section: header and protocol, architectures, the paper's claims, the
     learning-rate search, longer runs (``long_lines``: long_sweep_table's), a results table per
@@ -305,9 +317,10 @@ def render_markdown(
     config = cell_config(statuses[0].cell, sweep, lr=sweep.optim.get("lr", 3e-3)).to_dict()
     searches = list(searches)
     lines = [*_header_lines(sweep, statuses), *_protocol_lines(sweep, config), *_architecture_lines(sweep)]
+    root = Path(out if root is None else root)
     if sweep.judge_claims:
-        lines += _claim_lines(sweep, claims, sweep.eval_multiples)
-    lines += [*_search_lines(sweep, searches), *long_run_lines(out), *long_lines]
+        lines += _claim_lines(sweep, claims, sweep.eval_multiples, root)
+    lines += [*_search_lines(sweep, searches), *(long_run_lines(root) if sweep.judge_claims else []), *long_lines]
     lines += _results_lines(sweep, statuses, config["task"])
     lines += _not_run_lines(statuses)
     lines += _wall_time_lines(sweep, statuses, searches)

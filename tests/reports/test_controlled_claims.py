@@ -59,3 +59,41 @@ def test_the_readme_quotes_the_count_the_report_computed():
     assert re.fullmatch(r"\d+ claims? holds?.*", counted)
     readme = (REPO / "README.md").read_text()
     assert counted in readme, f"README.md should quote the report's count: {counted!r}"
+
+
+def _claims_table(markdown: str) -> list[str]:
+    """The rows of the report's claims table (its header and rule line included)."""
+    lines = markdown.splitlines()
+    start = lines.index("## The paper's claims")
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
+    return [line for line in lines[start:end] if line.startswith("| ")]
+
+
+def test_the_report_is_the_same_whatever_out_is_and_the_dashboard_shows_its_table(tmp_path):
+    """`deltalens reproduce --no-train --out ELSEWHERE` reads the controls under the results root, not --out:
+    its claims table is the committed results/reproduce.md's, and the dashboard's table is the same rows."""
+    from deltalens.app import sweep_claims
+    from deltalens.sweeps.grid import load_sweep, read_sweep
+    from experiments.report.controlled_claims import judged_claims
+    from experiments.report.reproduce import write_report
+
+    sweep = load_sweep(REPO / "sweep" / "paper.toml")
+    sweep, statuses, _ = read_sweep(sweep, REPO / "results" / "sweep")
+    report = write_report(sweep, statuses, tmp_path / "elsewhere", results=REPO / "results" / "sweep")
+    written = _claims_table(report.markdown.read_text())
+    committed = _claims_table((REPO / "results" / "reproduce.md").read_text())
+    assert written == committed and len(written) == 1 + 15  # the header and the 15 claims
+    _, table, _ = sweep_claims.build()
+    judged = judged_claims(sweep, statuses, REPO / "results")
+    assert list(table.verdict) == [c.verdict for c in judged] and list(table.claim) == [c.statement for c in judged]
+    assert len(table) == len(committed) - 1
+
+
+def test_a_report_without_its_controls_says_which_are_missing(tmp_path):
+    from deltalens.sweeps.grid import load_sweep, read_sweep
+    from experiments.report.reproduce import write_report
+
+    sweep = load_sweep(REPO / "sweep" / "paper.toml")
+    sweep, statuses, _ = read_sweep(sweep, REPO / "results" / "sweep")
+    text = write_report(sweep, statuses, tmp_path / "out", results=tmp_path / "bare" / "sweep").markdown.read_text()
+    assert "matched_budget/, transformer_lr/, transformer_variants/ are not there" in text

@@ -641,7 +641,7 @@ def test_a_diverging_search_run_is_recorded_and_the_other_lr_is_chosen(tmp_path,
 def test_a_family_sweep_names_its_architectures_and_reports_the_products(tmp_path):
     """A sweep of the delta-rule family: its own title, a family table row per architecture with the hooks
     and probes that apply, no claims about architectures it lacks, and the products section when
-    experiments/family_products.py left OUT/products.json."""
+    experiments/family_products.py left products.json in the results root (the folder holding the results)."""
     text = TINY.format(steps=2).replace('archs = ["deltanet-neg", "lstm"]', 'archs = ["deltanet-neg", "dp2"]')
     text = text.replace("[sweep]", '[sweep]\ntitle = "Family test"\nclaims = false')
     text = text.replace("spacings = [1, 2]", "spacings = [1]")
@@ -656,8 +656,7 @@ num_householder = 2
 allow_neg_eigval = true
 """
     (tmp_path / "tiny.toml").write_text(text)
-    (tmp_path / "reports").mkdir()
-    (tmp_path / "reports" / "products.json").write_text(
+    (tmp_path / "products.json").write_text(
         json.dumps(
             {
                 "sweep": "tiny",
@@ -718,7 +717,7 @@ allow_neg_eigval = true
     results = json.loads((tmp_path / "results" / "s3-dp2-statement-k1-s0.json").read_text())
     assert results["config"]["model"]["arch"] == "deltaproduct" and results["steps"] == 2
     # a probe run before any cell finished leaves no empty section behind
-    (tmp_path / "reports" / "products.json").write_text(
+    (tmp_path / "products.json").write_text(
         json.dumps({"sweep": "tiny", "traces": 8, "runs": [], "missing_checkpoints": []})
     )
     assert cli(tmp_path, "--no-train") == 0
