@@ -27,7 +27,7 @@ _building = threading.Lock()  # one build at a time: a page run that needs the s
 _builders: dict[tuple, threading.Thread] = {}
 
 
-CONTROLS = ("matched_budget", "transformer_lr", "transformer_variants")  # the control folders under results/
+CONTROLS = ("matched_budget", "sparse_only", "transformer_lr", "transformer_variants")  # control folders under results/
 
 
 def signature() -> tuple:

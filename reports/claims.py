@@ -78,9 +78,10 @@ def claim_rules(t: Thresholds) -> dict[str, str]:
         "matched-budget lr grid ran, at every lr tried there on every such k (one that learns or is mixed at "
         "some lr: does not hold)",
         "transformer-dense": f"holds if the Transformer reaches ≥ {t.learned:g} at 1x with k = 1 and stays "
-        f"< {t.learned:g} at every k > 1",
+        f"< {t.learned:g} at every k > 1; where it also ran at another lr (results/transformer_lr/), over every lr "
+        "(one that learns a k > 1 cell: does not hold)",
         "transformer-no-extrapolation": f"holds if every Transformer cell that learned (≥ {t.learned:g} at 1x) "
-        f"falls < {t.extrapolates:g} at the longest length",
+        f"falls < {t.extrapolates:g} at the longest length, at every lr it ran at",
         "transformer-full": f"holds if the Transformer learns the full-action k = 1 cell (≥ {t.learned:g} at 1x) "
         f"and falls < {t.extrapolates:g} at its longest length; not testable when it does not learn it at 1x (a "
         "claim about generalising what was learned)",

@@ -107,6 +107,12 @@ def revise_transformer(claims: list[Claim], root: Path, grid: list[dict[str, Any
             for lr, by_cell in cells.items()
         }
         tried = {lr: t for lr, t in tried.items() if t}
+        grid_ks = max((set(t) for t in tried.values()), key=len, default=set())
+        waiting = [lr for lr, t in tried.items() if set(t) < grid_ks]  # an lr whose cells are still training
+        tried = {lr: t for lr, t in tried.items() if lr not in waiting}
+        if waiting and claim.key in ("transformer-dense", "transformer-no-extrapolation"):
+            note = f"; lr {', '.join(waiting)} still training (its cells are left out until all have 3 seeds)"
+            claim = dataclasses.replace(claim, evidence=claim.evidence + note)
         if len(tried) < 2:
             revised.append(claim)
         elif claim.key == "transformer-dense":

@@ -96,4 +96,4 @@ def test_a_report_without_its_controls_says_which_are_missing(tmp_path):
     sweep = load_sweep(REPO / "sweep" / "paper.toml")
     sweep, statuses, _ = read_sweep(sweep, REPO / "results" / "sweep")
     text = write_report(sweep, statuses, tmp_path / "out", results=tmp_path / "bare" / "sweep").markdown.read_text()
-    assert "matched_budget/, transformer_lr/, transformer_variants/ are not there" in text
+    assert "matched_budget/, sparse_only/, transformer_lr/, transformer_variants/ are not there" in text
