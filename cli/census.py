@@ -1,6 +1,6 @@
 """`deltalens census MODEL [--text FILE] [--n-traces N] [--json] [--html FILE]`: per layer and head, the
-share of transitions with beta > 1, the mean smallest eigenvalue and the state's effective rank
-(probes/census.py measures; this module parses and prints)."""
+share of transitions with beta > 1, the smallest eigenvalue (1 - beta, and with the decay) and the state's
+effective rank (probes/census.py measures; this module parses and prints)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ def register(subparsers) -> None:
         help="per layer and head: share of beta > 1 (negative eigenvalues), eigenvalues, state rank",
         description="Run a delta-rule model (a checkpoint, a folder or a Hub id) on held-out REPL traces, or on "
         "a text file, and count per layer and head the transitions with beta > 1 (eigenvalue 1 - beta < 0; on "
-        "action tokens too, for traces), the mean smallest eigenvalue alpha (1 - beta) and the effective rank "
+        "action tokens too, for traces), the smallest eigenvalue 1 - beta over the tokens (and with the decay, "
+        "alpha (1 - beta)) and the effective rank "
         "of the state S_t.",
     )
     parser.add_argument("checkpoint", help="checkpoint folder, shipped name or Hugging Face Hub id")

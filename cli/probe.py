@@ -95,12 +95,15 @@ def run(args) -> int:
     if not summary.heads.empty:
         columns = [c for c in ("layer", "head", *HEAD_COLUMNS) if c in summary.heads]
         print(summary.heads[columns].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-        layer, head = summary.tracking_head
-        row = summary.heads[(summary.heads["layer"] == layer) & (summary.heads["head"] == head)].iloc[0]
-        print(
-            f"tracking head: layer {layer} head {head} (reflection fraction {row['reflection_fraction']:.3f}, "
-            f"mean beta on actions {row['mean_beta_action']:.3f})"
-        )
+        if summary.tracking_head is None:
+            print("tracking head: none (no head reflects on an action token: no eigenvalue below -0.9)")
+        else:
+            layer, head = summary.tracking_head
+            row = summary.heads[(summary.heads["layer"] == layer) & (summary.heads["head"] == head)].iloc[0]
+            print(
+                f"tracking head: layer {layer} head {head} (reflection fraction {row['reflection_fraction']:.3f}, "
+                f"mean beta on actions {row['mean_beta_action']:.3f})"
+            )
     if not summary.layers.empty:
         print("residual-stream probes (mean over variables; control = shuffled labels):")
         print(

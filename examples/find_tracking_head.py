@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print(heads[columns].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
-    layer, head = eig.tracking_head()
+    layer, head = eig.require_tracking_head()
     row = eig.head(layer, head)
     print(
         f"\ntracking head: layer {layer}, head {head}: mean beta on actions {row['mean_beta_action']:.3f}, "

@@ -248,7 +248,7 @@ def section(records: list[dict]) -> str:
         f"lowest in {p_hold} of {found}: {p_verdict}. The last column was added after the rest was seen and is "
         "no part of the rules: T's keys on the tokens where T reflects (beta > 1.9), of any kind.",
         "",
-        "Restated (the module docstring's rules (k1) and (k2), written after this table was first seen): the paper's "
+        "Restated (the module docstring's rules (k1) and (k2), written after this table was seen): the paper's "
         f"claim that the tracking head's keys span fewer dimensions than the other heads' (T strictly lowest) holds in "
         f"{k1_hold} of {found}: **{k1_verdict}** (tied for lowest in {low - k1_hold} more); the swap prediction, T's "
         f"key dimension = n - 1, holds in {k2_hold} of {found}: **{k2_verdict}** (= n in {n_hold}).",

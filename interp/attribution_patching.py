@@ -85,8 +85,9 @@ class AttributionResult(Summary):
         )
 
     def top(self, site: str = "z") -> tuple[int, int]:
+        """(layer, head) of the largest estimate (a layer without the site, NaN, never counts)."""
         grid = self.per_head(site)
-        return divmod(int(grid.abs().flatten().argmax()), grid.shape[1])
+        return divmod(int(torch.nan_to_num(grid.abs(), nan=-1.0).flatten().argmax()), grid.shape[1])
 
     def title(self) -> str:
         sites = ", ".join(f"hook_{site}" for site in self.grids)
@@ -105,6 +106,7 @@ class AttributionResult(Summary):
             {"layer": layer, "head": head, **{f"ap_{s}": float(self.per_head(s)[layer, head]) for s in self.grids}}
             for layer in range(L)
             for head in range(H)
+            if not bool(torch.isnan(self.per_head(first)[layer, head]))
         ]
         return pd.DataFrame(rows).sort_values(f"ap_{first}", key=abs, ascending=False, ignore_index=True)
 
@@ -196,6 +198,7 @@ def attribution_patching(
     if clean_t.shape != corrupt_t.shape:
         raise DeltalensError(f"clean {tuple(clean_t.shape)} and corrupt {tuple(corrupt_t.shape)} runs must match.")
     L, delta = n_layers_of(model), is_delta_rule(architecture_of(model))
+    hooks = model.hook_dict  # a hybrid's layers without a site are left out (NaN rows in its grid)
     want_state = "state" in sites
     grad_sites = tuple(s for s in sites if s != "state") + (("z",) if want_state and "z" not in sites else ())
     extra = ("q", "k", "beta", "gate") if want_state else ()
@@ -210,8 +213,10 @@ def attribution_patching(
                 forward_seconds = time.perf_counter() - start
         start = time.perf_counter()
         names = SiteNames(
-            keep=frozenset(f"blocks.{layer}.attn.hook_{s}" for layer in range(L) for s in sites),
-            watch=frozenset(f"blocks.{layer}.attn.hook_{s}" for layer in range(L) for s in grad_sites),
+            keep=frozenset(n for layer in range(L) for s in sites if (n := f"blocks.{layer}.attn.hook_{s}") in hooks),
+            watch=frozenset(
+                n for layer in range(L) for s in grad_sites if (n := f"blocks.{layer}.attn.hook_{s}") in hooks
+            ),
             store=frozenset(  # hook_gate only where the state decays
                 name
                 for layer in range(L)
@@ -228,6 +233,9 @@ def attribution_patching(
             grid = torch.zeros(L, H, T, dtype=torch.float64)  # 0 before `first`: both runs are the same there
             for layer in range(L):
                 name = f"blocks.{layer}.attn.hook_{site}"
+                if name not in names.keep or acts[name].shape[2] != H:  # no such hook, or another head count
+                    grid[layer] = float("nan")
+                    continue
                 if site == "state":
                     if not delta:
                         raise DeltalensError("only the delta rule has a matrix state to attribute.")

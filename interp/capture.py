@@ -46,6 +46,7 @@ from transformer_lens import HookedRootModule
 
 from deltalens.core.display import progress
 from deltalens.core.errors import DeltalensError
+from deltalens.interp.batch_inputs import as_batch
 from deltalens.interp.capture_disk import CaptureWriter, open_capture
 from deltalens.interp.capture_names import (  # re-exported: the names a capture is asked for
     ATTN_SHORTHANDS,
@@ -58,6 +59,7 @@ from deltalens.interp.capture_result import KIND_NAMES, LABELS, Capture, token_k
 from deltalens.models.architecture import (
     architecture_of,
     article_of,
+    delta_layers_of,
     is_delta_rule,
     n_heads_of,
     n_layers_of,
@@ -65,7 +67,16 @@ from deltalens.models.architecture import (
 )
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, StateTap
 
-__all__ = ["ATTN_SHORTHANDS", "DELTA_RULE_ONLY", "Capture", "capture", "expand_names", "residual_names"]
+__all__ = [
+    "ATTN_SHORTHANDS",
+    "DELTA_RULE_ONLY",
+    "Capture",
+    "capture",
+    "delta_rule_capture",
+    "expand_names",
+    "require_layers",
+    "residual_names",
+]
 
 _LAYER = re.compile(r"^blocks\.(\d+)\.")
 
@@ -107,6 +118,7 @@ def capture(
     4
     """
     arch = architecture_of(model)
+    batch = as_batch(model, batch)  # a batch, token ids (B, T) or REPL text (interp/batch_inputs.py)
     if isinstance(names, str):
         names = [names]
     wanted = None if callable(names) else expand_names(model, names or [])
@@ -183,6 +195,7 @@ def capture(
             "rows": len(trace),
             "estimated_bytes": plan.result_bytes,
             "slices": plan.slices,
+            "delta_layers": delta_layers_of(model),
         }
         try:
             sink.finish(labels, states, lengths.cpu(), meta)
@@ -203,6 +216,7 @@ def capture(
         logits=logits,
         estimated_bytes=plan.result_bytes,
         slices=plan.slices,
+        delta_layers=tuple(delta_layers_of(model)),
     )
 
 
@@ -345,6 +359,24 @@ def _joined(parts: list[torch.Tensor], name: str, plan: CapturePlan) -> torch.Te
     return torch.zeros(0, plan.row_bytes[name] // 4)  # no row kept
 
 
+def require_layers(cap: Capture, names: Sequence[str], tool: str) -> list[int]:
+    """The capture's delta-rule layers (a hybrid's attention layers left out), after checking that it holds
+    every `names` hook of each; else one sentence saying what is missing and how to capture it."""
+    layers = cap.recurrent_layers
+    if not layers:
+        raise DeltalensError(
+            f"{tool} reads the delta rule's layers, and this capture of {article_of(cap.arch)} has none; "
+            "use the residual-stream probes (linear_probes on 'resid') instead."
+        )
+    missing = [f"blocks.{l}.attn.hook_{x}" for l in layers for x in names if f"blocks.{l}.attn.hook_{x}" not in cap]
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise DeltalensError(
+            f"the capture lacks {shown} (delta-rule layers {layers}); capture with names={tuple(names)!r}."
+        )
+    return layers
+
+
 def delta_rule_capture(source, batch, names) -> Capture:
     """A Capture of a delta-rule model: `source` itself when it is one, else `capture(source, batch, names)`.
 
@@ -359,6 +391,7 @@ def delta_rule_capture(source, batch, names) -> Capture:
             )
         return source
     if batch is None:
-        raise DeltalensError("pass a Capture, or a model together with a batch of traces.")
-    require_delta_rule(source)
+        raise DeltalensError("pass a Capture, or a model together with a batch of traces (or token ids, or text).")
+    if not delta_layers_of(source):
+        require_delta_rule(source)
     return capture(source, batch, names=names)

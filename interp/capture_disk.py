@@ -214,6 +214,7 @@ def open_capture(folder):
         logits=logits,
         estimated_bytes=index.get("estimated_bytes"),
         slices=int(index.get("slices", 1)),
+        delta_layers=None if index.get("delta_layers") is None else tuple(int(x) for x in index["delta_layers"]),
     )
 
 

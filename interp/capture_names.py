@@ -1,6 +1,12 @@
 """Hook names for a capture: the shorthands ("beta", "resid", ...) a model answers to, expanded to its hooks.
 
 expand_names(model, ["beta", "resid"])   # blocks.{l}.attn.hook_beta ..., hook_embed, blocks.{l}.hook_resid_post ...
+
+A per-head shorthand expands to the layers that have that hook: on a hybrid, "beta" to its delta-rule layers
+(models.architecture.delta_layers_of), "q", "k", "v", "z" to every layer that has them (a softmax-attention
+layer has its own q, k, v, z), "state" and "gate" also to a DeltaNet / M²RNN hybrid's M²RNN layers. The tools
+that need the delta rule read the capture's `delta_layers` only. One that no layer has is refused in one
+sentence saying why.
 """
 
 from __future__ import annotations
@@ -8,11 +14,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from deltalens.core.errors import DeltalensError
-from deltalens.models.architecture import architecture_of, article_of, is_delta_rule, n_layers_of, require_delta_rule
+from deltalens.models.architecture import (
+    architecture_of,
+    article_of,
+    delta_layers_of,
+    is_delta_rule,
+    n_layers_of,
+    require_delta_rule,
+)
 from deltalens.models.registry import family
 
-ATTN_SHORTHANDS = ("beta", "beta_logit", "gate", "state", "k", "q", "v", "z")
-DELTA_RULE_ONLY = ("beta", "beta_logit", "gate", "state")  # the delta rule's write strength, decay and matrix state
+ATTN_SHORTHANDS = ("beta", "beta_logit", "gate", "vgate", "state", "k", "q", "v", "z")
+DELTA_RULE_ONLY = ("beta", "beta_logit", "gate", "vgate", "state")  # write strength, decays and the matrix state
 
 
 def _headed(arch: str) -> tuple[str, ...]:
@@ -29,6 +42,14 @@ def residual_names(model) -> list[str]:
     return ["hook_embed"] + [f"blocks.{layer}.{site}" for layer in range(n_layers_of(model))]
 
 
+def site_layers(model, name: str) -> list[int]:
+    """The layers with blocks.{l}.attn.hook_{name} (a hybrid's attention layers have no beta or state)."""
+    hooks = getattr(model, "hook_dict", None)
+    if hooks is None:  # a model without a hook table: the delta-rule layers for the delta rule's hooks
+        return delta_layers_of(model) if name in DELTA_RULE_ONLY else list(range(n_layers_of(model)))
+    return [layer for layer in range(n_layers_of(model)) if f"blocks.{layer}.attn.hook_{name}" in hooks]
+
+
 def expand_names(model, names: Iterable[str]) -> list[str]:
     """Shorthands ("beta", "resid", ...) -> hook names for this model; exact names pass through."""
     arch = architecture_of(model)
@@ -43,18 +64,30 @@ def expand_names(model, names: Iterable[str]) -> list[str]:
                 raise DeltalensError(
                     f"{article_of(arch)} has no attention heads, so there is no hook_{name}; capture 'resid' instead."
                 )
-            if arch == "deltanet" and name == "beta_logit" and not model.config.use_beta:
-                raise DeltalensError("this DeltaNet was built with use_beta=False: beta is constant and has no logit.")
-            if name == "gate" and not getattr(model, "gated", False):
-                raise DeltalensError(
-                    f"{article_of(arch)} without a decay gate has no hook_gate (DeltaNet, or "
-                    "a DeltaProduct built with use_forget_gate=False)."
-                )
-            # a hybrid's softmax-attention layers have q, k, v, z but no beta, gate or state
-            layers = getattr(model, "delta_layers", None) if name in DELTA_RULE_ONLY else None
-            out += [f"blocks.{layer}.attn.hook_{name}" for layer in (layers or range(n_layers_of(model)))]
+            layers = site_layers(model, name)
+            if not layers:
+                raise DeltalensError(_absent(model, name))
+            out += [f"blocks.{layer}.attn.hook_{name}" for layer in layers]
         else:
-            if not is_delta_rule(arch) and any(name.endswith(f"hook_{x}") for x in DELTA_RULE_ONLY):
+            known = name in (getattr(model, "hook_dict", None) or {})
+            if not known and not is_delta_rule(arch) and any(name.endswith(f"hook_{x}") for x in DELTA_RULE_ONLY):
                 require_delta_rule(model, name)
             out.append(name)
     return list(dict.fromkeys(out))  # keep order, drop repeats
+
+
+def _absent(model, name: str) -> str:
+    """Why no layer of `model` has hook_{name}, in one sentence."""
+    arch = architecture_of(model)
+    if name == "beta_logit":
+        return f"{article_of(arch)} built with use_beta=False has a constant beta: there is no hook_beta_logit."
+    if name == "gate":
+        return (
+            f"{article_of(arch)} without a decay gate has no hook_gate (DeltaNet, or a DeltaProduct built with "
+            "use_forget_gate=False); its state does not decay."
+        )
+    if name == "vgate":
+        return f"{article_of(arch)} has no value gate (hook_vgate): only the value-gated DeltaNet has one."
+    if name in DELTA_RULE_ONLY and not delta_layers_of(model):
+        return f"{article_of(arch)} has no delta-rule layer, so there is no hook_{name}."
+    return f"no layer of {article_of(arch)} has hook_{name}; list its hooks with model.hook_dict."

@@ -43,6 +43,17 @@ class Capture(Summary):
     logits: torch.Tensor | None = None  # (N, vocab) when asked for
     estimated_bytes: int | None = None  # what the plan said the kept rows would take (capture_plan.py)
     slices: int = 1  # forwards the batch was streamed through
+    delta_layers: tuple[int, ...] | None = None  # the layers that run a delta rule (None: every layer of a
+    # delta-rule family, as captures written before hybrids recorded it)
+
+    @property
+    def recurrent_layers(self) -> list[int]:
+        """The delta-rule layers the beta, eigenvalue and state tools read (a hybrid's attention layers left out)."""
+        if self.delta_layers is not None:
+            return list(self.delta_layers)
+        from deltalens.models.architecture import is_delta_rule
+
+        return list(range(self.n_layers)) if is_delta_rule(self.arch) else []
 
     @property
     def nbytes(self) -> int:

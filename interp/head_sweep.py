@@ -24,6 +24,7 @@ from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError, did_you_mean
 from deltalens.interp import split_interventions as split
+from deltalens.interp.batch_inputs import as_batch
 from deltalens.interp.intervention_names import INTERVENTIONS, SPLIT_INTERVENTIONS
 from deltalens.interp.interventions import (
     ablate_head,
@@ -175,7 +176,8 @@ def sweep(
     >>> result.highlight()
     (0, 3)
     """
-    pieces = [p for b in (batch if isinstance(batch, list) else [batch]) for p in split_batch(b, batch_size)]
+    given = batch if isinstance(batch, list) and not (batch and isinstance(batch[0], str)) else [batch]
+    pieces = [p for b in given for p in split_batch(as_batch(model, b), batch_size)]  # batches, token ids, text
     name, build = _builder(model, intervention, pieces, factor)
     n_traces = sum(int(p["tokens"].shape[0]) for p in pieces)
     baseline = reveal_accuracy(model, pieces)

@@ -44,15 +44,16 @@ from typing import Any, Union
 import torch
 
 from deltalens.core.errors import DeltalensError
+from deltalens.interp.accuracy import accuracy_under, reveal_accuracy  # noqa: E402,F401 (re-exported)
 from deltalens.interp.capture import Capture, capture, expand_names
 from deltalens.models.architecture import (
     architecture_of,
+    article_of,
     is_delta_rule,
     n_heads_of,
     n_layers_of,
     require_delta_rule,
 )
-from deltalens.training.evaluate import score_batch, summarise
 
 __all__ = [
     "Intervention",
@@ -309,8 +310,8 @@ def clamp_gate(model, layer: int, head: int | None, lo: float = 1.0, hi: float =
     _check_head(model, layer, head)
     if not getattr(model, "gated", False):
         raise DeltalensError(
-            "this model's state does not decay (no hook_gate): DeltaNet, or a DeltaProduct built "
-            "with use_forget_gate=False."
+            f"{article_of(architecture_of(model))}'s delta-rule layers have no decay gate (no hook_gate): its state "
+            "does not decay, so there is no gate to clamp."
         )
     if not 0.0 <= lo <= hi <= 1.0:
         raise DeltalensError(f"the gate range needs 0 <= lo <= hi <= 1, got [{lo}, {hi}].")
@@ -337,7 +338,12 @@ def head_means(model, batch: dict[str, torch.Tensor], site: str = "z") -> dict[i
     [0, 1]
     """
     cap = capture(model, batch, names=(site,))
-    return {layer: cap.layer(site, layer).mean(0) for layer in range(cap.n_layers)}
+    # the layers that have the site (a hybrid's attention layers have no state; their z has its own head count)
+    return {
+        layer: cap.layer(site, layer).mean(0)
+        for layer in range(cap.n_layers)
+        if f"blocks.{layer}.attn.hook_{site}" in cap
+    }
 
 
 def ablate_head(
@@ -364,7 +370,10 @@ def ablate_head(
         raise DeltalensError(f"ablation site must be 'z' (the head's read-out) or 'state' (S_t), got {site!r}.")
     names = expand_names(model, [site])  # raises for an LSTM (no heads) or a state outside DeltaNet
     _check_head(model, layer, head)
-    name = names[layer]
+    name = f"blocks.{layer % n_layers_of(model)}.attn.hook_{site}"
+    if name not in names:  # a hybrid's softmax-attention layer has no state
+        layers = sorted({int(n.split(".")[1]) for n in names})
+        raise DeltalensError(f"layer {layer} has no hook_{site}; the layers that have one are {layers}.")
     value = None
     if method == "mean":
         if mean is None:
@@ -461,35 +470,3 @@ def patch_state(layer: int, head: int | None, source: Any, positions: Positions 
     iv = patch_activation(name, source, positions, head, label=f"patch L{layer}H{head} state")
     iv.layer = layer
     return iv
-
-
-# ---- accuracy under an intervention -----------------------------------------------------------
-
-
-@torch.no_grad()
-def reveal_accuracy(model, batches, intervention: Intervention | Sequence[Hook] | None = None):
-    """training.evaluate's EvalResult (reveal and trace accuracy) on `batches` under `intervention`.
-
-    >>> dl.reveal_accuracy(model, batch).reveal_accuracy > 0.99
-    True
-    """
-    if isinstance(batches, dict):
-        batches = [batches]
-    hooks = [] if intervention is None else list(intervention)
-    was_training = model.training
-    model.eval()
-    try:
-        with model.hooks(fwd_hooks=hooks):
-            scores = [score_batch(model, batch) for batch in batches]
-    finally:
-        model.train(was_training)
-    return summarise(scores)
-
-
-def accuracy_under(model, batches, intervention: Intervention | None = None) -> float:
-    """Reveal accuracy (a float) on `batches` under `intervention`.
-
-    >>> dl.accuracy_under(model, batch) > 0.99, dl.accuracy_under(model, batch, dl.ablate_head(model, 1, 0)) > 0.9
-    (True, True)
-    """
-    return reveal_accuracy(model, batches, intervention).reveal_accuracy

@@ -35,7 +35,8 @@ from einops import rearrange
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.effective_attention import effective_pattern, layer_inputs
-from deltalens.models.architecture import architecture_of, require_delta_rule
+from deltalens.models.architecture import architecture_of, article_of, delta_layers_of
+from deltalens.models.layers.head_results import has_read_out, head_results, read_out_bias
 
 __all__ = ["LogitAttribution", "logit_attribution", "head_outputs", "reveal_rows", "dla_figure"]
 
@@ -167,37 +168,29 @@ def reveal_rows(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Ten
 
 
 def head_outputs(model, cache, layer: int, b: torch.Tensor, t: torch.Tensor, per_factor: bool = False):
-    """(N, H[, n], d_model): each head's write into the residual stream at rows (b, t); with per_factor the part
-    of it read from each Householder factor's values (o_norm's scale frozen)."""
+    """(N, H[, n], d_model): each head's write into the residual stream at rows (b, t) (models/layers/
+    head_results.py: its read-out with the other heads at zero); with per_factor the part of it read from each
+    Householder factor's values (o_norm's scale frozen)."""
     mixer = model.blocks[layer].attn
     name = f"blocks.{layer}.attn.hook_"
     z = cache[name + "z"][b, t].float()  # (N, H, d_v)
-    x = None
+    x = model.mixer_input(layer, cache[f"blocks.{layer}.hook_resid_pre"][b, t])
+    if not per_factor:
+        return head_results(mixer, z.to(x.dtype), x).float()
+    g = None
     if getattr(mixer, "use_gate", False) or getattr(mixer, "use_output_gate", False):
-        resid = cache[f"blocks.{layer}.hook_resid_pre"][b, t]
-        x = model.blocks[layer].attn_norm(resid)
         g = rearrange(mixer.g_proj(x), "n (h d) -> n h d", d=mixer.head_v_dim)
     W_O = rearrange(mixer.o_proj.weight, "m (h d) -> h d m", d=mixer.head_v_dim).float()  # (H, d_v, d_model)
     norm = mixer.o_norm
-    eps = norm.eps
-    rms = torch.sqrt(z.square().mean(-1, keepdim=True) + eps)  # (N, H, 1), frozen
-
-    def after_norm(part: torch.Tensor) -> torch.Tensor:  # o_norm as a linear map of its input (scale frozen)
-        y = part / rms[..., None, :] if part.ndim == 4 else part / rms
-        if norm.weight is not None:
-            y = y * norm.weight.float()
-        if x is not None:
-            act = torch.sigmoid(g.float()) if norm.activation == "sigmoid" else torch.nn.functional.silu(g.float())
-            y = y * (act[:, :, None] if part.ndim == 4 else act)
-        return y
-
-    if not per_factor:
-        normed = after_norm(z)
-        if getattr(norm, "bias", None) is not None:
-            normed = normed + norm.bias.float()
-        return torch.einsum("nhd,hdm->nhm", normed, W_O)
+    rms = torch.sqrt(z.square().mean(-1, keepdim=True) + norm.eps)  # (N, H, 1), frozen
     parts = _factor_parts(model, cache, layer, b, t)  # (N, H, n, d_v)
-    return torch.einsum("nhjd,hdm->nhjm", after_norm(parts), W_O)
+    y = parts / rms[..., None, :]
+    if norm.weight is not None:
+        y = y * norm.weight.float()
+    if g is not None:
+        act = torch.sigmoid(g.float()) if norm.activation == "sigmoid" else torch.nn.functional.silu(g.float())
+        y = y * act[:, :, None]
+    return torch.einsum("nhjd,hdm->nhjm", y, W_O)
 
 
 def _factor_parts(model, cache, layer, b, t) -> torch.Tensor:
@@ -244,7 +237,12 @@ def logit_attribution(
     >>> result.error < 1e-3                                # the components sum to the real logit difference
     True
     """
-    require_delta_rule(model, "mixer whose heads can be attributed")
+    if not callable(getattr(model, "mixer_input", None)):
+        raise DeltalensError(
+            f"{article_of(architecture_of(model))} is not one of deltalens's own language models, whose mixers' "
+            "outputs split per head; for the Transformer use TransformerLens's cache.stack_head_results and "
+            "cache.logit_attrs, an LSTM has no heads."
+        )
     embed = cache["hook_embed"]
     B, T = embed.shape[:2]
     b, t = _rows(positions, B, T)
@@ -263,16 +261,11 @@ def logit_attribution(
             raise DeltalensError(f"give the counterfactual tokens per row: {N} rows, {against.shape[0]} given.")
         direction = direction - W_U[:, against].mean(-1).T
         unembed = unembed - lm_w[against].mean(1)
-    final = f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
-    resid = cache[final][b, t].float() if final in cache else None
-    if "ln_final.hook_scale" in cache:
-        scale = cache["ln_final.hook_scale"][b, t].float()  # (N, 1)
-    elif resid is not None:
-        scale = torch.sqrt(resid.square().mean(-1, keepdim=True) + model.model.norm.eps)
-    else:
-        raise DeltalensError("the cache needs ln_final.hook_scale (or the last hook_resid_post) for the frozen scale.")
+    if "ln_final.hook_scale" not in cache:
+        raise DeltalensError("the cache needs ln_final.hook_scale (the final norm's frozen scale): cache every hook.")
+    scale = cache["ln_final.hook_scale"][b, t].float()  # (N, 1)
     actual = (cache["ln_final.hook_normalized"][b, t].float() * unembed).sum(-1)
-    if model.lm_head.bias is not None:
+    if getattr(model.lm_head, "bias", None) is not None:
         bias = model.lm_head.bias.float()
         actual = actual + bias[answer] - (0 if against is None else bias[against].mean(-1))
 
@@ -284,26 +277,33 @@ def logit_attribution(
     names, columns = ["embed"], [project(embed[b, t].float())[:, None]]
     factors = getattr(model, "n_factors", 1) if per_factor and architecture_of(model) == "deltaproduct" else 1
     for layer in range(model.cfg.n_layers):
-        heads = head_outputs(model, cache, layer, b, t, per_factor=factors > 1)
-        flat = project(heads).reshape(N, -1)
-        if factors > 1:
-            names += [f"L{layer}H{h}F{j}" for h in range(model.cfg.n_heads) for j in range(factors)]
+        mixer = model.blocks[layer].attn
+        if not has_read_out(mixer):  # a transformers attention layer: its whole output, one component
+            names.append(f"L{layer} attn")
+            columns.append(project(cache[f"blocks.{layer}.hook_attn_out"][b, t].float())[:, None])
         else:
-            names += [f"L{layer}H{h}" for h in range(model.cfg.n_heads)]
-        columns.append(flat)
-        o_bias = model.blocks[layer].attn.o_proj.bias
-        if o_bias is not None:
-            names.append(f"L{layer} attn bias")
-            columns.append(project(o_bias.float().expand(N, -1))[:, None])
+            split = factors > 1 and layer in delta_layers_of(model)
+            heads = head_outputs(model, cache, layer, b, t, per_factor=split)
+            flat = project(heads).reshape(N, -1)
+            if split:
+                names += [f"L{layer}H{h}F{j}" for h in range(heads.shape[1]) for j in range(factors)]
+            else:
+                names += [f"L{layer}H{h}" for h in range(heads.shape[1])]
+            columns.append(flat)
+            x = model.mixer_input(layer, cache[f"blocks.{layer}.hook_resid_pre"][b, t])
+            bias = read_out_bias(mixer, cache[f"blocks.{layer}.attn.hook_z"][b, t].to(x.dtype), x).float()
+            if bool(bias.abs().max() > 0):
+                names.append(f"L{layer} attn bias")
+                columns.append(project(bias)[:, None])
         names.append(f"L{layer} mlp")
         columns.append(project(cache[f"blocks.{layer}.hook_mlp_out"][b, t].float())[:, None])
-    norm_bias = model.model.norm.bias
+    norm_bias = getattr(model.model.norm, "bias", None)
     if norm_bias is not None:
         names.append("ln_final bias")
         columns.append(((lm_w.double() @ norm_bias.double())[answer] - 0)[:, None])
         if against is not None:
             columns[-1] = columns[-1] - (lm_w.double() @ norm_bias.double())[against].mean(-1)[:, None]
-    if model.lm_head.bias is not None:
+    if getattr(model.lm_head, "bias", None) is not None:
         bias = model.lm_head.bias.double()
         names.append("unembed bias")
         columns.append((bias[answer] - (0 if against is None else bias[against].mean(-1)))[:, None])
@@ -312,9 +312,13 @@ def logit_attribution(
         contributions=torch.cat(columns, 1),
         actual=actual.double(),
         n_layers=model.cfg.n_layers,
-        n_heads=model.cfg.n_heads,
+        n_heads=max([model.cfg.n_heads, *(int(n.split("H")[1].split("F")[0]) + 1 for n in names if _is_head(n))]),
         n_factors=factors,
     )
+
+
+def _is_head(name: str) -> bool:
+    return name.startswith("L") and "H" in name and " " not in name
 
 
 def dla_figure(result: LogitAttribution, title: str = "Direct logit attribution per head") -> go.Figure:

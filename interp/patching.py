@@ -33,6 +33,7 @@ import torch
 from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
+from deltalens.interp.capture_names import site_layers
 from deltalens.models.architecture import architecture_of, is_delta_rule, n_heads_of, n_layers_of
 
 __all__ = ["PatchGrid", "patch_heads", "path_patch", "patch_grid_figure", "tokens_of"]
@@ -116,7 +117,8 @@ class PatchGrid(Summary):
         return (self.values - self.corrupt).sum(-1)
 
     def top(self) -> tuple[int, int]:
-        flat = int(self.per_head().abs().flatten().argmax())
+        """(layer, head) of the largest effect (a layer without the site, NaN, never counts)."""
+        flat = int(torch.nan_to_num(self.per_head().abs(), nan=-1.0).flatten().argmax())
         return divmod(flat, self.values.shape[1])
 
     def frame(self) -> pd.DataFrame:
@@ -125,6 +127,7 @@ class PatchGrid(Summary):
             {"layer": layer, "head": head, "effect": float(grid[layer, head])}
             for layer in range(grid.shape[0])
             for head in range(grid.shape[1])
+            if not bool(torch.isnan(grid[layer, head]))  # a hybrid's layer without the site
         ]
         return pd.DataFrame(rows).sort_values("effect", key=abs, ascending=False, ignore_index=True)
 
@@ -174,15 +177,17 @@ def patch_heads(
     was_training = model.training
     model.eval()
     try:
-        names = {_hook_name(layer, site) for layer in range(L)}
+        layers = site_layers(model, site)  # a hybrid: the layers that have the site (NaN rows elsewhere)
+        names = {_hook_name(layer, site) for layer in layers}
         clean_logits, source = _cache(model, clean_t, names)
         clean_value = float(metric(clean_logits))
         corrupt_value = _run(model, corrupt_t, metric)
         shape = (L, H, T) if per_position else (L, H)
-        values = torch.zeros(shape, dtype=torch.float64)
+        values = torch.full(shape, float("nan"), dtype=torch.float64)
+        layers = [layer for layer in layers if source[_hook_name(layer, site)].shape[2] == H]  # the model's heads
         jobs = [
             (layer, head, pos)
-            for layer in range(L)
+            for layer in layers
             for head in range(H)
             for pos in (range(T) if per_position else [None])
         ]

@@ -15,6 +15,7 @@ from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
 from deltalens.loading.opened import open_checkpoint
 from deltalens.tasks.dataset import collate
+from deltalens.tasks.tokenizers.hf import missing_tokenizer
 from deltalens.tasks.traces import MAX_LINE, Trace, parse_trace
 from deltalens.training.evaluate import EvalResult, Tally, evaluate, score_batch
 
@@ -137,10 +138,7 @@ def evaluate_text_file(path, traces_file, batch_size: int = 64, folder=None) -> 
     checkpoint = open_checkpoint(folder or path, load_model=False)
     tokenizer = checkpoint.tokenizer
     if tokenizer is None:
-        raise DeltalensError(
-            f"{path} records no tokenizer, so its traces cannot be encoded; it is not a deltalens "
-            "checkpoint (a plain fla DeltaNet?)"
-        )
+        raise DeltalensError(missing_tokenizer(path))
     transcripts = read_transcripts(traces_file)
     first = next(transcripts, None)
     if first is None:

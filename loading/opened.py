@@ -49,7 +49,7 @@ from deltalens.models.lm.lens import attach_tokenizer
 from deltalens.models.ops.precision import cast_model, resolve_dtype
 from deltalens.tasks.dataset import make_batch
 from deltalens.tasks.tokenizers import Tokenizer
-from deltalens.tasks.tokenizers.hf import HFTokenizer, has_tokenizer, spec_is_hf
+from deltalens.tasks.tokenizers.hf import HFTokenizer, has_tokenizer, missing_tokenizer, spec_is_hf
 from deltalens.tasks.traces import TraceSpec
 from deltalens.training.config import TaskConfig
 from deltalens.training.data import TrainingData
@@ -122,11 +122,7 @@ class Checkpoint(Summary):
 
     def require_task(self) -> TrainingData:
         if self.data is None:
-            raise DeltalensError(
-                f"{self.path} records no tokenizer or task it was trained on (a plain fla checkpoint?); evaluate "
-                f"it with --traces FILE, or build a batch with deltalens.tasks.dataset.make_batch(spec, "
-                f"tokenizer, n) and pass it to capture()."
-            )
+            raise DeltalensError(missing_tokenizer(self.path))
         return self.data
 
     def eval_spec(self, actions: int | None = None, spacing: int | None = None, reveal: str | None = None):
@@ -253,10 +249,7 @@ def checkpoint_batch(
         _, tokenizer, spec = _task_of(models.read_checkpoint_meta(folder), folder)
         where = checkpoint
     if tokenizer is None or spec is None:
-        raise DeltalensError(
-            f"{where} records no tokenizer or task (a plain fla checkpoint?); build a batch yourself with "
-            f"deltalens.tasks.dataset.make_batch(spec, tokenizer, n) and pass it to capture()."
-        )
+        raise DeltalensError(missing_tokenizer(where))
     if isinstance(n_traces, bool) or not isinstance(n_traces, int) or n_traces < 1:
         raise DeltalensError(f"the number of traces must be a whole number >= 1, got {n_traces!r}.")
     changes = {k: v for k, v in (("actions", actions), ("spacing", spacing)) if v is not None}

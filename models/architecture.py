@@ -4,6 +4,8 @@
     is_delta_rule(arch)      True for the delta-rule family (beta, a matrix state S_t)
     article_of(arch)            "a DeltaNet", for sentences
     n_layers_of(model), n_heads_of(model)
+    delta_layers_of(model)   the layers that run a delta rule (beta, S_t); a hybrid's others are attention
+                             (attention_layers_of) or non-linear recurrences (M²RNN)
     require_delta_rule(model, what)   one sentence for tools that need beta or the matrix state S_t
 
 What each architecture is (names, hooks, which probes and interventions apply) is its record in
@@ -65,12 +67,29 @@ def n_heads_of(model) -> int:
     return int(model.cfg.n_heads)
 
 
+def delta_layers_of(model) -> list[int]:
+    """The layers that run a delta rule: the model's own `delta_layers` (hybrids: fla's `attn` layers, a
+    production model's full-attention layers and the DeltaNet / M²RNN hybrid's M²RNN layers left out); none
+    for an architecture outside the delta-rule family."""
+    if not is_delta_rule(architecture_of(model)):
+        return []
+    layers = getattr(model, "delta_layers", None)
+    return list(range(n_layers_of(model))) if layers is None else list(layers)
+
+
+def attention_layers_of(model) -> list[int]:
+    """The softmax-attention layers (every layer of the Transformer, a hybrid's attention layers, else none)."""
+    if architecture_of(model) == "transformer":
+        return list(range(n_layers_of(model)))
+    return list(getattr(model, "attention_layers", None) or [])
+
+
 def require_delta_rule(model, what: str = "beta") -> None:
     """Raise a DeltalensError naming the architecture unless `model` is of the delta-rule family."""
     arch = architecture_of(model)
     if not is_delta_rule(arch):
         raise DeltalensError(
-            f"this model is {article_of(arch)}, which has no {what}: only the delta rule (DeltaNet, Gated "
-            f"DeltaNet, DeltaProduct) has a write strength beta and a matrix state S_t; run the eigenvalue, subspace "
-            f"and beta tools on such a checkpoint, or use the residual-stream probes on this one."
+            f"this model is {article_of(arch)}, which has no {what}: only a delta-rule model (DeltaNet, Gated "
+            f"DeltaNet, DeltaProduct, KDA and the hybrids built on them) has a write strength beta and a matrix "
+            f"state S_t; use the residual-stream probes on this one."
         )

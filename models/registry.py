@@ -82,6 +82,8 @@ class Family:
     load          load(folder, config) -> the model with its weights, for a family whose files only its own
                   library reads (transformers renames and splits tensors on save): a callable or dotted
                   path, given the folder and the config object; None = build, then our safetensors reader
+    capabilities  what a model of the family can have (models/capabilities.py's names: "delta", "keys", ...):
+                  the tools that apply to it follow from these and each tool's needs (capabilities.TOOLS)
     """
 
     arch: str
@@ -102,6 +104,7 @@ class Family:
     vocab_field: str = "vocab_size"
     weights: Callable[[dict[str, Any]], float] | None = field(default=None, repr=False)
     load: Callable[[Any, Any], Any] | str | None = None
+    capabilities: frozenset[str] = frozenset()
 
     def config_keys(self) -> list[str] | None:
         """The keys models.build takes for it (the settings' fields, then the extensions); None: not listed."""

@@ -13,9 +13,12 @@ left out):
     beta_gt1        share with beta > 1: a negative eigenvalue 1 - beta
     beta_gt1_action the same on action tokens alone (traces only): where a tracking head reflects
     mean_beta       mean beta
-    min_eigenvalue  mean of alpha_t (1 - beta_t), the transition's smallest eigenvalue; with a decay per key
-                    channel (KDA: A_t = (I - beta_t k_t k_t^T) Diag(alpha_t)) the smallest eigenvalue itself,
-                    of the similar symmetric Diag(alpha_t) - beta_t (sqrt(alpha_t) * k_t)(sqrt(alpha_t) * k_t)^T
+    min_eigenvalue  the smallest delta-factor eigenvalue 1 - beta_t ||k_t||^2 over the tokens (and factors): the
+                    eigenvalue report's column, by the same function (probes/eigenvalues.py `min_eigenvalue`)
+    min_decayed_eigenvalue  the smallest eigenvalue of the whole transition over the tokens, the decay in:
+                    alpha_t (1 - beta_t ||k_t||^2) (one factor), or with a decay per key channel (KDA:
+                    A_t = (I - beta_t k_t k_t^T) Diag(alpha_t)) that of the similar symmetric
+                    Diag(alpha_t) - beta_t (sqrt(alpha_t) * k_t)(sqrt(alpha_t) * k_t)^T
     neg_gate        share of negative decay channels (NaN: no family here allows alpha < 0)
     effective_rank  mean Roy-Vetterli effective rank of S_t, at up to `rank_positions` positions per trace
 
@@ -33,11 +36,21 @@ import pandas as pd
 import torch
 
 from deltalens.core.errors import DeltalensError
+from deltalens.probes.eigenvalues import min_eigenvalue, transition_eigenvalues
 from deltalens.probes.subspace import effective_rank
 
 __all__ = ["Census", "census", "census_figure"]
 
-COLUMNS = ("tokens", "beta_gt1", "beta_gt1_action", "mean_beta", "min_eigenvalue", "neg_gate", "effective_rank")
+COLUMNS = (
+    "tokens",
+    "beta_gt1",
+    "beta_gt1_action",
+    "mean_beta",
+    "min_eigenvalue",
+    "min_decayed_eigenvalue",
+    "neg_gate",
+    "effective_rank",
+)
 ACTION = 2  # tasks' TokenKind.ACTION
 
 
@@ -66,8 +79,12 @@ class Census:
         return int(row["layer"]), int(row["head"])
 
 
-def _inputs(tokens) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """(token ids, kinds or None, lengths or None) from ids or a batch of traces."""
+def _inputs(tokens, model=None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(token ids, kinds or None, lengths or None) from ids, REPL text or a batch of traces."""
+    if isinstance(tokens, str) or (isinstance(tokens, list) and tokens and isinstance(tokens[0], str)):
+        from deltalens.interp.batch_inputs import as_batch
+
+        tokens = as_batch(model, tokens)
     if isinstance(tokens, dict):
         return tokens["tokens"], tokens.get("kinds"), tokens.get("lengths")
     tokens = torch.as_tensor(tokens)
@@ -86,11 +103,15 @@ def per_channel_min_eigenvalue(alpha: torch.Tensor, beta: torch.Tensor, k: torch
 
 
 def _delta_layers(model) -> list[int]:
-    layers = getattr(model, "delta_layers", None)
-    if layers is None or not any(name.endswith("attn.hook_beta") for name in model.hook_dict):
-        arch = getattr(model, "arch", type(model).__name__)
-        raise DeltalensError(f"a census needs beta and the state S_t; {arch} models have neither (no delta rule).")
-    return list(layers)
+    from deltalens.models.architecture import architecture_of, article_of, delta_layers_of
+
+    layers = delta_layers_of(model)
+    hooks = getattr(model, "hook_dict", {})
+    if not layers or not all(f"blocks.{layer}.attn.hook_beta" in hooks for layer in layers):
+        raise DeltalensError(
+            f"a census needs beta and the state S_t; {article_of(architecture_of(model))} has no delta-rule layer."
+        )
+    return layers
 
 
 @torch.no_grad()
@@ -101,14 +122,13 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
     >>> isinstance(result, dl.Census), result.architecture
     (True, 'deltanet')
     """
-    ids, kinds, lengths = _inputs(tokens)
+    ids, kinds, lengths = _inputs(tokens, model)
     layers = _delta_layers(model)
     B, T = ids.shape
     valid = torch.ones(B, T, dtype=torch.bool) if lengths is None else torch.arange(T)[None] < lengths[:, None]
     step = max(1, -(-T // rank_positions))
     at = torch.arange(T - 1, -1, -step).flip(0)  # the last position and every step-th before it
-    per_channel = any(getattr(module, "per_channel_gate", False) for module in model.modules())  # KDA: needs k
-    wanted = {f"blocks.{l}.attn.hook_{n}" for l in layers for n in ("beta", "gate", "state") + ("k",) * per_channel}
+    wanted = {f"blocks.{l}.attn.hook_{n}" for l in layers for n in ("beta", "gate", "state", "k")}
     _, cache = model.run_with_cache(ids, names_filter=lambda name: name in wanted)
     rows = []
     for layer in layers:
@@ -120,14 +140,18 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
         states = cache[f"blocks.{layer}.attn.hook_state"][:, at].float().cpu()  # (B, P, H, d_k, d_v)
         ranks = effective_rank(states)  # (B, P, H)
         rank_ok = valid[:, at]
-        keys = cache[f"blocks.{layer}.attn.hook_k"].float().cpu() if alpha.ndim == 4 else None
+        keys = cache[f"blocks.{layer}.attn.hook_k"].float().cpu()  # (B, T, H[, n], d_k)
+        if keys.ndim == 4:
+            keys = keys[:, :, :, None]
         for head in range(beta.shape[2]):
             b = beta[:, :, head][valid]  # (N, n)
             a = alpha[:, :, head][valid]  # (N,), or (N, d_k) per channel
-            if keys is None:
-                smallest = a[:, None] * (1 - b)
-            else:  # KDA: one factor, a decay per key channel
-                smallest = per_channel_min_eigenvalue(a, b[:, 0], keys[:, :, head][valid])
+            k = keys[:, :, head][valid]  # (N, n, d_k)
+            factor = transition_eigenvalues(b, k)  # (N, n): 1 - beta ||k||^2 per factor
+            if alpha.ndim == 4:  # KDA: one factor, a decay per key channel
+                decayed = per_channel_min_eigenvalue(a, b[:, 0], k[:, 0])
+            else:
+                decayed = a[:, None] * factor
             row = {
                 "layer": layer,
                 "head": head,
@@ -135,7 +159,8 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
                 "beta_gt1": float((b > 1).float().mean()),
                 "beta_gt1_action": np.nan,
                 "mean_beta": float(b.mean()),
-                "min_eigenvalue": float(smallest.mean()),
+                "min_eigenvalue": min_eigenvalue(factor),
+                "min_decayed_eigenvalue": min_eigenvalue(decayed),
                 "neg_gate": np.nan,
                 "effective_rank": float(ranks[:, :, head][rank_ok].nanmean()),
             }

@@ -43,7 +43,7 @@ import torch
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
-from deltalens.interp.capture import delta_rule_capture
+from deltalens.interp.capture import delta_rule_capture, require_layers
 from deltalens.tasks.groups import is_even, lex_unrank
 from deltalens.tasks.tokenizers import TokenKind
 
@@ -52,6 +52,7 @@ __all__ = [
     "EigenvalueReport",
     "eigenvalue_report",
     "factor_rows",
+    "min_eigenvalue",
     "transition_eigenvalues",
     "transition_products",
     "beta_heatmap",
@@ -65,10 +66,18 @@ KIND_NAMES = {int(kind): kind.name.lower() for kind in TokenKind}
 
 
 def transition_eigenvalues(beta: torch.Tensor, k: torch.Tensor | None = None) -> torch.Tensor:
-    """1 - beta ||k||^2 (..., H) from beta (..., H) and keys (..., H, d_k); 1 - beta without keys."""
+    """1 - beta ||k||^2 (..., H) from beta (..., H) and keys (..., H, d_k); 1 - beta without keys: the delta
+    factor's eigenvalue along k (-1: a reflection), the decay left out."""
     if k is None:
         return 1.0 - beta
     return 1.0 - beta * k.double().square().sum(-1).to(beta.dtype)
+
+
+def min_eigenvalue(eigenvalues) -> float:
+    """A head's `min_eigenvalue`: the smallest `transition_eigenvalues` value over its tokens (and factors).
+    The one definition the eigenvalue report and the census (probes/census.py) both use."""
+    values = eigenvalues.numpy() if isinstance(eigenvalues, torch.Tensor) else np.asarray(eigenvalues)
+    return float(values.min()) if values.size else float("nan")
 
 
 def factor_rows(beta: torch.Tensor, k: torch.Tensor, group: torch.Tensor | None = None):
@@ -138,15 +147,28 @@ class EigenvalueReport(Summary):
         return self.heads
 
     def highlight(self) -> tuple[int, int] | None:
-        return self.tracking_head() if len(self.heads) else None
+        return self.tracking_head()
 
-    def tracking_head(self) -> tuple[int, int]:
-        """(layer, head) with the highest reflection fraction on action tokens (then mean beta)."""
+    def tracking_head(self) -> tuple[int, int] | None:
+        """(layer, head) with the highest reflection fraction on action tokens (then mean beta); None when no
+        head reflects on any action token (no eigenvalue below `threshold`): then no head is singled out."""
+        if self.heads.empty or not (self.heads["reflection_fraction"].fillna(0) > 0).any():
+            return None
         ranked = self.heads.sort_values(
             ["reflection_fraction", "mean_beta_action"], ascending=False, na_position="last"
         )
         row = ranked.iloc[0]
         return int(row["layer"]), int(row["head"])
+
+    def require_tracking_head(self) -> tuple[int, int]:
+        """tracking_head(), or one sentence saying that no head reflects."""
+        found = self.tracking_head()
+        if found is None:
+            raise DeltalensError(
+                f"no head reflects: no action token's transition eigenvalue is below {self.threshold:g} in any head, "
+                "so no head is the tracking head by this rule (beta_heatmap shows where beta sits)"
+            )
+        return found
 
     def head(self, layer: int, head: int) -> dict:
         rows = self.heads[(self.heads["layer"] == layer) & (self.heads["head"] == head)]
@@ -165,8 +187,10 @@ def _perm_odd(perm_ids: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _token_frame(cap, betas: np.ndarray, eigs: np.ndarray, kinds: np.ndarray, n_f: int) -> pd.DataFrame:
-    """One row per (token factor, layer, head) from betas and eigenvalues (N * n_f, L, H)."""
+def _token_frame(
+    cap, betas: np.ndarray, eigs: np.ndarray, kinds: np.ndarray, n_f: int, layers: list[int]
+) -> pd.DataFrame:
+    """One row per (token factor, layer, head) from betas and eigenvalues (N * n_f, L, H) of `layers`."""
     N, L, H = betas.shape
     return pd.DataFrame(
         {
@@ -176,7 +200,7 @@ def _token_frame(cap, betas: np.ndarray, eigs: np.ndarray, kinds: np.ndarray, n_
             "kind": pd.Categorical(
                 np.repeat([KIND_NAMES[k] for k in kinds], L * H), categories=list(KIND_NAMES.values())
             ),
-            "layer": np.tile(np.repeat(np.arange(L), H), N),
+            "layer": np.tile(np.repeat(np.asarray(layers), H), N),
             "head": np.tile(np.arange(H), N * L),
             "beta": betas.reshape(-1),
             "eigenvalue": eigs.reshape(-1),
@@ -201,13 +225,15 @@ def _by_kind(tokens: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _head_rows(betas: np.ndarray, eigs: np.ndarray, act: np.ndarray, threshold: float, n_f: int) -> pd.DataFrame:
+def _head_rows(
+    betas: np.ndarray, eigs: np.ndarray, act: np.ndarray, threshold: float, n_f: int, layers: list[int]
+) -> pd.DataFrame:
     """Per (layer, head): the headline numbers on action tokens (`act`, one flag per factor row)."""
     _, L, H = betas.shape
     rows = []
-    for l in range(L):
+    for i, l in enumerate(layers):
         for h in range(H):
-            b, e = betas[:, l, h], eigs[:, l, h]
+            b, e = betas[:, i, h], eigs[:, i, h]
             rows.append(
                 {
                     "layer": l,
@@ -218,7 +244,7 @@ def _head_rows(betas: np.ndarray, eigs: np.ndarray, act: np.ndarray, threshold: 
                     "neg_eig_fraction": float((e[act] < 0).mean()) if act.any() else float("nan"),
                     "reflection_fraction": float((e[act] < threshold).mean()) if act.any() else float("nan"),
                     "neg_eig_fraction_all": float((e < 0).mean()),
-                    "min_eigenvalue": float(e.min()),
+                    "min_eigenvalue": min_eigenvalue(e),
                 }
             )
     return pd.DataFrame(rows)
@@ -253,20 +279,18 @@ def eigenvalue_report(
     (0, 3)
     """
     cap = delta_rule_capture(source, batch, NAMES)
-    for name in [f"blocks.{l}.attn.hook_{x}" for l in range(cap.n_layers) for x in NAMES]:
-        if name not in cap:
-            raise DeltalensError(f"the capture lacks {name}; capture with names=('beta', 'k').")
-    L = cap.n_layers
-    n_f = cap.layer("beta", 0).shape[-1] if cap.layer("beta", 0).ndim == 3 else 1  # factors per token
-    rows_of = [factor_rows(cap.layer("beta", l), cap.layer("k", l)) for l in range(L)]  # one row per factor
+    layers = require_layers(cap, NAMES, "eigenvalue_report")
+    first = cap.layer("beta", layers[0])
+    n_f = first.shape[-1] if first.ndim == 3 else 1  # factors per token
+    rows_of = [factor_rows(cap.layer("beta", l), cap.layer("k", l)) for l in layers]  # one row per factor
     kinds = cap.labels["kind"].numpy().repeat(n_f)
     betas = np.stack([b.numpy() for b, _, _ in rows_of], 1)  # (N, L, H)
     eigs = np.stack([transition_eigenvalues(b, k).numpy() for b, k, _ in rows_of], 1)
-    tokens = _token_frame(cap, betas, eigs, kinds, n_f)
+    tokens = _token_frame(cap, betas, eigs, kinds, n_f, layers)
     tokens["negative"] = tokens["eigenvalue"] < 0
     tokens["reflection"] = tokens["eigenvalue"] < threshold
-    heads = _head_rows(betas, eigs, kinds == int(TokenKind.ACTION), threshold, n_f)
-    products, product_eigs = _products(cap, threshold, trivial_tol)
+    heads = _head_rows(betas, eigs, kinds == int(TokenKind.ACTION), threshold, n_f, layers)
+    products, product_eigs = _products(cap, threshold, trivial_tol, layers)
     return EigenvalueReport(
         tokens=tokens,
         by_kind=_by_kind(tokens),
@@ -277,7 +301,7 @@ def eigenvalue_report(
     )
 
 
-def _products(cap, threshold: float, trivial_tol: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _products(cap, threshold: float, trivial_tol: float, layers: list[int]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per action (trace, action_pos): eigenvalues of the product of its tokens' transitions."""
     action_pos, trace = cap.labels["action_pos"], cap.labels["trace"]
     is_action = (cap.labels["kind"] == int(TokenKind.ACTION)) & (action_pos >= 0)
@@ -290,7 +314,7 @@ def _products(cap, threshold: float, trivial_tol: float) -> tuple[pd.DataFrame, 
     for row, gid in zip(rows.tolist(), group[rows].tolist()):
         first.setdefault(gid, row)
     frames, eig_frames = [], []
-    for l in range(cap.n_layers):
+    for l in layers:
         P, ids = transition_products(cap.layer("beta", l), cap.layer("k", l), group)  # (A, H, d, d)
         A, H = P.shape[:2]
         lam = torch.linalg.eigvals(P).numpy()  # (A, H, d) complex
@@ -410,7 +434,7 @@ def eigenvalue_histogram(
     True
     """
     if layer is None or head is None:
-        layer, head = report.tracking_head()
+        layer, head = report.require_tracking_head()
     rows = report.tokens[(report.tokens["layer"] == layer) & (report.tokens["head"] == head)]
     fig = go.Figure()
     for kind, part in rows.groupby("kind", observed=True):
@@ -436,7 +460,7 @@ def product_eigenvalue_figure(report: EigenvalueReport, layer: int | None = None
     True
     """
     if layer is None or head is None:
-        layer, head = report.tracking_head()
+        layer, head = report.require_tracking_head()
     rows = report.product_eigenvalues
     if not rows.empty:
         rows = rows[(rows["layer"] == layer) & (rows["head"] == head)]

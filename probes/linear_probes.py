@@ -43,7 +43,7 @@ from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import Capture, capture
-from deltalens.models.architecture import architecture_of, is_delta_rule, n_heads_of, n_layers_of
+from deltalens.models.architecture import architecture_of, article_of, n_heads_of, n_layers_of
 from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = ["ProbeReport", "linear_probes", "probe_sites", "probe_accuracy_figure"]
@@ -104,28 +104,40 @@ class ProbeReport(Summary):
         return out[out["kind"] == "resid"].drop(columns=["head"]).reset_index(drop=True)
 
 
-def probe_sites(source, sites: Sequence[str] = SITES) -> list[tuple[str, str, int, int | None, str]]:
+def probe_sites(source, sites: Sequence[str] | None = None) -> list[tuple[str, str, int, int | None, str]]:
     """(site label, kind, layer, head, hook name) for every probe site a model (or Capture) has.
 
-    Residual sites: hook_embed (layer -1) and each layer's output. State sites: every head of
-    every layer's hook_state (DeltaNet only; other architectures have none, silently).
+    Residual sites: hook_embed (layer -1) and each layer's output. State sites: every head of every
+    delta-rule layer's hook_state (a hybrid's attention layers have none). `sites` None: the residual
+    sites, and the state sites where the source has them (a model with delta-rule layers, or a Capture
+    holding their hook_state); naming "state" asks for them whatever the capture holds.
     """
-    unknown = set(sites) - set(SITES)
+    unknown = set(sites or ()) - set(SITES)
     if unknown:
         raise DeltalensError(f"unknown probe site(s) {sorted(unknown)}; use 'resid' and/or 'state'.")
     if isinstance(source, Capture):
         arch, n_layers, n_heads = source.arch, source.n_layers, source.n_heads
+        has: set[str] = set(source.names)
     else:
         arch, n_layers, n_heads = architecture_of(source), n_layers_of(source), n_heads_of(source)
+        has = set(getattr(source, "hook_dict", {}))
+    # the layers with a matrix state: a hybrid's delta-rule (and M²RNN) layers, not its attention layers
+    layers = [l for l in range(n_layers) if f"blocks.{l}.attn.hook_state" in has]
+    if isinstance(source, Capture) and not layers and "state" in (sites or ()):
+        layers = source.recurrent_layers  # asked for, not captured: the refusal below names what is missing
+    if sites is None:
+        sites = ("resid", "state") if layers else ("resid",)
     out: list[tuple[str, str, int, int | None, str]] = []
     if "resid" in sites:
         site = "hook_hidden" if arch == "lstm" else "hook_resid_post"
         out.append(("embed", "resid", -1, None, "hook_embed"))
         out += [(f"L{layer}", "resid", layer, None, f"blocks.{layer}.{site}") for layer in range(n_layers)]
-    if "state" in sites and is_delta_rule(arch):
+    if "state" in sites:
+        if not layers:
+            raise DeltalensError(f"{article_of(arch)} has no matrix state S_t to probe; use sites=('resid',).")
         out += [
             (f"L{layer}H{head}", "state", layer, head, f"blocks.{layer}.attn.hook_state")
-            for layer in range(n_layers)
+            for layer in layers
             for head in range(n_heads)
         ]
     return out
@@ -223,7 +235,7 @@ def _split_rows(cap, at, after_init: bool, test_fraction: float, max_tokens: int
 def linear_probes(
     source,
     batch: dict[str, torch.Tensor] | None = None,
-    sites: Sequence[str] = SITES,
+    sites: Sequence[str] | None = None,
     targets: Sequence[str] = TARGETS,
     at: str | int | Sequence[int] = "readout",
     after_init: bool = True,
@@ -239,7 +251,8 @@ def linear_probes(
     after_init: only tokens after the last init line of their trace.
     max_tokens: at most this many training (and test) tokens, drawn at random.
     source: a model with `batch`, or a Capture holding the sites' hooks ('resid', 'state').
-    Works on every architecture: residual sites everywhere, state sites on DeltaNet.
+    sites: "resid" and/or "state"; None: resid, and state where the source has it (probe_sites).
+    Works on every architecture: residual sites everywhere, state sites on the delta-rule layers.
 
     >>> report = dl.linear_probes(cap)                     # cap holds resid and state
     >>> isinstance(report, dl.ProbeReport)
@@ -251,6 +264,11 @@ def linear_probes(
     cap = _probe_capture(source, batch, list(dict.fromkeys(name for *_, name in plan)))
     if cap.n_traces < 2:
         raise DeltalensError("probes split held-out data by trace: give a batch of at least 2 traces.")
+    if cap.n_vars == 0:
+        raise DeltalensError(
+            "the probes read the true state of every variable, which bare token ids do not carry: pass REPL text "
+            "or a batch of traces (model.checkpoint.batch(n))"
+        )
     rng = np.random.default_rng(seed)  # one stream: the trace split, the token subsets, the controls
     train_rows, test_rows, n_test = _split_rows(cap, at, after_init, test_fraction, max_tokens, rng)
     labels = {target: probe_targets(cap, target) for target in targets}  # each (N, n)

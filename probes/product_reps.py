@@ -32,7 +32,7 @@ import torch
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
-from deltalens.interp.capture import delta_rule_capture
+from deltalens.interp.capture import delta_rule_capture, require_layers
 from deltalens.probes.eigenvalues import transition_products
 from deltalens.probes.products import NAMES, SPANS, _chosen_spans
 from deltalens.tasks.groups import lex_unrank
@@ -190,6 +190,7 @@ def representation_report(
     if span not in SPANS:
         raise DeltalensError(f"span must be one of {', '.join(SPANS)}; got {span!r}.")
     cap = delta_rule_capture(source, batch, NAMES)
+    layers = require_layers(cap, NAMES, "product_representations")
     group, first, perm_of, observed = _chosen_spans(cap, span, max_actions, seed)
     elements = generated_group(observed, limit=120)
     if elements is None:
@@ -200,7 +201,7 @@ def representation_report(
     where = {g: i for i, g in enumerate(elements)}
     contents = _span_actions(cap, group)
     head_rows, type_rows, product_rows = [], [], []
-    for layer in range(cap.n_layers):
+    for layer in layers:
         P_all, gids = transition_products(cap.layer("beta", layer), cap.layer("k", layer), group)
         rows = [first[g] for g in gids.tolist()]
         perms = [perm_of[g] for g in gids.tolist()]

@@ -61,7 +61,7 @@ import torch
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
-from deltalens.interp.capture import delta_rule_capture
+from deltalens.interp.capture import delta_rule_capture, require_layers
 from deltalens.probes.eigenvalues import transition_products
 from deltalens.tasks.groups import lex_unrank
 from deltalens.tasks.representations import (  # the group maths; its public names stay importable from here
@@ -134,15 +134,20 @@ class ProductReport(Summary):
         return self.heads
 
     def highlight(self) -> tuple[int, int] | None:
-        return self.tracking_head() if len(self.heads) else None
+        return self.tracking_head()
 
-    def tracking_head(self) -> tuple[int, int]:
-        """(layer, head) with the highest held-out decoded accuracy, then the lowest residual."""
+    def tracking_head(self) -> tuple[int, int] | None:
+        """(layer, head) with the highest held-out decoded accuracy, then the lowest residual (None: no heads)."""
+        if self.heads.empty:
+            return None
         row = self.heads.sort_values(["decoded_accuracy", "heldout_residual"], ascending=[False, True]).iloc[0]
         return int(row["layer"]), int(row["head"])
 
     def verdict(self) -> str:
-        layer, head = self.tracking_head()
+        found = self.tracking_head()
+        if found is None:
+            return "no head was probed."
+        layer, head = found
         row = self.heads[(self.heads["layer"] == layer) & (self.heads["head"] == head)].iloc[0]
         what, unit = (
             ("the actions' permutations", "actions")
@@ -358,6 +363,7 @@ def product_report(
     if span not in SPANS:
         raise DeltalensError(f"span must be one of {', '.join(SPANS)}; got {span!r}.")
     cap = delta_rule_capture(source, batch, NAMES)
+    layers = require_layers(cap, NAMES, "product_report")
     n = cap.n_vars
     if n < 2:
         raise DeltalensError("the product probe needs traces that carry their actions' permutations (perm_id).")
@@ -365,8 +371,8 @@ def product_report(
     elements, reps = group_representations(observed, n, seed=seed)
     where = {g: i for i, g in enumerate(elements)}
     frames, head_rows = [], []
-    factors = cap.layer("beta", 0).shape[-1] if cap.layer("beta", 0).ndim == 3 else 1
-    for layer in range(cap.n_layers):
+    factors = cap.layer("beta", layers[0]).shape[-1] if cap.layer("beta", layers[0]).ndim == 3 else 1
+    for layer in layers:
         P_all, gids = transition_products(cap.layer("beta", layer), cap.layer("k", layer), group)  # (A, H, d, d)
         rows = [first[g] for g in gids.tolist()]
         perms = [perm_of[g] for g in gids.tolist()]

@@ -32,7 +32,7 @@ import torch
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
-from deltalens.interp.capture import Capture, delta_rule_capture
+from deltalens.interp.capture import Capture, delta_rule_capture, require_layers
 from deltalens.tasks.groups import VARIABLE_NAMES
 from deltalens.tasks.tokenizers import TokenKind
 
@@ -174,9 +174,7 @@ def subspace_report(
     True
     """
     cap = delta_rule_capture(source, batch, NAMES)
-    for name in [f"blocks.{l}.attn.hook_{x}" for l in range(cap.n_layers) for x in NAMES]:
-        if name not in cap:
-            raise DeltalensError(f"the capture lacks {name}; capture with names=('state', 'k').")
+    layers = require_layers(cap, NAMES, "subspace_report")
     chosen = cap.mask(kinds)
     if not bool(chosen.any()):
         raise DeltalensError("no tokens of the requested kinds in this batch.")
@@ -189,10 +187,10 @@ def subspace_report(
     )
     action = cap.mask(TokenKind.ACTION)
     heads, spectra, pca, key_spectra = [], [], [], []
-    for l in range(cap.n_layers):
+    for l in layers:
         states = cap.layer("state", l)  # (N, H, d_k, d_v)
         keys = cap.layer("k", l)  # (N, H, d_k), or (N, H, n_h, d_k)
-        for h in range(cap.n_heads):
+        for h in range(states.shape[1]):
             # every factor's key counts (DeltaProduct: (N, H, n_h, d_k))
             action_keys = keys[action, h].reshape(-1, keys.shape[-1])
             numbers, mean_spectrum, ratio, k_sigma = _head_measures(

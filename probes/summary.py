@@ -23,8 +23,9 @@ import pandas as pd
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
+from deltalens.interp.batch_inputs import as_batch
 from deltalens.interp.capture import capture
-from deltalens.models.architecture import architecture_of, article_of, is_delta_rule
+from deltalens.models.architecture import architecture_of, article_of, delta_layers_of
 from deltalens.probes.eigenvalues import eigenvalue_report
 from deltalens.probes.linear_probes import linear_probes
 from deltalens.probes.products import product_report
@@ -107,11 +108,12 @@ def probe_summary(
     (0, 3)
     """
     arch = architecture_of(model)
+    batch = as_batch(model, batch)  # a batch, token ids or REPL text
     n_traces = int(batch["tokens"].shape[0])
     skipped, reports = [], {}
     heads = pd.DataFrame()
     tracking = None
-    if is_delta_rule(arch):
+    if delta_layers_of(model):
         cap = capture(model, batch, names=("beta", "k", "state", "resid"))
         eig = eigenvalue_report(cap)
         sub = subspace_report(cap, seed=seed)
@@ -143,8 +145,8 @@ def probe_summary(
     else:
         cap = capture(model, batch, names=("resid",))
         skipped.append(
-            f"eigenvalues and state subspaces: {article_of(arch)} has no beta and no matrix "
-            f"state S_t (only the delta-rule family does); residual-stream probes only."
+            f"eigenvalues and state subspaces: {article_of(arch)} has no delta-rule layer (no beta, no matrix "
+            f"state S_t); residual-stream probes only."
         )
     layers = pd.DataFrame()
     if probes:

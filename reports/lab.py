@@ -30,7 +30,8 @@ def lab_module(name: str) -> ModuleType:
     if not (root / "experiments" / (name.replace(".", "/") + ".py")).is_file():
         raise DeltalensError(
             "this needs the repository's lab code (experiments/, beside sweep/ and results/), which an installed "
-            "wheel does not carry: clone the repository, `pip install -e .` there and run it in the clone"
+            "wheel does not carry: it runs from a clone; clone the repository, `pip install -e .` there and run it "
+            "in the clone"
         )
     if str(root) not in sys.path:
         sys.path.append(str(root))

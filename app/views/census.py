@@ -1,6 +1,6 @@
 """Census: per layer and head of a delta-rule checkpoint, what its per-token transitions do (probes/census.py):
 the share of tokens with beta > 1 (a negative eigenvalue; on action tokens too), of negative gate channels,
-the mean smallest transition eigenvalue and the effective rank of S_t, as a layer x head heatmap and a table.
+the smallest transition eigenvalue and the effective rank of S_t, as a layer x head heatmap and a table.
 
 It reads held-out REPL traces of the checkpoint's task (a model with its own tokenizer is asked the default
 task's traces) or pasted text. Each census is kept on disk keyed by the weights' hash (app/disk_cache.py);
@@ -25,7 +25,8 @@ STATISTICS = {  # census column -> what the selectbox and the heatmap call it
     "beta_gt1_action": "share of action tokens with beta > 1",
     "beta_gt1": "share of tokens with beta > 1 (a negative eigenvalue)",
     "neg_gate": "share of negative gate channels",
-    "min_eigenvalue": "mean smallest transition eigenvalue",
+    "min_eigenvalue": "smallest eigenvalue 1 - beta ||k||^2 over the tokens",
+    "min_decayed_eigenvalue": "smallest transition eigenvalue over the tokens, decay included",
     "mean_beta": "mean beta",
     "effective_rank": "effective rank of S_t",
 }

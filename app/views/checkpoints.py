@@ -22,6 +22,7 @@ from deltalens.app.common import (
     shown,
 )
 from deltalens.loading.listing import read_card
+from deltalens.models.capabilities import applicability_table
 from deltalens.models.registry import families
 from deltalens.reports.checkpoint_figures import checkpoint_length_figure, training_curve_figure
 from deltalens.training.history import training_history
@@ -77,17 +78,25 @@ if table is not None:
             )
 
 with st.expander("Architectures: which hooks, probes and interventions apply"):
-    st.table(  # a table wraps its text: a dataframe cut the probes column off
+    st.table(  # a table wraps its text: a dataframe cut the hooks column off
         pd.DataFrame(
             [
-                {
-                    "architecture": record.display,
-                    "arch": record.arch,
-                    "per-head hooks": record.hooks,
-                    "probes": record.probes,
-                    "interventions": record.interventions,
-                }
+                {"architecture": record.display, "arch": record.arch, "per-head hooks": record.hooks}
                 for record in families()
+            ]
+        ),
+        hide_index=True,
+    )
+    st.caption(
+        "Which tool applies to which family, from each family's declared capabilities and each tool's needs "
+        "(models/capabilities.py, the same table the conformance matrix tests cell by cell): ✓ applies; "
+        "otherwise what the family lacks."
+    )
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {k: ("✓" if v == "yes" else v.removeprefix("no: ")) if k != "tool" else v for k, v in row.items()}
+                for row in applicability_table()
             ]
         ),
         hide_index=True,

@@ -221,8 +221,14 @@ def delta_rule_page(checkpoint, controls: Controls) -> None:
     n_traces = controls.widget(cols[0].select_slider, "n", "held-out traces", TRACES, default=64, valid=TRACES.count)
     seed = int(controls.widget(cols[1].number_input, "seed", "seed", default=0, min_value=0, max_value=10**6, step=1))
     eig = measure(checkpoint, int(n_traces), seed, ["eigenvalues"])["eigenvalues"]
-    tracking = eig.tracking_head()
     heads = [(int(layer), int(head)) for layer, head in zip(eig.heads["layer"], eig.heads["head"])]
+    found = eig.tracking_head()
+    if found is None:  # no head reflects: the first head is shown, and the page says none stands out
+        st.caption(
+            "No head reflects here (no action token's transition eigenvalue below "
+            f"{eig.threshold:g}), so no head is singled out as the tracking head; the first is shown."
+        )
+    tracking = found or heads[0]
     controls.widget(
         cols[2].selectbox,
         "head",
@@ -232,8 +238,9 @@ def delta_rule_page(checkpoint, controls: Controls) -> None:
         valid=lambda lh: tuple(lh) in heads,
         carry=False,  # each model's own tracking head
         why=lambda lh, source: (
-            f"The head box shows layer {tracking[0]}, head {tracking[1]}, the tracking head of "
-            f"{checkpoint.path.name} (layer {lh[0]}, head {lh[1]} was chosen on {source})."
+            f"The head box shows layer {tracking[0]}, head {tracking[1]}, "
+            + ("the tracking head" if found else "the first head")
+            + f" of {checkpoint.path.name} (layer {lh[0]}, head {lh[1]} was chosen on {source})."
         ),
         format_func=lambda lh: f"layer {lh[0]}, head {lh[1]}",
         on_change=rerun_head_views,

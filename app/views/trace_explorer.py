@@ -13,6 +13,7 @@ from deltalens.app.common import Controls, attempt, describe, locked, pick_check
 from deltalens.app.query import ask
 from deltalens.core.errors import DeltalensError
 from deltalens.tasks.query_trace import read_query_trace
+from deltalens.tasks.tokenizers.hf import missing_tokenizer
 from deltalens.tasks.traces import generate_trace
 from deltalens.training.evaluate import trace_predictions
 
@@ -123,7 +124,7 @@ def line_table(controls: Controls, rows: pd.DataFrame, text: str) -> None:
 
 checkpoint = pick_checkpoint("trace-ckpt", where=lambda row: not str(row["tokenizer"]).endswith("-prob"))
 if checkpoint is not None and checkpoint.spec is None:
-    st.error(f"{checkpoint.path.name} records no task, so there is no tokenizer to write its traces with.")
+    st.error(missing_tokenizer(checkpoint.path.name))
 elif checkpoint is not None:
     # a model from elsewhere records no training task: its default task's length stands in
     length = checkpoint.task.actions[1] if checkpoint.data is not None else checkpoint.spec.actions

@@ -34,5 +34,6 @@ register(
         settings=DeltaNetSettings,
         extension_keys=DELTANET_EXTENSION_KEYS,  # renormalised delta rule (models/layers/deltanet_mixer.py)
         weights=partial(fla_lm_weights, defaults=DeltaNetSettings.defaults, mixer=_mixer_weights),
+        capabilities=delta_rule.CAPABILITIES,
     )
 )

@@ -17,9 +17,11 @@ register(
         config="deltalens.models.lm.m2rnn:delta_m2rnn_config_from_dict",
         act_names=delta_rule.GATED_ACT_NAMES,  # beta on the DeltaNet layers, gate (f_t) on the M²RNN ones
         layers_field="num_hidden_layers",
+        delta_rule=True,  # on its DeltaNet layers (model.delta_layers); the M²RNN layers are left out by the tools
         hooks=delta_rule.HOOKS + " on DeltaNet layers; q, k, v, gate, state, z on M²RNN layers",
         probes="linear probes; on the DeltaNet layers " + delta_rule.PROBES,
         interventions="beta range and state edits on the DeltaNet layers, head ablation, state patching",
         weights=m2rnn.weights,  # the DeltaNet layers' b_proj is not counted: a lower bound still
+        capabilities=frozenset({"residual", "lens", "delta", "keys", "state", "heads", "gate"}),
     )
 )

@@ -35,5 +35,6 @@ register(
         model_types=(GatedDeltaProductSettings.model_type,),
         settings=GatedDeltaProductSettings,
         weights=partial(fla_lm_weights, defaults=GatedDeltaProductSettings.defaults, mixer=_mixer_weights),
+        capabilities=delta_rule.CAPABILITIES | {"gate", "decay", "factors"},
     )
 )

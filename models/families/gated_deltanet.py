@@ -35,5 +35,6 @@ register(
         model_types=(GatedDeltaNetSettings.model_type,),
         settings=GatedDeltaNetSettings,
         weights=partial(fla_lm_weights, defaults=GatedDeltaNetSettings.defaults, mixer=_mixer_weights),
+        capabilities=delta_rule.CAPABILITIES | {"gate", "decay"},
     )
 )

@@ -38,5 +38,6 @@ register(
         model_types=(KDASettings.model_type,),
         settings=KDASettings,
         weights=partial(fla_lm_weights, defaults=KDASettings.defaults, mixer=_mixer_weights),
+        capabilities=delta_rule.CAPABILITIES | {"gate", "decay"},
     )
 )

@@ -30,5 +30,6 @@ register(
         interventions="unit ablation",
         vocab_field="d_vocab",
         weights=_weights,
+        capabilities=frozenset(),
     )
 )

@@ -36,5 +36,6 @@ register(
         probes="linear probes, state rank and subspaces",
         interventions="head ablation, state patching",
         weights=weights,
+        capabilities=frozenset({"residual", "lens", "state", "heads", "gate"}),
     )
 )

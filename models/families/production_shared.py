@@ -75,5 +75,8 @@ def register_production(arch: str, display: str, article: str, class_name: str, 
             model_types=model_types,
             weights=weights,
             load=f"{where}:{class_name}.from_folder",
+            capabilities=frozenset(
+                {"residual", "lens", "delta", "keys", "gate", "decay", "state", "heads", "attention"}
+            ),
         )
     )

@@ -47,5 +47,6 @@ register(
         interventions="head ablation",
         vocab_field="d_vocab",
         weights=_weights,
+        capabilities=frozenset({"residual", "heads", "attention"}),
     )
 )

@@ -49,6 +49,7 @@ from transformer_lens.hook_points import HookPoint
 from deltalens.core.errors import DeltalensError
 from deltalens.models.layers.beta_range import BetaRangeMixin
 from deltalens.models.layers.carry import Carry, conv_qkv, keep_final, keep_last, replay_kept, start_state
+from deltalens.models.layers.head_results import HeadWeightViews
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, Recurrence
 from deltalens.models.layers.rms_norm import RMSNorm, RMSNormGated
 from deltalens.models.layers.short_conv import ShortConvolution
@@ -66,7 +67,7 @@ from deltalens.models.ops.precision import no_autocast
 __all__ = ["DeltaNetMixer"]
 
 
-class DeltaNetMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
+class DeltaNetMixer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
     """fla `DeltaNet` layer (same parameter names and shapes) with TransformerLens hooks."""
 
     def __init__(self, config, layer_idx: int) -> None:
@@ -233,12 +234,15 @@ class DeltaNetMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
         o = self.hook_z(self._delta_rule(q, k, v, beta).to(x.dtype))  # (B, T, H, d_v)
         if self.carry is not None:
             self.carry.tokens += x.shape[1]
+        return self._read_out(o, x)
+
+    def _read_out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # (..., H, d_v) -> (..., d_model)
+        """o_proj(o_norm(o [, g_proj(x)])): per head, then linear (models/layers/head_results.py splits it)."""
         if self.use_gate:
-            g = rearrange(self.g_proj(x), "b t (h d) -> b t h d", h=self.num_heads)
-            o = self.o_norm(o, g)
+            o = self.o_norm(o, rearrange(self.g_proj(x), "... (h d) -> ... h d", h=self.num_heads))
         else:
             o = self.o_norm(o)
-        return self.o_proj(rearrange(o, "b t h d -> b t (h d)"))
+        return self.o_proj(rearrange(o, "... h d -> ... (h d)"))
 
 
 def checked_state_norm_every(every) -> int:

@@ -41,6 +41,7 @@ from transformer_lens.hook_points import HookPoint
 from deltalens.core.errors import DeltalensError
 from deltalens.models.layers.beta_range import BetaRangeMixin, Index
 from deltalens.models.layers.carry import Carry, conv_qkv, keep_final, keep_last, replay_kept, start_state
+from deltalens.models.layers.head_results import HeadWeightViews
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, Recurrence
 from deltalens.models.layers.rms_norm import RMSNorm, RMSNormGated
 from deltalens.models.layers.short_conv import ShortConvolution
@@ -57,7 +58,7 @@ from deltalens.models.ops.kernel_select import select_kernel_for
 __all__ = ["GatedDeltaNetMixer", "DeltaProductMixer"]
 
 
-class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
+class _GatedDeltaMixer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
     """The shared layer; subclasses read their fla config into the fields below."""
 
     factor_axis = False  # hooks and the beta range have a factor axis (DeltaProduct) or not (Gated DeltaNet)
@@ -265,11 +266,15 @@ class _GatedDeltaMixer(BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
         o = self.hook_z(self._delta_rule(q, k, v, beta, g).to(x.dtype))  # (B, T, H, d_v)
         if self.carry is not None:
             self.carry.tokens += x.shape[1]
+        return self._read_out(o, x)
+
+    def _read_out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # (..., H, d_v) -> (..., d_model)
+        """o_proj(o_norm(o [, g_proj(x)])): per head, then linear (models/layers/head_results.py splits it)."""
         if self.use_output_gate:
-            o = self.o_norm(o, rearrange(self.g_proj(x), "b t (h d) -> b t h d", d=self.head_v_dim))
+            o = self.o_norm(o, rearrange(self.g_proj(x), "... (h d) -> ... h d", d=self.head_v_dim))
         else:
             o = self.o_norm(o)
-        return self.o_proj(rearrange(o, "b t h d -> b t (h d)"))
+        return self.o_proj(rearrange(o, "... h d -> ... (h d)"))
 
 
 class GatedDeltaNetMixer(_GatedDeltaMixer):

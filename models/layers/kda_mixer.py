@@ -36,6 +36,7 @@ from deltalens.core.errors import DeltalensError
 from deltalens.models.layers.beta_range import BetaRangeMixin
 from deltalens.models.layers.carry import Carry, conv_qkv, keep_final, keep_last, replay_kept, start_state
 from deltalens.models.layers.gated_delta_mixer import _GatedDeltaMixer
+from deltalens.models.layers.head_results import HeadWeightViews
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, Recurrence
 from deltalens.models.layers.rms_norm import RMSNormGated
 from deltalens.models.layers.short_conv import ShortConvolution
@@ -60,7 +61,7 @@ def select_kda_kernel(wants_states: bool = False, state_edit: bool = False, hook
     return KernelChoice(CHUNKED, "KDA (per-channel decay): the chunked torch kernel")
 
 
-class KDARecurrenceMixin(BetaRangeMixin, HookedRecurrenceMixin):
+class KDARecurrenceMixin(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin):
     """The gate (through hook_gate and its clamp) and the recurrence (through hook_state) of a KDA layer,
     whichever library's parameters it holds; a layer supplies `_raw_log_decay` and calls `_init_kda_hooks`."""
 
@@ -227,5 +228,9 @@ class KDAMixer(KDARecurrenceMixin, nn.Module):
         o = self.hook_z(self._delta_rule(q, k, v, beta, g).to(x.dtype))  # (B, T, H, d_v)
         if self.carry is not None:
             self.carry.tokens += x.shape[1]
-        o = self.o_norm(o, rearrange(self.g_proj(x), "b t (h d) -> b t h d", d=self.head_v_dim))
-        return self.o_proj(rearrange(o, "b t h d -> b t (h d)"))
+        return self._read_out(o, x)
+
+    def _read_out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # (..., H, d_v) -> (..., d_model)
+        """o_proj(o_norm(o, g_proj(x))): per head, then linear (models/layers/head_results.py splits it)."""
+        o = self.o_norm(o, rearrange(self.g_proj(x), "... (h d) -> ... h d", d=self.head_v_dim))
+        return self.o_proj(rearrange(o, "... h d -> ... (h d)"))

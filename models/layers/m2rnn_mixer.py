@@ -37,6 +37,7 @@ from einops import rearrange
 from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
+from deltalens.models.layers.head_results import HeadWeightViews
 from deltalens.models.layers.rms_norm import RMSNorm
 from deltalens.models.layers.short_conv import ShortConvolution
 from deltalens.models.ops.common import l2_normalize
@@ -83,7 +84,7 @@ def m2rnn_recurrence(
     return o, stacked
 
 
-class M2RNNMixer(nn.Module):
+class M2RNNMixer(HeadWeightViews, nn.Module):
     """One M²RNN layer (module docstring); the config is read by name like DeltaNet's mixer's."""
 
     use_decay = True  # f_t keeps a fraction of S_{t-1}: models report it as a decay gate (hook_gate)
@@ -156,7 +157,11 @@ class M2RNNMixer(nn.Module):
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         f = self.hook_gate(torch.sigmoid(self.f_proj(x) + self.f_bias))  # (B, T, H)
         o = self.hook_z(self._recurrence(q, k, v, f).to(x.dtype))  # (B, T, H, d_v)
-        return self.o_proj(rearrange(self.o_norm(o), "b t h d -> b t (h d)"))
+        return self._read_out(o, x)
+
+    def _read_out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # (..., H, d_v) -> (..., d_model)
+        """o_proj(o_norm(o)): per head, then linear (models/layers/head_results.py splits it)."""
+        return self.o_proj(rearrange(self.o_norm(o), "... h d -> ... (h d)"))
 
     # the delta-rule interventions, refused in words on a layer that has no beta
     def set_beta_range(self, *args, **kwargs) -> None:

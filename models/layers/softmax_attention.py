@@ -40,6 +40,7 @@ from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.layers.carry import Carry
+from deltalens.models.layers.head_results import HeadWeightViews
 
 __all__ = ["SoftmaxAttention", "apply_rotary", "rotary_tables"]
 
@@ -59,7 +60,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
 
-class SoftmaxAttention(nn.Module):
+class SoftmaxAttention(HeadWeightViews, nn.Module):
     """fla `Attention` (same parameter names and shapes) with TransformerLens hooks, on any device."""
 
     is_softmax_attention = True  # the delta-rule LM asks this to tell its layers apart
@@ -129,7 +130,12 @@ class SoftmaxAttention(nn.Module):
         else:
             z = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed, scale=D**-0.5)
         z = self.hook_z(rearrange(z, "b h t d -> b t h d").to(x.dtype))
-        return self.o_proj(rearrange(z, "b t h d -> b t (h d)"))
+        return self._read_out(z, x)
+
+    def _read_out(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # (..., H, d_head) -> (..., d_model)
+        """o_proj of the heads' outputs: linear (models/layers/head_results.py splits it per head)."""
+        del x  # no output gate
+        return self.o_proj(rearrange(z, "... h d -> ... (h d)"))
 
     def _with_carried(self, k: torch.Tensor, v: torch.Tensor, past: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         """This chunk's keys and values after the carried ones; the carry keeps what later chunks can see."""

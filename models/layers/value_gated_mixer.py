@@ -119,8 +119,4 @@ class ValueGatedDeltaNetMixer(DeltaNetMixer):
         o = self.hook_z(self._value_gated_rule(q, k, v, beta, g).to(x.dtype))  # (B, T, H, d_v)
         if self.carry is not None:
             self.carry.tokens += x.shape[1]
-        if self.use_gate:
-            o = self.o_norm(o, rearrange(self.g_proj(x), "b t (h d) -> b t h d", h=self.num_heads))
-        else:
-            o = self.o_norm(o)
-        return self.o_proj(rearrange(o, "b t h d -> b t (h d)"))
+        return self._read_out(o, x)

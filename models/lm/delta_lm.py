@@ -57,7 +57,7 @@ from deltalens.models.layers.gated_mlp import GatedMLP
 from deltalens.models.layers.rms_norm import RMSNorm
 from deltalens.models.layers.softmax_attention import SoftmaxAttention
 from deltalens.models.lm.hook_names import lens_name
-from deltalens.models.lm.lens import LensModel
+from deltalens.models.lm.lens import LensModel, lens_cfg
 from deltalens.models.registry import family
 
 __all__ = ["HookedDeltaLM", "DeltaBlock", "GatedMLP"]
@@ -242,7 +242,7 @@ class HookedDeltaLM(LensModel, HookedRootModule):
     def cfg(self) -> SimpleNamespace:
         """TransformerLens-style config (n_layers, d_model, n_heads, d_head, d_vocab, n_ctx,
         normalization_type, ...) plus the delta rule's own (d_k, d_v, allow_neg_eigval, n_factors, ...)."""
-        return SimpleNamespace(
+        return lens_cfg(
             model_name=type(self).__name__,
             model_type=self.arch,
             original_architecture=self.settings.fla_model,
@@ -256,18 +256,20 @@ class HookedDeltaLM(LensModel, HookedRootModule):
             d_vocab=self.config.vocab_size,
             d_vocab_out=self.config.vocab_size,
             n_ctx=self.config.max_position_embeddings,  # no limit for the recurrence; fla's field
-            act_fn="silu",
-            normalization_type="RMS",
-            positional_embedding_type="none",  # the recurrence orders the tokens
-            attn_only=False,
-            parallel_attn_mlp=False,
+            positional_embedding_type="rotary" if self.attention_layers else "none",
             eps=self.config.norm_eps,
             allow_neg_eigval=getattr(self.config, "allow_neg_eigval", False),  # an M²RNN stack has no beta
             device=self.device,
             state_norm_every=self.state_norm_every,
             n_factors=self.n_factors,
             gated=self.gated,
+            delta_layers=self.delta_layers,
+            attention_layers=self.attention_layers,
         )
+
+    def mixer_input(self, layer: int, resid_pre: torch.Tensor) -> torch.Tensor:
+        """What layer `layer`'s mixer reads from the residual stream: attn_norm(resid_pre)."""
+        return self.model.layers[layer].attn_norm(resid_pre)
 
     @property
     def W_E(self) -> torch.Tensor:
@@ -319,8 +321,10 @@ class HookedDeltaLM(LensModel, HookedRootModule):
         """tokens [B, T] (LongTensor) -> logits [B, T, vocab].
 
         return_type: "logits" (default), "loss" (mean next-token cross-entropy), "both"
-        ((logits, loss)) or None (run for the hooks only; returns None).
+        ((logits, loss)) or None (run for the hooks only; returns None). Text is read with the model's
+        tokenizer first, as HookedTransformer(text) does.
         """
+        tokens = self._token_input(tokens)
         if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.long, torch.int, torch.int32):
             raise TypeError(
                 f"{type(self).__name__} takes token ids as an integer tensor [batch, pos]; encode text with the "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import types
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -28,6 +29,25 @@ from transformer_lens import ActivationCache
 from deltalens.core.errors import DeltalensError, did_you_mean
 from deltalens.models.lm.hook_names import act_name
 from deltalens.tasks.tokenizers import BOS_ID, PAD_ID, Tokenizer
+
+# TransformerLens's config fields its cache and tools read, with the values every deltalens language model shares
+LENS_DEFAULTS: dict[str, Any] = dict(
+    attn_only=False,  # every block has an MLP
+    parallel_attn_mlp=False,  # the MLP reads the mixer's output (pre-norm blocks in sequence)
+    layers_block_type=None,  # TransformerLens's per-layer kinds (Mamba bridges); ours: delta_layers / attention_layers
+    act_fn="silu",
+    normalization_type="RMS",
+    positional_embedding_type="none",  # the recurrence orders the tokens; hybrids name their attention's
+    n_factors=1,
+    state_norm_every=0,
+    gated=False,
+)
+
+
+def lens_cfg(**fields: Any) -> SimpleNamespace:
+    """A model's TransformerLens-style `cfg`: LENS_DEFAULTS, then the model's own fields (n_layers, n_heads,
+    d_model, d_head, d_vocab, ..., delta_layers, attention_layers): one shape of config for every family."""
+    return SimpleNamespace(**{**LENS_DEFAULTS, **fields})
 
 
 class CacheKeyError(DeltalensError, KeyError):
@@ -91,6 +111,54 @@ class LensCache(ActivationCache):
         self._residual_stream()
         return super().accumulated_resid(*args, **kwargs)
 
+    def stack_head_results(
+        self,
+        layer: int = -1,
+        return_labels: bool = False,
+        incl_remainder: bool = False,
+        pos_slice: Any = None,
+        apply_ln: bool = False,
+    ):
+        """TransformerLens's stack_head_results: each head's write into the residual stream, layers before
+        `layer`, (components, batch, pos, d_model), labels "L{l}H{h}". A head's write is its read-out with every
+        other head at zero (models/layers/head_results.py: exact, the per-head norm and output gate included).
+        A layer whose heads do not split here (a transformers attention layer: its output gate is inside
+        transformers' forward) is left out and named in `self.unsplit_layers`; `incl_remainder` adds the rest of
+        the residual stream, those layers' whole outputs included."""
+        from transformer_lens.utilities import Slice
+
+        from deltalens.models.layers.head_results import has_read_out, head_results
+
+        self._residual_stream()
+        if not isinstance(pos_slice, Slice):
+            pos_slice = Slice(pos_slice)
+        n_layers = self.model.cfg.n_layers
+        layer = n_layers if layer is None or layer == -1 else layer
+        parts, labels, self.unsplit_layers = [], [], []
+        for l in range(layer):
+            mixer = self.model.blocks[l].attn
+            z_name = f"blocks.{l}.attn.hook_z"
+            if not has_read_out(mixer) or z_name not in self.cache_dict:
+                self.unsplit_layers.append(l)
+                continue
+            z = pos_slice.apply(self.cache_dict[z_name], dim=-3)  # (B, T, H, d_head)
+            resid = pos_slice.apply(self.cache_dict[f"blocks.{l}.hook_resid_pre"], dim=-2)
+            x = self.model.mixer_input(l, resid)
+            rows = head_results(mixer, z.reshape(-1, *z.shape[-2:]), x.reshape(-1, x.shape[-1]))  # (N, H, m)
+            parts.append(rows.reshape(*z.shape[:-2], *rows.shape[-2:]).movedim(-2, 0))
+            labels += [f"L{l}H{h}" for h in range(z.shape[-2])]
+        if not parts and not incl_remainder:
+            raise DeltalensError(f"no layer before {layer} has heads whose writes split here")
+        components = torch.cat(parts, 0) if parts else None
+        if incl_remainder:
+            total = pos_slice.apply(self[("resid_post", layer - 1)], dim=-2)
+            remainder = total - (components.sum(0) if components is not None else 0)
+            components = remainder[None] if components is None else torch.cat([components, remainder[None]], 0)
+            labels.append("remainder")
+        if apply_ln:
+            components = self.apply_ln_to_stack(components, layer, pos_slice=pos_slice)
+        return (components, labels) if return_labels else components
+
 
 class LensModel:
     """Mixin (before HookedRootModule in the bases) with TransformerLens's user-facing helpers."""
@@ -110,6 +178,12 @@ class LensModel:
 
     def to_single_token(self, string: str) -> int:
         return to_single_token(self, string)
+
+    def _token_input(self, tokens: Any) -> Any:
+        """model(text) as HookedTransformer(text): a string (or a list of them) becomes to_tokens(text)."""
+        if isinstance(tokens, str) or (isinstance(tokens, (list, tuple)) and tokens and isinstance(tokens[0], str)):
+            return self.to_tokens(tokens if isinstance(tokens, str) else list(tokens))
+        return tokens
 
     def generate(self, input: str | torch.Tensor, max_new_tokens: int = 16, **options: Any):
         """Continue a transcript (text, or ids (1, T)) by up to `max_new_tokens` tokens, hooks attached
@@ -181,10 +255,9 @@ def _tokenizer_of(model) -> Tokenizer:
     attach = "deltalens.models.lm.lens.attach_tokenizer(model, deltalens.make_tokenizer(...))"
     opened = getattr(model, "checkpoint", None)
     if opened is not None:  # deltalens.load gave it: its folder records no tokenizer (fla writes none)
-        raise DeltalensError(
-            f"{opened.path} records no tokenizer (fla's folders hold none), so text cannot be encoded: "
-            f"pass token ids to the model, or attach one with {attach}."
-        )
+        from deltalens.tasks.tokenizers.hf import missing_tokenizer
+
+        raise DeltalensError(missing_tokenizer(opened.path))
     raise DeltalensError(
         f"this model has no deltalens tokenizer attached; load it with deltalens.load(name_or_path), "
         f"or attach one with {attach}."

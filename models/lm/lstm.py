@@ -299,7 +299,8 @@ class HookedLSTM(LensModel, HookedRootModule):
         return self.W_U[:, tokens].movedim(0, -1)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        # tokens: (B, T) int64, or (T,) for one sequence -> logits (B, T, d_vocab)
+        # tokens: (B, T) int64, or (T,) for one sequence, or text (read with the tokenizer) -> logits (B, T, d_vocab)
+        tokens = self._token_input(tokens)
         if tokens.dim() == 1:
             tokens = tokens.unsqueeze(0)
         x = self.hook_embed(self.embed(tokens))  # (B, T, d_model)

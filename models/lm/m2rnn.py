@@ -107,6 +107,11 @@ class HookedM2RNN(OwnConfigLM):
     mixer_class = M2RNNMixer
     arch = "m2rnn"
 
+    @property
+    def delta_layers(self) -> list[int]:
+        """None of its layers runs the delta rule (every one is the non-linear M²RNN)."""
+        return []
+
 
 class HookedDeltaM2RNN(OwnConfigLM):
     """DeltaNet / M²RNN hybrid with TransformerLens hooks (module docstring)."""

@@ -28,13 +28,14 @@ from transformer_lens.hook_points import HookPoint
 from deltalens.models.layers.beta_range import BetaRangeMixin
 from deltalens.models.layers.carry import Carry
 from deltalens.models.layers.gated_delta_mixer import _GatedDeltaMixer
+from deltalens.models.layers.head_results import HeadWeightViews
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin
 from deltalens.models.ops.common import l2_normalize
 
 __all__ = ["HookedGatedDeltaNet"]
 
 
-class HookedGatedDeltaNet(BetaRangeMixin, HookedRecurrenceMixin):
+class HookedGatedDeltaNet(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin):
     """Mixin placed before a transformers Gated DeltaNet class in the bases."""
 
     factor_axis = False

@@ -17,6 +17,8 @@ our own models:
     blocks.{l}.hook_attn_out                     the mixer's output (before any post-norm the family has)
     blocks.{l}.hook_mlp_out                      the MLP's (or MoE's) output
     blocks.{l}.hook_resid_post                   the decoder layer's output
+    ln_final.hook_scale                          (batch, pos, 1) the final RMSNorm's scale sqrt(mean(x^2) + eps),
+                                                 read-only (TransformerLens's frozen-scale convention)
     ln_final.hook_normalized                     the final norm's output
 
 There is no hook_resid_mid: the library's layer adds the mixer's output inside its own forward.
@@ -37,7 +39,7 @@ from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.lm.delta_lm import HookedDeltaLM
-from deltalens.models.lm.lens import LensModel
+from deltalens.models.lm.lens import LensModel, lens_cfg
 from deltalens.models.production.attention import add_attention_hooks
 from deltalens.models.production.family import check_config
 
@@ -49,6 +51,7 @@ _EXACT = {
     "model.embed_tokens.hook_embed": "hook_embed",
     "model.embed_tokens": "embed",
     "model.norm.hook_normalized": "ln_final.hook_normalized",
+    "model.norm.hook_scale": "ln_final.hook_scale",
     "model.norm": "ln_final",
     "model.layers": "blocks",
     "lm_head": "unembed",
@@ -69,6 +72,25 @@ def lens_path(path: str) -> str:
 
 def _first(output):
     return output[0] if isinstance(output, tuple) else output
+
+
+def _eps(norm: nn.Module) -> float:
+    """An RMSNorm's epsilon, as transformers' families name it."""
+    for name in ("variance_epsilon", "eps", "epsilon"):
+        value = getattr(norm, name, None)
+        if isinstance(value, (int, float)):
+            return float(value)
+    raise DeltalensError(f"{type(norm).__name__} has no epsilon that deltalens knows the name of")
+
+
+def _show_scale(norm: nn.Module, args) -> None:
+    """Pass the final norm's scale through its hook_scale (read-only: the norm computes its own)."""
+    norm.hook_scale(_rms(args[0], _eps(norm)))
+
+
+def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """sqrt(mean(x^2) + eps) over the last axis, kept (..., 1), in fp32."""
+    return torch.sqrt(x.float().square().mean(-1, keepdim=True) + eps)
 
 
 def _replace_first(output, value):
@@ -109,6 +131,8 @@ class HookedProductionLM(LensModel, HookedRootModule):
         self.model.embed_tokens.register_forward_hook(lambda m, i, out: m.hook_embed(out))
         self.model.norm.hook_normalized = HookPoint()
         self.model.norm.register_forward_hook(lambda m, i, out: m.hook_normalized(out))
+        self.model.norm.hook_scale = HookPoint()
+        self.model.norm.register_forward_pre_hook(_show_scale)
         self.setup()
 
     def _delta_mixer(self, layer: nn.Module) -> Optional[nn.Module]:
@@ -171,6 +195,31 @@ class HookedProductionLM(LensModel, HookedRootModule):
         except OSError as err:
             raise DeltalensError(f"{folder} holds no weights transformers can read for this config: {err}") from None
         return cls(hf.eval(), cls.family)
+
+    @property
+    def W_U(self) -> torch.Tensor:
+        """The unembedding (d_model, d_vocab) with the final norm's gain folded in (TransformerLens's fold_ln),
+        so that cache.apply_ln_to_stack(resid) @ W_U gives the logits. The gain is read off the norm itself (its
+        output on a constant input), whatever form the family's RMSNorm has (weight, or 1 + weight)."""
+        norm = self.model.norm
+        ones = torch.ones(1, self.d_model, device=self.device, dtype=norm.weight.dtype)
+        with torch.no_grad():
+            gain = norm(ones).float()[0] * _rms(ones.float(), _eps(norm))[0]  # (d_model,)
+        return (self.lm_head.weight.float() * gain).T
+
+    def tokens_to_residual_directions(self, tokens) -> torch.Tensor:
+        """W_U's column of each token (..., d_model): what logit_attrs projects onto."""
+        tokens = torch.as_tensor(tokens, device=self.device)
+        return self.W_U[:, tokens].movedim(0, -1)
+
+    @property
+    def b_U(self) -> torch.Tensor:
+        bias = getattr(self.lm_head, "bias", None)
+        return torch.zeros(self.config.vocab_size, device=self.device) if bias is None else bias
+
+    def mixer_input(self, layer: int, resid_pre: torch.Tensor) -> torch.Tensor:
+        """What layer `layer`'s mixer reads from the residual stream: its input norm applied to `resid_pre`."""
+        return self.model.layers[layer].input_layernorm(resid_pre)
 
     @property
     def model_config(self) -> dict[str, Any]:
@@ -257,7 +306,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
     def cfg(self) -> SimpleNamespace:
         """TransformerLens-style config, plus the delta rule's own (d_k, d_v, allow_neg_eigval, ...)."""
         config = self.config
-        return SimpleNamespace(
+        return lens_cfg(
             model_name=type(self.hf).__name__,
             model_type=self.arch,
             original_architecture=type(self.hf).__name__,
@@ -272,7 +321,6 @@ class HookedProductionLM(LensModel, HookedRootModule):
             d_vocab_out=config.vocab_size,
             n_ctx=getattr(config, "max_position_embeddings", None),
             act_fn=getattr(config, "hidden_act", "silu"),
-            normalization_type="RMS",
             positional_embedding_type=self.family.positions,
             eps=getattr(config, "rms_norm_eps", 1e-6),
             allow_neg_eigval=self._first_mixer.allow_neg_eigval,
@@ -288,6 +336,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
 
     def forward(self, tokens: torch.Tensor, return_type: Optional[str] = "logits", attention_mask=None) -> Any:
         """tokens [B, T] -> logits [B, T, vocab] (return_type "logits", "loss", "both" or None)."""
+        tokens = self._token_input(tokens)  # text, as HookedTransformer(text)
         if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.long, torch.int, torch.int32):
             raise TypeError(f"{type(self).__name__} takes token ids as an integer tensor [batch, pos].")
         if tokens.ndim == 1:

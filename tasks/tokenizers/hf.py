@@ -33,6 +33,17 @@ from deltalens.tasks.traces import Trace, TraceSpec
 PROBE_TEXT = ">>> a = 1\n>>> b = 2\n>>> a, b = b, a\n>>> print('a', a)\na 2\n" + "a" * 64 + "\n"  # read at load
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")  # what makes a folder's tokenizer (either one)
 HF_KIND = "hf"
+
+
+def missing_tokenizer(where) -> str:
+    """The one sentence for a model folder with no tokenizer: what to add, and where."""
+    return (
+        f"{where} has no tokenizer, so text and REPL traces cannot be encoded for it: copy the tokenizer.json (or "
+        "tokenizer.model) the model was trained with into that folder, beside its config.json, and open it again "
+        "(a deltalens checkpoint records its own; token ids work without one)."
+    )
+
+
 HF_PREFIX = "hf:"  # task.tokenizer = "hf:PATH": a tokenizer.json file or a folder holding one
 
 

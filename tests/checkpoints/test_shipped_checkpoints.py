@@ -149,3 +149,19 @@ def test_probabilistic_checkpoint_beats_a_uniform_guess_and_records_its_kl(name)
     result = belief_kl(checkpoint.model, checkpoint.tokenizer, checkpoint.spec, n_random=32, n_adversarial=0, seed=99)
     uniform = result.rows.p.map(lambda p: sum(x * math.log(x * len(p)) for x in p if x > 0))
     assert result.rows.kl.mean() < uniform.mean(), (result.rows.kl.mean(), uniform.mean())
+
+
+def test_the_shipped_hybrid_has_its_tracking_head_found_as_on_the_plain_model():
+    """The fla DeltaNet hybrid (softmax attention at layer 1): the probe reads its two DeltaNet layers only, and the
+    head it names is the one whose beta range the sweep shows the model needs, as on the plain S3 DeltaNet."""
+    import deltalens as dl
+
+    model = dl.load("s3-deltanet-hybrid-statement")
+    assert model.delta_layers == [0, 2] and model.attention_layers == [1]
+    batch = model.checkpoint.batch(32)
+    report = dl.eigenvalue_report(model, batch)
+    assert sorted(set(report.heads["layer"])) == [0, 2]
+    tracking = report.tracking_head()
+    assert tracking is not None and report.head(*tracking)["reflection_fraction"] > 0.9
+    swept = dl.sweep(model, batch, "beta-range", progress=False)
+    assert swept.highlight() == tracking and swept.baseline - swept.frame["accuracy"].iloc[0] > 0.3

@@ -132,7 +132,8 @@ def test_transformer_checkpoint(capsys, transformer_path):
     report = json.loads(captured.out)
     assert report["architecture"] == "transformer" and report["heads"] == [] and report["tracking_head"] is None
     assert {layer["site"] for layer in report["layers"]} == {"embed", "L0", "L1"}
-    assert "a Transformer has no beta" in captured.err and "a Transformer has no beta" in report["skipped"][0]
+    assert "a Transformer has no delta-rule layer" in captured.err
+    assert "a Transformer has no delta-rule layer" in report["skipped"][0]
     assert main(["intervene", transformer_path, "--sweep", "beta-range"]) == 2
     err = capsys.readouterr().err
     assert "a Transformer, which has no beta" in err

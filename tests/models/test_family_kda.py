@@ -328,8 +328,10 @@ def test_census_effective_attention_and_chunks_run_on_it():
     A = (eye - beta.double()[..., None, None] * k.double()[..., :, None] * k.double()[..., None, :]) @ torch.diag_embed(
         alpha.double()
     )  # the transition matrices themselves
-    smallest = torch.linalg.eigvals(A).real.min(-1).values.mean().item()
-    assert row(1, 2)["min_eigenvalue"] == pytest.approx(smallest, abs=1e-5)
+    smallest = torch.linalg.eigvals(A).real.min(-1).values.min().item()  # over the tokens, the decay in
+    assert row(1, 2)["min_decayed_eigenvalue"] == pytest.approx(smallest, abs=1e-5)
+    factor = (1 - beta.double() * k.double().square().sum(-1)).min().item()  # the delta factor's, no decay
+    assert row(1, 2)["min_eigenvalue"] == pytest.approx(factor, abs=1e-5)
     assert result.heads["effective_rank"].between(1, 8).all()
 
     for layer in range(ours.n_layers):

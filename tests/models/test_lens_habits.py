@@ -106,7 +106,7 @@ def test_a_folder_without_a_tokenizer_gets_the_right_advice(tmp_path):
     model = dl.load("s3-deltanet-neg-statement")
     model.save_pretrained(folder)  # fla's layout: no deltalens section, so no tokenizer
     opened = dl.load(folder)
-    with pytest.raises(DeltalensError, match="records no tokenizer .* pass token ids to the model, or attach one"):
+    with pytest.raises(DeltalensError, match="has no tokenizer, .* copy the tokenizer.json .* beside its config.json"):
         opened.to_tokens(">>> a = 1\n")
     assert opened(torch.tensor([[1, 2, 3]])).shape == (1, 3, model.cfg.d_vocab)
     shutil.rmtree(folder)

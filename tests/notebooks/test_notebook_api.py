@@ -86,7 +86,7 @@ def test_an_fla_folder_loads_without_a_tokenizer(tmp_path):
     assert isinstance(model, HookedDeltaNet) and model.tokenizer is None
     _, cache = model.run_with_cache(torch.tensor([[1, 2, 3]]))
     assert isinstance(cache, ActivationCache)
-    with pytest.raises(DeltalensError, match="records no tokenizer .*pass token ids to the model"):
+    with pytest.raises(DeltalensError, match="has no tokenizer, .* copy the tokenizer.json"):
         model.to_tokens(TEXT)
 
 

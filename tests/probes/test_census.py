@@ -24,7 +24,12 @@ def test_census_singles_out_the_tracking_head(name):
     row = result.heads.set_index(["layer", "head"]).loc[tracking]
     others = result.heads.set_index(["layer", "head"]).drop(tracking)
     assert row["beta_gt1_action"] > 0.9 > others["beta_gt1_action"].max()
-    assert row["min_eigenvalue"] < 0  # on average a negative eigenvalue: mostly reflections
+    assert row["min_eigenvalue"] < -0.9  # it reflects (eigenvalue near -1)
+    report = dl.eigenvalue_report(model, batch).heads.set_index(["layer", "head"])
+    # one meaning: the census's min_eigenvalue is the eigenvalue report's, head for head
+    assert result.heads.set_index(["layer", "head"])["min_eigenvalue"].to_numpy() == pytest.approx(
+        report["min_eigenvalue"].to_numpy(), abs=1e-5
+    )
     assert (result.heads["effective_rank"] >= 1).all()
     figure = dl.census_figure(result)
     assert figure.data[0].z.shape == (model.cfg.n_layers, model.cfg.n_heads)
@@ -40,7 +45,7 @@ def test_census_on_token_ids_and_its_refusal_for_a_transformer():
     model = dl.load("s3-deltanet-neg-statement")
     result = dl.census(model, model.to_tokens(">>> a = 1\n>>> b = 2\n>>> a, b = b, a\n"))
     assert result.heads["beta_gt1_action"].isna().all() and result.heads["tokens"].min() > 0
-    with pytest.raises(DeltalensError, match="no delta rule"):
+    with pytest.raises(DeltalensError, match="no delta-rule layer"):
         dl.census(dl.load("s3-transformer-statement"), torch.ones(1, 4, dtype=torch.long))
 
 

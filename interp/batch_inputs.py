@@ -1,0 +1,93 @@
+"""What the tools take as input, TransformerLens's way: a batch of traces, a token tensor, or text.
+
+`as_batch(model, source)` turns any of them into the batch dict the tools read (tasks/dataset.py's keys):
+
+    a batch dict         as it is (`checkpoint.batch(n)`, `make_batch`)
+    REPL text            each string parsed as a deterministic REPL transcript (tasks.traces.parse_trace) and
+                         encoded with the model's tokenizer: the labels (reveals, states, actions) come with it
+    a token tensor       (B, T) or (T,) ids; decoded and parsed the same way when the model has a tokenizer and
+                         the text is a REPL transcript, else the tokens alone (no labels)
+
+A tool that needs the labels (reveal accuracy, probes of the true state) and is given tokens without them says so
+in one sentence (`require_labels`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from deltalens.core.errors import DeltalensError
+
+__all__ = ["as_batch", "require_labels"]
+
+
+def as_batch(model, source: Any) -> dict[str, torch.Tensor]:
+    """The batch dict of `source` (module docstring)."""
+    if isinstance(source, dict):
+        return source
+    if isinstance(source, str) or (isinstance(source, (list, tuple)) and source and isinstance(source[0], str)):
+        return _from_text(model, [source] if isinstance(source, str) else list(source))
+    if isinstance(source, torch.Tensor):
+        if source.dtype not in (torch.long, torch.int, torch.int32, torch.int16) or source.ndim not in (1, 2):
+            raise DeltalensError(
+                f"token ids are an integer tensor (batch, pos) or (pos,); got {source.dtype} {tuple(source.shape)}"
+            )
+        tokens = source[None] if source.ndim == 1 else source
+        parsed = _parsed_tokens(model, tokens)
+        if parsed is not None:
+            return parsed
+        return {"tokens": tokens.long().cpu(), "lengths": torch.full((tokens.shape[0],), tokens.shape[1])}
+    raise DeltalensError(
+        f"give a batch of traces (checkpoint.batch(n)), a token tensor (batch, pos) or REPL text, not "
+        f"{type(source).__name__}"
+    )
+
+
+def require_labels(batch: dict, what: str) -> None:
+    """One sentence unless `batch` carries the reveals' labels."""
+    if "reveal_mask" not in batch or "answers" not in batch:
+        raise DeltalensError(
+            f"{what} needs the reveals' labels, which bare token ids do not carry: pass REPL text, or a batch of "
+            "traces (model.checkpoint.batch(n), tasks.dataset.make_batch)"
+        )
+
+
+def _tokenizer(model):
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None or not hasattr(tokenizer, "encode_trace"):
+        return None
+    return tokenizer
+
+
+def _from_text(model, texts: list[str]) -> dict[str, torch.Tensor]:
+    from deltalens.tasks.dataset import collate
+    from deltalens.tasks.traces import parse_trace
+
+    tokenizer = _tokenizer(model)
+    if tokenizer is None:
+        raise DeltalensError(
+            "this model has no tokenizer to read text with; attach one (model.tokenizer = ...) or pass token ids"
+        )
+    try:
+        traces = [parse_trace(text if text.endswith("\n") else text + "\n") for text in texts]
+    except DeltalensError:  # not a REPL transcript: the tokens alone
+        ids = model.to_tokens(texts if len(texts) > 1 else texts[0])
+        return {"tokens": ids.cpu(), "lengths": torch.full((ids.shape[0],), ids.shape[1])}
+    return collate([tokenizer.encode_trace(trace) for trace in traces])
+
+
+def _parsed_tokens(model, tokens: torch.Tensor) -> dict[str, torch.Tensor] | None:
+    """The labelled batch of REPL transcripts written as `tokens`, or None (no tokenizer, or not a transcript)."""
+    tokenizer = _tokenizer(model)
+    if tokenizer is None:
+        return None
+    try:
+        texts = [tokenizer.decode([int(t) for t in row if int(t) > 1]) for row in tokens]  # pad 0 and bos 1 left out
+        batch = _from_text(model, texts)
+    except (DeltalensError, ValueError, KeyError, IndexError):
+        return None
+    if "reveal_mask" not in batch or tuple(batch["tokens"].shape) != tuple(tokens.shape):
+        return None  # re-encoding gave other tokens: keep the caller's
+    return batch if torch.equal(batch["tokens"], tokens.long().cpu()) else None

@@ -1,0 +1,41 @@
+"""TransformerLens habits on the inputs (interp/batch_inputs.py): the tools take a batch, a token tensor or REPL
+text alike, and model(text) runs as HookedTransformer(text) does."""
+
+import pytest
+import torch
+
+import deltalens as dl
+from deltalens.core.errors import DeltalensError
+
+TEXT = (
+    ">>> a = 1\n>>> b = 2\n>>> c = 3\n>>> a, b = b, a\n>>> print('a', a)\na 2\n"
+    ">>> b, c = c, b\n>>> print('c', c)\nc 1\n"
+)
+
+
+def test_text_and_token_ids_carry_the_labels_a_batch_carries(shipped_s3, shipped_s3_batch):
+    model, batch = shipped_s3, shipped_s3_batch
+    from_tokens = dl.capture(model, batch["tokens"], names=("beta",))
+    from_batch = dl.capture(model, batch, names=("beta",))
+    torch.testing.assert_close(from_tokens["blocks.0.attn.hook_beta"], from_batch["blocks.0.attn.hook_beta"])
+    assert torch.equal(from_tokens.labels["kind"], from_batch.labels["kind"])  # re-read from the text
+    assert dl.accuracy_under(model, batch["tokens"]) == dl.accuracy_under(model, batch)
+    assert dl.accuracy_under(model, TEXT) == 1.0  # both reveals right
+    assert dl.eigenvalue_report(model, TEXT).tracking_head() == (0, 3)
+    assert dl.sweep(model, [TEXT, TEXT], "beta-range", progress=False).baseline == 1.0
+
+
+def test_model_of_text_is_model_of_its_tokens(shipped_s3):
+    torch.testing.assert_close(shipped_s3(TEXT), shipped_s3(shipped_s3.to_tokens(TEXT)), atol=0, rtol=0)
+    logits, cache = shipped_s3.run_with_cache(TEXT)
+    assert logits.shape[:2] == cache["hook_embed"].shape[:2]
+
+
+def test_ids_that_are_no_repl_trace_capture_but_cannot_be_scored(shipped_s3):
+    ids = torch.tensor([[1, 5, 5, 5, 7, 2]])
+    cap = dl.capture(shipped_s3, ids, names=("beta",))
+    assert len(cap) == 6 and cap.n_vars == 0
+    with pytest.raises(DeltalensError, match="needs the reveals' labels"):
+        dl.accuracy_under(shipped_s3, ids)
+    with pytest.raises(DeltalensError, match="token ids are an integer tensor"):
+        dl.capture(shipped_s3, torch.zeros(2, 3), names=("beta",))
