@@ -6,6 +6,7 @@ before timing, one thread, modes interleaved so both see the same machine and a 
 their peak RSS, and the ratio of the best load to the best plain read (target <= 2).
 
     nice -n 5 python3 benchmarks/load_vs_read.py --small                              # hidden 256: a quick check
+    nice -n 5 python3 benchmarks/load_vs_read.py --mid --keep                         # a 0.6 GB folder
     nice -n 5 python3 benchmarks/load_vs_read.py --out benchmarks/results/load_vs_read.json
 
 The folder (random weights, ~5.5 GB fp32 at the 1.3B config) is built once under --folder and removed
@@ -30,6 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from pretrained import CONFIGS, SMALL  # noqa: E402  (the same shapes as the scale benchmark)
 
 MODES = ("safetensors_read", "dl_load")
+MID = dict(vocab_size=32000, hidden_size=1024, num_hidden_layers=12, num_heads=8, expand_k=1, expand_v=1)
 TARGET_RATIO = 2.0
 
 
@@ -75,6 +77,7 @@ def build_folder(folder: str, config: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="hidden 256, 4 layers instead of the 1.3B config")
+    parser.add_argument("--mid", action="store_true", help="hidden 1024, 12 layers: a 0.6 GB fp32 folder")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--folder", type=Path, default=Path("/tmp/deltalens-load-vs-read"))
     parser.add_argument("--keep", action="store_true", help="leave the folder in place for another run")
@@ -88,7 +91,7 @@ def main() -> None:
         done = build_folder(folder, args.config) if mode == "build" else child(mode, folder)
         print(json.dumps(done))
         return
-    config = (SMALL if args.small else CONFIGS)["deltanet"]
+    config = MID if args.mid else (SMALL if args.small else CONFIGS)["deltanet"]
     folder = args.folder
     built = not (folder / "model.safetensors").is_file()
     if built:  # in a child: a parent holding the model would inflate every child's peak RSS and evict the cache
@@ -105,7 +108,7 @@ def main() -> None:
     best = {mode: min(r["seconds"] for r in rs) for mode, rs in runs.items()}
     ratio = round(best["dl_load"] / best["safetensors_read"], 2)
     out = {
-        "mode": "small" if args.small else "1.3B",
+        "mode": "0.6 GB" if args.mid else ("small" if args.small else "1.3B"),
         "label": args.label,
         "config": config,
         "measured_at": time.strftime("%Y-%m-%d %H:%M"),

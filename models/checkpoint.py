@@ -168,7 +168,9 @@ def load_checkpoint(path, *, dtype=None, **model_config_overrides: Any):
     if record.load is not None:  # a library's own files (transformers' production LMs): its reader
         with explained_build_errors(folder.config_file, folder.arch):
             config = record.make_config(folder.build_config)  # checked before any weight is read
-        return _resolve(record.load)(folder.path, config, dtype).eval()
+        opened = _resolve(record.load)(folder.path, config, dtype).eval()
+        opened.weights_source = str(folder.path)  # what a non-finite weight's sentence names
+        return opened
     with explained_build_errors(folder.config_file, folder.arch):
         model = _built_for_weights(folder.arch, folder.build_config, dtype)
 
@@ -177,6 +179,7 @@ def load_checkpoint(path, *, dtype=None, **model_config_overrides: Any):
         described_by += " with " + ", ".join(f"{k}={v!r}" for k, v in model_config_overrides.items())
     load_weights(model, folder.arch, folder.weights_file, described_by)
     model.eval()
+    model.weights_source = str(folder.weights_file)  # what a non-finite weight's sentence names
     return model if dtype is None else model.to(dtype)  # a no-op where the build was cast already
 
 

@@ -277,25 +277,48 @@ def check_tensors(model, arch: str, saved: dict[str, Any], weights_file: Path, d
 
 
 def check_values(name: str, tensor: torch.Tensor, parameter: torch.Tensor, weights_file: Path) -> None:
-    """A float parameter takes float weights of any precision (fla's hub models are bf16), never
-    integers or booleans; and no weight may be NaN or infinite (it would poison every probe)."""
+    """A float parameter takes float weights of any precision (fla's hub models are bf16), never integers or
+    booleans. Whether a weight is NaN or infinite is not scanned here (a pass over every tensor, and the end of
+    the memory map): a forward whose logits are not finite names the tensors then (`nonfinite_weights`)."""
     if tensor.dtype.is_floating_point != parameter.dtype.is_floating_point or tensor.is_complex():
         raise DeltalensError(
             f"{weights_file} tensor {name} holds {str(tensor.dtype).replace('torch.', '')} values where the model "
             f"has a {str(parameter.dtype).replace('torch.', '')} parameter; the weights are not this model's"
         )
-    if tensor.dtype.is_floating_point and not _all_finite(tensor):
-        bad = int((~tensor.isfinite()).sum())
-        raise DeltalensError(
-            f"{weights_file} tensor {name} has {bad} non-finite value(s) (NaN or infinity); the checkpoint is "
-            "damaged or its training diverged: use an earlier checkpoint"
-        )
 
 
 def _all_finite(tensor: torch.Tensor, chunk: int = 1 << 22) -> bool:
-    """isfinite in slices of `chunk` values: the check reads the mapped file once, with no full-size mask."""
+    """isfinite in slices of `chunk` values: no full-size mask."""
     flat = tensor.reshape(-1)
     return all(bool(part.isfinite().all()) for part in flat.split(chunk))
+
+
+def nonfinite_weights(model) -> list[tuple[str, int]]:
+    """(name, count) of every floating-point parameter or buffer holding NaN or infinity (scans them: asked only
+    once something non-finite has surfaced)."""
+    found = []
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if tensor.is_floating_point() and tensor.device.type != "meta" and not _all_finite(tensor.detach()):
+            found.append((name, int((~tensor.detach().isfinite()).sum())))
+    return found
+
+
+def refuse_nonfinite(model, logits):
+    """`logits`, unless they are not finite because a weight is not: then one sentence naming the tensor(s).
+    (Non-finite logits from finite weights, e.g. an intervention's, pass: the caller asked for them.)"""
+    import torch
+
+    if model.training or not logits.is_floating_point() or bool(torch.isfinite(logits).all()):
+        return logits
+    bad = nonfinite_weights(model)
+    if not bad:
+        return logits
+    where = getattr(model, "weights_source", None) or "this model"
+    listed = _names([f"{name} ({count} values)" for name, count in bad])
+    raise DeltalensError(
+        f"{where}: tensor(s) {listed} hold non-finite values (NaN or infinity), so the model's outputs are not "
+        "finite; the checkpoint is damaged or its training diverged: use an earlier checkpoint"
+    )
 
 
 def _names(names: list[str], shown: int = 3) -> str:

@@ -18,7 +18,15 @@ import math
 import struct
 from pathlib import Path
 
-__all__ = ["DTYPE_BYTES", "FLOATING", "floating_count", "other_bytes", "read_header", "stored_tensors"]
+__all__ = [
+    "DTYPE_BYTES",
+    "FLOATING",
+    "check_weight_files",
+    "floating_count",
+    "other_bytes",
+    "read_header",
+    "stored_tensors",
+]
 
 # safetensors' dtype names and their sizes
 DTYPE_BYTES = {
@@ -89,3 +97,91 @@ def floating_count(tensors: Tensors) -> int:
 def other_bytes(tensors: Tensors) -> int:
     """Bytes of the tensors that are not floating point (integer buffers: kept as stored)."""
     return sum(math.prod(shape) * DTYPE_BYTES[dtype] for dtype, shape in tensors.values() if dtype not in FLOATING)
+
+
+def check_weight_files(weights_file: Path, float_only: bool = False) -> None:
+    """Refuse, in one sentence naming the file and the fault, a safetensors folder a reader should not trust:
+    an index that is not a JSON object of tensor -> shard names, a shard outside the folder or not a safetensors
+    file (a pickle is never read), a header whose length, JSON, dtypes or offsets do not describe the file, and,
+    with `float_only`, a tensor of integers where the model holds floats only. Reads headers only."""
+    from deltalens.core.errors import DeltalensError
+
+    weights_file = Path(weights_file)
+    index = weights_file.with_name(f"{weights_file.name}.index.json")
+    if weights_file.is_file():
+        shards = [weights_file]
+    elif index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+            raise DeltalensError(
+                f"{index} is not a JSON shard index with a weight_map ({err}); save the model again"
+            ) from None
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+        ):
+            raise DeltalensError(
+                f"{index}'s weight_map must map tensor names to shard file names; save the model again"
+            )
+        names = sorted(set(weight_map.values()))
+        for name in names:
+            if Path(name).name != name or name in (".", ".."):
+                raise DeltalensError(f"{index} names a shard outside its folder ({name!r}); the folder is refused")
+            if not name.endswith(".safetensors"):
+                raise DeltalensError(
+                    f"{index} names {name!r}, not a safetensors file; deltalens never reads pickled weights"
+                )
+        shards = [weights_file.with_name(name) for name in names]
+    else:
+        return  # nothing to check: the loader says the weights are missing
+    for shard in shards:
+        if not shard.is_file():
+            raise DeltalensError(f"{shard} is missing; the checkpoint is incomplete, so copy or save it again")
+        _check_header(shard, float_only, DeltalensError)
+
+
+def _check_header(file: Path, float_only: bool, error: type) -> None:
+    size = file.stat().st_size
+    try:
+        with open(file, "rb") as handle:
+            start = handle.read(8)
+            if len(start) < 8:
+                raise error(f"{file} is too short to be a safetensors file; copy or save it again")
+            (length,) = struct.unpack("<Q", start)
+            if length > min(MAX_HEADER, size - 8):
+                raise error(
+                    f"{file} declares a {length:,}-byte header in a {size:,}-byte file: it is not a safetensors "
+                    "file (deltalens never reads pickled weights) or it is damaged"
+                )
+            header = json.loads(handle.read(length))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise error(f"{file}'s header is not JSON ({err}); it is not a safetensors file or it is damaged") from None
+    if not isinstance(header, dict):
+        raise error(f"{file}'s header is not a JSON object; it is not a safetensors file or it is damaged")
+    data = size - 8 - length
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        dtype = entry.get("dtype") if isinstance(entry, dict) else None
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if dtype not in DTYPE_BYTES or not isinstance(shape, list) or not all(_whole(n) for n in shape):
+            raise error(f"{file} describes tensor {name} with dtype {dtype!r} and shape {shape!r}: damaged header")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_whole(n) for n in offsets)):
+            raise error(f"{file} gives tensor {name} no byte range (data_offsets {offsets!r}): damaged header")
+        begin, end = offsets
+        if not begin <= end <= data:
+            raise error(
+                f"{file}'s tensor {name} lies at bytes {begin}-{end}, past the {data:,} bytes of data: the file is "
+                "truncated or damaged"
+            )
+        if end - begin != math.prod(shape) * DTYPE_BYTES[dtype]:
+            raise error(
+                f"{file}'s tensor {name} ({dtype}, shape {tuple(shape)}) takes {end - begin} bytes, not "
+                f"{math.prod(shape) * DTYPE_BYTES[dtype]}: damaged header"
+            )
+        if float_only and dtype not in FLOATING:
+            raise error(
+                f"{file}'s tensor {name} holds {dtype} values; this model holds floating-point weights only, so "
+                "the file is not this model's"
+            )

@@ -50,7 +50,7 @@ from deltalens.core.errors import DeltalensError
 from deltalens.models.init_skipped import random_init_skipped
 from deltalens.models.io.configs import FlaSettings, fla_class, fla_model_config, to_fla_config
 from deltalens.models.io.deltalens_section import explained_build_errors
-from deltalens.models.io.hf_folder import load_weights, write_model_folder
+from deltalens.models.io.hf_folder import load_weights, refuse_nonfinite, write_model_folder
 from deltalens.models.io.model_folder import read_model_folder
 from deltalens.models.layers.attention_spec import attention_layers, attention_spec_for, parse_attention
 from deltalens.models.layers.gated_mlp import GatedMLP
@@ -347,7 +347,7 @@ class HookedDeltaLM(LensModel, HookedRootModule):
         x = self.model.hook_normalized(self.model.norm(x))
         if return_type is None:
             return None
-        logits = self.lm_head(x)  # (B, T, vocab)
+        logits = refuse_nonfinite(self, self.lm_head(x))  # (B, T, vocab); a NaN weight named here, not at load
         if return_type == "logits":
             return logits
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))

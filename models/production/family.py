@@ -61,10 +61,55 @@ def check_config(family: ProductionFamily, raw: dict[str, Any], where: str = "co
             f"{where} lists layer type(s) {', '.join(map(repr, unknown))}; a {family.display} model here has only "
             f"{', '.join(map(repr, family.layer_types))} layers"
         )
+    _check_counts(text, where)
     heads_k, heads_v = text.get("linear_num_key_heads"), text.get("linear_num_value_heads")
     if isinstance(heads_k, int) and isinstance(heads_v, int) and (heads_k < 1 or heads_v % heads_k):
         raise DeltalensError(
             f"{where} has linear_num_value_heads={heads_v}, not a multiple of linear_num_key_heads={heads_k}"
+        )
+
+
+# the size fields of the families' configs: a positive whole number where set (transformers would fail far from
+# the cause, or build a model that silently differs)
+COUNTS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+    "linear_value_head_dim", "linear_conv_kernel_dim", "moe_intermediate_size", "shared_expert_intermediate_size",
+    "linear_num_heads", "linear_head_dim", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+)  # fmt: skip
+EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts")  # 0: dense MLPs (where the family allows)
+
+
+def _count(text: dict[str, Any], key: str, where: str, least: int) -> int | None:
+    value = text.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise DeltalensError(
+            f"{where} has {key}={value!r}; it must be a whole number of at least {least}: check config.json"
+        )
+    return value
+
+
+def _check_counts(text: dict[str, Any], where: str) -> None:
+    """Sizes positive, layer_types one per layer, top-k within the experts: one sentence naming the field."""
+    for key in COUNTS:
+        _count(text, key, where, 1)
+    layers = _count(text, "num_hidden_layers", where, 1)
+    kinds = text.get("layer_types")
+    if kinds is not None:
+        if not isinstance(kinds, list) or not all(isinstance(kind, str) for kind in kinds):
+            raise DeltalensError(f"{where} has layer_types={kinds!r}; it must be a list of layer-type names")
+        if layers is not None and len(kinds) != layers:
+            raise DeltalensError(
+                f"{where} lists {len(kinds)} layer_types for num_hidden_layers={layers}; give one per layer"
+            )
+    experts = next((_count(text, key, where, 0) for key in EXPERTS if text.get(key) is not None), None)
+    top_k = _count(text, "num_experts_per_tok", where, 1)
+    if experts and top_k is not None and top_k > experts:
+        raise DeltalensError(
+            f"{where} routes each token to num_experts_per_tok={top_k} experts of {experts}; it must be at most "
+            f"the number of experts"
         )
 
 

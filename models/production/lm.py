@@ -28,6 +28,7 @@ The state_dict is transformers' (model.*, lm_head.*), so weights move both ways 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
@@ -38,6 +39,7 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
+from deltalens.models.io.hf_folder import refuse_nonfinite
 from deltalens.models.lm.delta_lm import HookedDeltaLM
 from deltalens.models.lm.lens import LensModel, lens_cfg
 from deltalens.models.production.attention import add_attention_hooks
@@ -72,6 +74,46 @@ def lens_path(path: str) -> str:
 
 def _first(output):
     return output[0] if isinstance(output, tuple) else output
+
+
+def _check_weight_count(folder, config, arch: str) -> None:
+    """Refuse, before transformers builds it, a config that needs more weights than the files hold (a 7B
+    config.json beside tiny weights would be built whole, then filled at random)."""
+    from deltalens.models.io.safetensors_header import floating_count, stored_tensors
+    from deltalens.models.registry import family
+
+    stored = stored_tensors(Path(folder) / "model.safetensors")
+    bound = family(arch).weights
+    if stored is None or bound is None:
+        return
+    held, needed = floating_count(stored), int(bound(config.to_dict()))
+    if held < needed:
+        raise DeltalensError(
+            f"{folder}'s config.json describes a model of at least {needed:,} weights, but its files hold {held:,}: "
+            "the weights and config.json do not belong together"
+        )
+
+
+class quiet_transformers:
+    """transformers' own notices (its load report, its "falling back" warnings) kept off stderr while deltalens
+    opens and runs its models: deltalens says what it needs to in its own sentences."""
+
+    def __enter__(self):
+        from transformers.utils import logging as hf_logging
+
+        self.before = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity(self.before)
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0].rstrip(".")
 
 
 def _eps(norm: nn.Module) -> float:
@@ -187,13 +229,40 @@ class HookedProductionLM(LensModel, HookedRootModule):
 
     @classmethod
     def from_folder(cls, folder, config, dtype=None) -> HookedProductionLM:
-        """transformers' `from_pretrained` on `folder` (safetensors only) with `config`, hooked; fp32 by default."""
+        """transformers' `from_pretrained` on `folder` (safetensors only) with `config`, hooked; fp32 by default.
+
+        Before transformers reads a byte of data, the weight files' headers and index are checked
+        (models/io/safetensors_header.py); after, every tensor the model has must have come from the folder and
+        every tensor the folder holds must have found its place, at its shape: transformers would initialise a
+        missing tensor at random and drop an unknown one, without a word."""
+        from deltalens.models.io.safetensors_header import check_weight_files
+
+        check_weight_files(Path(folder) / "model.safetensors", float_only=True)
+        _check_weight_count(folder, config, cls.family.arch)
         dtype = dtype or torch.float32
         config._attn_implementation = "eager"
         try:
-            hf = cls.family.lm_class.from_pretrained(str(folder), config=config, dtype=dtype, use_safetensors=True)
+            with quiet_transformers():
+                hf, info = cls.family.lm_class.from_pretrained(
+                    str(folder), config=config, dtype=dtype, use_safetensors=True, output_loading_info=True,
+                    ignore_mismatched_sizes=True,  # reported in `info` and refused below by name, not raised
+                )  # fmt: skip
         except OSError as err:
             raise DeltalensError(f"{folder} holds no weights transformers can read for this config: {err}") from None
+        except (RuntimeError, ValueError) as err:  # a shape that does not fit the config, or a damaged shard
+            raise DeltalensError(f"{folder}: the weights do not fit its config.json ({first_line(err)})") from None
+        for key, what in (
+            ("missing_keys", "lacks tensor(s) the model config.json describes needs"),
+            ("mismatched_keys", "holds tensor(s) of another shape than config.json describes"),
+            ("unexpected_keys", "holds tensor(s) the model config.json describes does not have"),
+        ):
+            found = sorted(str(name[0] if isinstance(name, tuple) else name) for name in (info.get(key) or []))
+            if found:
+                shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+                raise DeltalensError(
+                    f"{folder} {what}: {shown}; transformers would fill or drop them silently, so the folder is "
+                    "refused (its weights and config.json do not belong together)"
+                )
         return cls(hf.eval(), cls.family)
 
     @property
@@ -344,7 +413,9 @@ class HookedProductionLM(LensModel, HookedRootModule):
         if return_type not in ("logits", "loss", "both", None):
             raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}.")
         tokens = tokens.to(self.device).long()
-        logits = self.hf(input_ids=tokens, attention_mask=attention_mask, use_cache=False).logits
+        with quiet_transformers():  # its "falling back to the reference implementation" notice, once per process
+            logits = self.hf(input_ids=tokens, attention_mask=attention_mask, use_cache=False).logits
+        logits = refuse_nonfinite(self, logits)  # a NaN weight named here, not scanned at load
         if return_type in (None, "logits"):
             return None if return_type is None else logits
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
