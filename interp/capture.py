@@ -97,6 +97,7 @@ def capture(
     batch_size: int | None = None,
     max_bytes: int | None = None,
     to: str | os.PathLike | None = None,
+    overwrite: bool = False,
 ) -> Capture:
     """Run `model` on `batch["tokens"]` and keep the named activations at the selected real tokens.
 
@@ -111,7 +112,8 @@ def capture(
         the size is estimated first and a capture above it refused in one sentence.
     to: a folder: each slice's kept rows are written there (safetensors shards and an index,
         interp/capture_disk.py) instead of kept, so only a slice must fit in memory; the result is
-        `open_capture(to)`, read lazily.
+        `open_capture(to)`, read lazily. A folder holding a capture already is refused unless `overwrite`, which
+        replaces that capture's own files only (interp/capture_disk.py).
 
     >>> cap = dl.capture(model, batch, names=("beta", "state"))
     >>> cap[dl.act_name("beta", 0)].shape[-1]             # (tokens, head)
@@ -163,7 +165,7 @@ def capture(
         if to is None:
             sink = _InMemory(list(sizes), plan)
         else:
-            sink = CaptureWriter(to, list(sizes), len(trace), plan.result_bytes, with_logits)
+            sink = CaptureWriter(to, list(sizes), len(trace), plan.result_bytes, with_logits, overwrite=overwrite)
         try:
             _streamed(model, tokens, lengths, keep, list(sizes), hooks, with_logits, plan, sink)
         except BaseException:

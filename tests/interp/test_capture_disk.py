@@ -109,3 +109,87 @@ def test_refusals_are_sentences(hand, ragged, tmp_path):
     next(folder.glob("acts-*.safetensors")).unlink()
     with pytest.raises(DeltalensError, match="damaged capture"):
         open_capture(folder)
+
+
+# ---- issue 58: nothing lost, nothing half written, nothing trusted that does not fit --------------------------
+
+
+def test_an_existing_capture_is_kept_unless_overwrite_and_then_only_its_files(hand, ragged, tmp_path):
+    folder = tmp_path / "mine"
+    capture(hand.model, ragged, names=("beta",), to=folder)
+    (folder / "notes.txt").write_text("my notes")
+    with pytest.raises(DeltalensError, match="holds a capture already; pass overwrite=True"):
+        capture(hand.model, ragged, names=("beta",), to=folder)
+    again = capture(hand.model, ragged, names=("k",), to=folder, overwrite=True)
+    assert (folder / "notes.txt").read_text() == "my notes"  # the user's file, untouched
+    assert again.names == [n for n in again.names if n.endswith("hook_k")] and len(again.names) == 2
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["notes.txt", INDEX_NAME, "acts-00000.safetensors", "acts-00001.safetensors", "labels.safetensors"]
+    )
+    assert not list(tmp_path.glob(".mine.partial*"))
+
+
+def test_a_killed_capture_leaves_a_partial_folder_the_next_one_removes(hand, ragged, tmp_path):
+    stale = tmp_path / ".cap.partial-deadbeef0000"
+    stale.mkdir()
+    (stale / "writer.pid").write_text("999999999")  # a writer that no longer runs
+    (stale / "acts-00000.safetensors").write_bytes(b"x" * 1000)
+    capture(hand.model, ragged, names=("beta",), to=tmp_path / "cap")
+    assert not stale.exists() and open_capture(tmp_path / "cap").n_traces == ragged["tokens"].shape[0]
+
+
+def test_a_read_only_folder_and_a_failing_disk_get_one_sentence_and_leave_nothing(hand, ragged, tmp_path, monkeypatch):
+    import os
+
+    if os.geteuid() == 0:  # root writes into read-only folders: stand in for the OS's refusal
+        monkeypatch.setattr("pathlib.Path.mkdir", _refuse_mkdir(tmp_path / "ro"))
+    else:
+        (tmp_path / "ro").mkdir()
+        (tmp_path / "ro").chmod(0o500)
+    with pytest.raises(DeltalensError, match="is the folder read-only\\? Nothing was written"):
+        capture(hand.model, ragged, names=("beta",), to=tmp_path / "ro" / "cap")
+    monkeypatch.undo()
+
+    from deltalens.interp import capture_disk
+
+    def full(self, block):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(capture_disk._Shard, "write", full)
+    with pytest.raises(DeltalensError, match="No space left on device.*nothing is left half written"):
+        capture(hand.model, ragged, names=("beta",), to=tmp_path / "full")
+    assert not (tmp_path / "full").exists() and not list(tmp_path.glob(".full.partial*"))
+
+
+def _refuse_mkdir(where):
+    real = __import__("pathlib").Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+        if str(self).startswith(str(where)):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    return mkdir
+
+
+def test_open_capture_refuses_a_tampered_index_foreign_shards_and_a_truncated_shard(hand, ragged, tmp_path):
+    import shutil
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    capture(hand.model, ragged, names=("beta",), to=a)
+    capture(hand.model, ragged, names=("beta",), to=b)
+    index = json.loads((a / INDEX_NAME).read_text())
+    (a / INDEX_NAME).write_text(json.dumps({**index, "rows": index["rows"] + 5}))
+    with pytest.raises(DeltalensError, match="damaged capture .*rows"):
+        open_capture(a)
+    (a / INDEX_NAME).write_text(json.dumps(index))
+    shutil.copy(b / "acts-00000.safetensors", a / "acts-00000.safetensors")  # another capture's shard
+    with pytest.raises(DeltalensError, match="belongs to another capture"):
+        open_capture(a)
+    for file in b.iterdir():
+        shutil.copy(file, a / file.name)
+    assert open_capture(a).n_traces == index["n_traces"]  # all of b's: one capture again
+    data = (a / "acts-00000.safetensors").read_bytes()
+    (a / "acts-00000.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(DeltalensError, match="damaged capture"):
+        open_capture(a)
