@@ -33,16 +33,23 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from deltalens.loading.opened import open_checkpoint
-    from deltalens.probes.census import census, census_figure
+    from deltalens.probes.census import census, census_figure, check_census_size
 
     checkpoint = open_checkpoint(getattr(args, "folder", None) or args.checkpoint, dtype=args.dtype)
     model = checkpoint.model
     if args.text is not None:
-        text = args.text.read_text(encoding="utf-8")
+        try:
+            text = args.text.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise DeltalensError(
+                f"{args.text} is not UTF-8 text (byte {err.start} cannot be decoded); give a text file"
+            ) from None
         if not text.strip():
             raise DeltalensError(f"{args.text} is empty; give a file with some text to read")
         tokens, source = model.to_tokens(text), f"{args.text}"
     else:
+        length = int(checkpoint.batch(1, seed=args.seed)["tokens"].shape[1])  # one trace: what each costs
+        check_census_size(model, args.n_traces, length)  # before the traces are made
         tokens, source = checkpoint.batch(args.n_traces, seed=args.seed), f"{args.n_traces} held-out traces"
     result = census(model, tokens)
     if args.html is not None:

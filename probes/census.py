@@ -114,30 +114,80 @@ def _delta_layers(model) -> list[int]:
     return layers
 
 
+def census_bytes(model, n_traces: int, T: int, rank_positions: int = 16) -> int:
+    """What a census of n_traces sequences of T tokens holds at once, roughly: the logits of one forward, and per
+    delta-rule layer beta, the gate and the keys at every token and the states at the rank positions."""
+    cfg = model.cfg
+    H, d_k, d_v = int(cfg.n_heads), int(getattr(cfg, "d_k", 0) or 1), int(getattr(cfg, "d_v", 0) or 1)
+    per_token = 4 * len(_delta_layers(model)) * H * (getattr(cfg, "n_factors", 1) * (1 + d_k) + d_k)
+    states = 4 * len(_delta_layers(model)) * H * d_k * d_v * min(rank_positions, T)
+    return n_traces * (T * (per_token + 4 * int(cfg.d_vocab) + 8 * int(cfg.d_model)) + states)
+
+
+def check_census_size(model, n_traces: int, T: int, rank_positions: int = 16) -> None:
+    """One sentence, before any work, for a census that would not fit in memory."""
+    from deltalens.interp.capture_plan import capture_limit
+
+    need = census_bytes(model, n_traces, T, rank_positions)
+    limit, where = capture_limit()
+    if need > limit:
+        raise DeltalensError(
+            f"a census of {n_traces:,} sequences of {T:,} tokens would hold about {need / 2**30:,.1f} GB at once, "
+            f"over the limit of {limit / 2**30:,.1f} GB ({where}); count fewer traces or a shorter text"
+        )
+
+
+def _checked_ids(model, ids: torch.Tensor) -> torch.Tensor:
+    if ids.dtype not in (torch.long, torch.int, torch.int32, torch.int16, torch.uint8) or ids.ndim != 2:
+        raise DeltalensError(f"a census reads token ids (batch, pos) of integers, got {ids.dtype} {tuple(ids.shape)}")
+    if ids.numel() == 0:
+        raise DeltalensError("a census needs at least one token; give some text or traces")
+    vocab = int(model.cfg.d_vocab)
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab:
+        raise DeltalensError(
+            f"token ids run from {low} to {high}, outside this model's vocabulary of {vocab}; encode the text with "
+            "the model's own tokenizer"
+        )
+    return ids.long()
+
+
 @torch.no_grad()
 def census(model, tokens, rank_positions: int = 16) -> Census:
-    """The transition census of `model` over `tokens` (ids (B, T), or a batch with "kinds" and "lengths").
+    """The transition census of `model` over `tokens` (ids (B, T), REPL text, or a batch with "kinds" and
+    "lengths"). Memory stays bounded: the states are kept at the rank positions only (each layer's kernel writes
+    just those rows: models/layers/hooked_recurrence.StateTap), and a census that would not fit is refused first.
 
     >>> result = dl.census(model, batch)                   # every head's transitions over the batch
     >>> isinstance(result, dl.Census), result.architecture
     (True, 'deltanet')
     """
-    ids, kinds, lengths = _inputs(tokens, model)
     layers = _delta_layers(model)
+    if isinstance(rank_positions, bool) or not isinstance(rank_positions, int) or rank_positions < 1:
+        raise DeltalensError(f"rank_positions must be a whole number >= 1, got {rank_positions!r}")
+    ids, kinds, lengths = _inputs(tokens, model)
+    ids = _checked_ids(model, ids)
     B, T = ids.shape
+    check_census_size(model, B, T, rank_positions)
     valid = torch.ones(B, T, dtype=torch.bool) if lengths is None else torch.arange(T)[None] < lengths[:, None]
     step = max(1, -(-T // rank_positions))
     at = torch.arange(T - 1, -1, -step).flip(0)  # the last position and every step-th before it
-    wanted = {f"blocks.{l}.attn.hook_{n}" for l in layers for n in ("beta", "gate", "state", "k")}
-    _, cache = model.run_with_cache(ids, names_filter=lambda name: name in wanted)
+    wanted = {f"blocks.{l}.attn.hook_{n}" for l in layers for n in ("beta", "gate", "k")}
+    kept = _tapped_states(model, layers, ids, at, wanted)
+    cache, states_at = kept
     rows = []
     for layer in layers:
         beta = cache[f"blocks.{layer}.attn.hook_beta"].float().cpu()  # (B, T, H[, n])
         if beta.ndim == 3:
             beta = beta[..., None]
         gate_name = f"blocks.{layer}.attn.hook_gate"
-        alpha = cache[gate_name].float().cpu() if gate_name in cache.cache_dict else torch.ones(beta.shape[:3])
-        states = cache[f"blocks.{layer}.attn.hook_state"][:, at].float().cpu()  # (B, P, H, d_k, d_v)
+        alpha = cache[gate_name].float().cpu() if gate_name in cache else torch.ones(beta.shape[:3])
+        states = states_at[layer].float().cpu()  # (B, P, H, d_k, d_v)
+        if not bool(torch.isfinite(states).all()):
+            raise DeltalensError(
+                f"layer {layer}'s states are not finite on these tokens, so their rank cannot be measured; the "
+                "model's weights or its inputs overflow (check the checkpoint)"
+            )
         ranks = effective_rank(states)  # (B, P, H)
         rank_ok = valid[:, at]
         keys = cache[f"blocks.{layer}.attn.hook_k"].float().cpu()  # (B, T, H[, n], d_k)
@@ -172,6 +222,29 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
     return Census(frame, str(getattr(model, "arch", type(model).__name__)))
 
 
+def _tapped_states(model, layers: list[int], ids: torch.Tensor, at: torch.Tensor, wanted: set[str]):
+    """(cached hooks in `wanted`, layer -> S_t (B, P, H, d_k, d_v) at positions `at`): one forward, each layer's
+    kernel writing only those rows of its states."""
+    from deltalens.models.layers.hooked_recurrence import StateTap
+
+    B, P = ids.shape[0], len(at)
+    rows = (torch.arange(B).repeat_interleave(P), at.repeat(B))
+    states: dict[int, torch.Tensor] = {}
+    mixers = {layer: model.blocks[layer].attn for layer in layers}
+    for layer, mixer in mixers.items():
+
+        def deliver(found: torch.Tensor, layer: int = layer) -> None:
+            states[layer] = found.reshape(B, P, *found.shape[1:]).detach()
+
+        mixer.state_tap = StateTap(rows, deliver)
+    try:
+        _, cache = model.run_with_cache(ids, names_filter=lambda name: name in wanted)
+    finally:
+        for mixer in mixers.values():
+            mixer.state_tap = None
+    return {name: cache[name] for name in wanted if name in cache.cache_dict}, states
+
+
 def census_figure(result: Census, value: str = "beta_gt1"):
     """Layer x head heatmap of one census column (default: the share of transitions with beta > 1).
 
@@ -181,6 +254,9 @@ def census_figure(result: Census, value: str = "beta_gt1"):
     """
     import plotly.graph_objects as go
 
+    if value not in result.heads.columns or value in ("layer", "head"):
+        known = ", ".join(c for c in COLUMNS if c != "tokens")
+        raise DeltalensError(f"census_figure shows one of the census's statistics ({known}); got {value!r}")
     grid = result.heads.pivot(index="layer", columns="head", values=value)
     fig = go.Figure(
         go.Heatmap(

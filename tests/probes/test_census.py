@@ -57,3 +57,38 @@ def test_census_command_prints_json_and_the_heatmap(capsys, tmp_path):
     assert html.is_file() and html.stat().st_size > 1000
     assert main(["census", "s3-deltanet-neg-statement", "--n-traces", "8"]) == 0
     assert "most reflecting head: layer 0 head 3" in capsys.readouterr().out
+
+
+def test_the_census_checks_its_inputs_and_its_size_before_any_work(shipped_s3, monkeypatch):
+    """Issue 58: one sentence for ids outside the vocabulary, no tokens, a bad rank_positions or statistic, and a
+    census too big for memory (refused before the forward, by its estimate)."""
+    model = shipped_s3
+    vocab = model.cfg.d_vocab
+    for ids, words in (
+        (torch.tensor([[1, vocab, 3]]), "outside this model's vocabulary"),
+        (torch.tensor([[1, -2, 3]]), "outside this model's vocabulary"),
+        (torch.zeros(1, 0, dtype=torch.long), "at least one token"),
+        (torch.ones(1, 3), r"token ids \(batch, pos\) of integers"),
+    ):
+        with pytest.raises(DeltalensError, match=words):
+            dl.census(model, ids)
+    with pytest.raises(DeltalensError, match="rank_positions must be a whole number"):
+        dl.census(model, torch.tensor([[1, 5, 6]]), rank_positions=0)
+    result = dl.census(model, torch.tensor([[1, 5, 6, 7]]))
+    with pytest.raises(DeltalensError, match="one of the census's statistics"):
+        dl.census_figure(result, "nonsense")
+    monkeypatch.setenv("DELTALENS_MAX_CAPTURE_GB", "0.001")
+    with pytest.raises(DeltalensError, match="would hold about .* GB at once, over the limit"):
+        dl.census(model, model.checkpoint.batch(64))
+
+
+def test_the_census_command_refuses_binary_text_and_too_many_traces_first(tmp_path, capsys, monkeypatch):
+    from deltalens.cli.main import main
+
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(bytes(range(256)) * 4)
+    assert main(["census", "s3-deltanet-neg-statement", "--text", str(binary)]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err
+    monkeypatch.setenv("DELTALENS_MAX_CAPTURE_GB", "1")
+    assert main(["census", "s3-deltanet-neg-statement", "--n-traces", "1000000"]) == 2
+    assert "count fewer traces" in capsys.readouterr().err
