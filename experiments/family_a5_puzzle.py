@@ -19,8 +19,10 @@ import json
 import numpy as np
 from scipy.optimize import minimize
 
+from deltalens.cli import arguments
 from deltalens.tasks.representations import _mult, cycle_type, generated_group, standard_rep
 from deltalens.tasks.rotation_reps import householder_factors, icosahedron_rotations
+from experiments import entry
 
 
 def reflection(u: np.ndarray) -> np.ndarray:
@@ -91,8 +93,8 @@ def run(samples: int = 2000, seed: int = 0, lengths=(1, 2, 4, 8), starts: int = 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--samples", type=arguments.COUNT, default=2000)
+    parser.add_argument("--seed", type=arguments.SEED, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result = run(args.samples, args.seed)
@@ -111,4 +113,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry.run(main)

@@ -30,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from deltalens.cli import arguments
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress
 from deltalens.core.errors import DeltalensError
@@ -41,6 +42,7 @@ from deltalens.probes.cycle_accuracy import position_table, reveal_frame, single
 from deltalens.probes.product_reps import representation_report
 from deltalens.probes.products import product_report
 from deltalens.training.loop import LAST
+from experiments import entry
 
 SHIPPED = (
     "checkpoints/s4-deltaproduct-n3-full",
@@ -266,9 +268,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/family")
     parser.add_argument("--checkpoints", nargs="*", default=list(SHIPPED))
-    parser.add_argument("--traces", type=int, default=512, help="held-out test traces (k = 4, 16 actions)")
-    parser.add_argument("--probe-traces", type=int, default=64, help="held-out traces for the product probe")
-    parser.add_argument("--single", type=int, default=2048, help="one-action traces for the cycle-type table")
+    parser.add_argument("--traces", type=arguments.COUNT, default=512, help="held-out test traces (k = 4, 16 actions)")
+    parser.add_argument(
+        "--probe-traces", type=arguments.COUNT, default=64, help="held-out traces for the product probe"
+    )
+    parser.add_argument(
+        "--single", type=arguments.COUNT, default=2048, help="one-action traces for the cycle-type table"
+    )
     parser.add_argument(
         "--markdown-only",
         action="store_true",
@@ -291,4 +297,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry.run(main)

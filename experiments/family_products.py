@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from deltalens.cli import arguments
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress
 from deltalens.interp.capture import capture
@@ -31,6 +32,7 @@ from deltalens.probes.linear_probes import linear_probes
 from deltalens.probes.products import product_report
 from deltalens.sweeps.grid import config_hash, job_config, load_sweep, read_sweep
 from deltalens.training.loop import LAST
+from experiments import entry
 
 
 def probe_run(path: Path, traces: int, state_traces: int) -> dict:
@@ -112,8 +114,12 @@ def main() -> None:
     parser.add_argument("--results", default="results/family/sweep")
     parser.add_argument("--runs", default="runs/family")
     parser.add_argument("--out", default="results/family")
-    parser.add_argument("--traces", type=int, default=64, help="held-out traces per run for the product probe")
-    parser.add_argument("--state-traces", type=int, default=256, help="held-out traces per run for the state probe")
+    parser.add_argument(
+        "--traces", type=arguments.COUNT, default=64, help="held-out traces per run for the product probe"
+    )
+    parser.add_argument(
+        "--state-traces", type=arguments.COUNT, default=256, help="held-out traces per run for the state probe"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     sweep, statuses, _ = read_sweep(load_sweep(args.sweep), args.results)
@@ -145,4 +151,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry.run(main)

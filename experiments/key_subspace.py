@@ -49,6 +49,7 @@ import torch
 
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.errors import DeltalensError
+from experiments import entry
 
 KEY_TRACES = 64  # the issue's measurement
 SWEEP_TRACES = 128  # rule (a)'s, as in experiments/mechanism_seeds.py
@@ -276,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme", type=Path, help="also (re)write the section into this README")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    for path in args.models:
+        entry.existing(path, "checkpoint or run folder")
     target = args.out / "key_subspace.json"
     records = json.loads(target.read_text()) if target.is_file() else []
     if not args.table_only:
@@ -298,4 +301,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry.run(main)

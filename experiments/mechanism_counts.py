@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
+
+from deltalens.core.errors import DeltalensError
+from experiments import entry
 
 BEGIN, END = "<!-- mechanism-counts: begin -->", "<!-- mechanism-counts: end -->"
 
@@ -99,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mechanism", type=Path, default=Path("results/mechanism"))
     parser.add_argument("--readme", type=Path, help="also (re)write the section into this README")
     args = parser.parse_args(argv)
-    text = section(models(args.mechanism))
+    found = models(entry.existing(args.mechanism, "mechanism results folder (mechanism_seeds.py's JSONs)"))
+    if not found:
+        raise DeltalensError(f"{args.mechanism} holds no mechanism_seeds.py JSON to count; run that script first")
+    text = section(found)
     if args.readme is not None:
         append_section(args.readme, text)
     print(text)
@@ -107,4 +112,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry.run(main)

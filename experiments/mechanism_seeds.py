@@ -62,9 +62,11 @@ from pathlib import Path
 
 import torch
 
+from deltalens.cli import arguments
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress
 from deltalens.core.errors import DeltalensError
+from experiments import entry
 from experiments.mechanism_split import SPLIT_SWEEPS, add_sweeps, kept_sections, split_rule, split_table
 
 MARGIN = 0.10
@@ -451,14 +453,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="model", help="prefix of the JSON names, e.g. sweep, sparse, shipped")
     parser.add_argument("--out", type=Path, default=Path("results/mechanism"))
     parser.add_argument("--compare", type=Path, help="folder of committed result JSONs to compare test accuracy with")
-    parser.add_argument("--n-traces", type=int, default=128)
-    parser.add_argument("--test-traces", type=int, default=512, help="traces of the test re-evaluation (default 512)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n-traces", type=arguments.COUNT, default=128)
+    parser.add_argument(
+        "--test-traces", type=arguments.COUNT, default=512, help="traces of the test re-evaluation (default 512)"
+    )
+    parser.add_argument("--seed", type=arguments.SEED, default=0)
     parser.add_argument("--force", action="store_true", help="measure again a model whose JSON exists")
     parser.add_argument("--table-only", action="store_true", help="only rewrite OUT/README.md")
     parser.add_argument("--add-sweeps", action="store_true", help="only add the split sweeps a model's JSON lacks")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    for path in args.models:
+        entry.existing(path, "checkpoint or run folder")
+    if args.compare is not None:
+        entry.existing(args.compare, "folder of result JSONs to compare with")
     args.out.mkdir(parents=True, exist_ok=True)
     for path in progress([] if args.table_only else args.models, desc="models", unit="model"):
         where = locate(path)
@@ -493,4 +501,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry.run(main)

@@ -49,12 +49,13 @@ from pathlib import Path
 
 import numpy as np
 
+from deltalens.cli import arguments
 from deltalens.core.atomic import write_json_atomic, write_text_atomic
 from deltalens.loading.opened import open_checkpoint
 from deltalens.tasks.hidden_block import hidden_block_adversary, linear_block_mass
 from deltalens.tasks.prob_spec import ProbTraceSpec
 from deltalens.training.belief_kl import reveal_kl
-from experiments import drain_sides
+from experiments import drain_sides, entry
 
 HORIZONS = (4, 8, 16, 32, 64, 128, 256)
 TURN, GAP = 0.1, 0.1
@@ -434,7 +435,7 @@ def main() -> None:
     parser.add_argument("checkpoint", nargs="?", type=Path)
     parser.add_argument("--name", help="the record's name: <arch>-c<cycles>-lr<lr>-s<seed>")
     parser.add_argument("--out", type=Path, default=Path("results/pfsa_drain"))
-    parser.add_argument("--traces", type=int, default=32, help="adversary traces per horizon and adversary")
+    parser.add_argument("--traces", type=arguments.COUNT, default=32, help="adversary traces per horizon and adversary")
     parser.add_argument("--table", action="store_true", help="print the markdown table of --out and exit")
     parser.add_argument("--seeds", action="store_true", help="print the per-run table of --out and exit")
     parser.add_argument("--filters", action="store_true", help="write the analytical filters' filters.json to --out")
@@ -476,4 +477,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry.run(main)

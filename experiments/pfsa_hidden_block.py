@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from deltalens.cli import arguments
 from deltalens.core.atomic import write_json_atomic
 from deltalens.loading.opened import open_checkpoint
 from deltalens.probes.belief_probes import decoded_marginal_tv, fit_belief_probes, state_norms
@@ -32,6 +33,7 @@ from deltalens.tasks.dataset import trace_seed
 from deltalens.tasks.probabilistic import generate_prob_trace
 from deltalens.training.belief_kl import reveal_kl
 from deltalens.training.hidden_block_eval import HORIZONS, adversary_traces, guess_kl, query_kl
+from experiments import entry
 from experiments.report.hidden_block_section import hidden_block_lines
 
 CYCLES = [1, 10, 25, 50, 100, 150, 200, 300]
@@ -81,7 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoints", nargs="*", type=Path)
     parser.add_argument("--out", type=Path, default=Path("results/pfsa/hidden_block"))
-    parser.add_argument("--traces", type=int, default=32, help="adversary traces per horizon")
+    parser.add_argument("--traces", type=arguments.COUNT, default=32, help="adversary traces per horizon")
     parser.add_argument("--table", action="store_true", help="print the markdown table of --out and exit")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -108,4 +110,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry.run(main)

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from deltalens import models
+from deltalens.cli import arguments
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress
 from deltalens.loading.opened import open_checkpoint
@@ -31,6 +32,7 @@ from deltalens.models.lm.lens import attach_tokenizer
 from deltalens.training.config import load_config
 from deltalens.training.long_horizon import at_horizons, long_horizon_kl
 from deltalens.training.loop import LAST, TRAINER_STATE, train
+from experiments import entry
 
 ROOT = Path(__file__).resolve().parents[1]
 HORIZONS = (50, 150, 300)
@@ -81,8 +83,8 @@ def compact_curve(rows) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--traces", type=int, default=32, help="traces per kind (default 32)")
+    parser.add_argument("--seeds", type=arguments.SEED, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--traces", type=arguments.COUNT, default=32, help="traces per kind (default 32)")
     parser.add_argument("--only", nargs="+", help="checkpoint names (default: every *-prob checkpoint)")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "pfsa-seeds"))
     parser.add_argument("--out", default=str(ROOT / "results" / "pfsa" / "long_horizon.json"))
@@ -108,4 +110,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry.run(main)
