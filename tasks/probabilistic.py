@@ -278,8 +278,12 @@ def parse_prob_trace(text: str) -> ProbProgram:
         index += 1
     n = len(values)
     if n < 2 or sorted(values) != list(range(1, n + 1)):
+        where = ""
+        if index < len(lines):  # the first line that is not an init line, and what in it is not
+            shown = lines[index].rstrip("\n")
+            where = f" Line {index + 1}, {shown!r}, is not one{_odd_character(shown)}."
         raise DeltalensError(
-            f"the trace must start with init lines giving a, b, ... the values 1..n (n >= 2), got {values}."
+            f"the trace must start with init lines giving a, b, ... the values 1..n (n >= 2), got {values}.{where}"
         )
     if n > MAX_JOINT_N:
         raise DeltalensError(f"the trace has {n} variables; exact filtering supports up to {MAX_JOINT_N}.")
@@ -334,8 +338,16 @@ def _perm_or_refuse(shown: str, n: int, lineno: int) -> Permutation:
     except DeltalensError:
         raise DeltalensError(
             f"line {lineno}: {shown!r} is not a statement a probabilistic trace can hold (a tuple assignment, "
-            "a conditional swap on random.random(), a random.choice, or a print)."
+            f"a conditional swap on random.random(), a random.choice, or a print){_odd_character(shown)}."
         ) from None
+
+
+def _odd_character(shown: str) -> str:
+    """', character 'é' at column 7 is not ASCII ...' for the first character no trace line can hold, else ''."""
+    for column, char in enumerate(shown, 1):
+        if not (char.isascii() and char.isprintable()):
+            return f"; its character {char!r} at column {column} is not ASCII (variables are named a, b, c, ...)"
+    return ""
 
 
 # --- labels per token --------------------------------------------------------------------------
