@@ -122,6 +122,7 @@ def run_text(args, opened) -> int:
     import dataclasses
 
     from deltalens import models
+    from deltalens.models.lm.lens import attach_tokenizer
     from deltalens.models.ops.precision import cast_model
     from deltalens.tasks.groups import get_action_set, get_group
     from deltalens.tasks.text_traces import TextFormat
@@ -149,6 +150,7 @@ def run_text(args, opened) -> int:
     get_action_set(get_group(spec.group), spec.action_set)  # the group and its actions, before the model loads
     tokenizer.check_spec(spec)
     model = models.load(opened.folder or opened.path, dtype=args.dtype)  # chosen before the load, as on every path
+    attach_tokenizer(model, tokenizer)  # its ids must fit the embedding: one sentence, not an IndexError
     if args.dtype != "auto":
         model = cast_model(model, args.dtype)  # a no-op cast that warns where bf16 is slower on this CPU
     report = evaluate_since_reveal(

@@ -149,3 +149,17 @@ def test_a_big_config_beside_tiny_weights_is_refused_before_it_is_built(standins
     big = dict(hidden_size=3840, intermediate_size=11008, num_hidden_layers=32, vocab_size=100352)
     big["layer_types"] = ["linear_attention"] * 3 * 8 + ["full_attention"] * 8
     refused(edit_config(copy_of(standins, tmp_path), **big), "do not belong together", "weights")
+
+
+def test_a_tokenizer_larger_than_the_embedding_is_refused_at_open(standins, tmp_path):
+    from production_standin import tiny_config
+
+    model = dl.build("qwen3_5", **tiny_config("qwen3_5_text", vocab_size=200).to_dict())
+    folder = tmp_path / "small-vocab"
+    model.hf.save_pretrained(str(folder))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(standins["qwen3_5_text"] / name, folder / name)  # the 320-token tokenizer
+    refused(folder, "320 tokens", "embedding has 200 rows")
+    from deltalens.cli.main import main
+
+    assert main(["eval", str(folder), "--n-traces", "2"]) == 2  # the text-model path of `deltalens eval` too
