@@ -55,8 +55,11 @@ def wrap_title(fig: go.Figure, width: int = 58) -> go.Figure:
 def readable(fig: go.Figure) -> go.Figure:
     """Colourbar and title words from column names (mean_beta_action) in plain words."""
     for trace in fig.data:
-        if trace.type == "heatmap" and trace.colorbar.title.text in READABLE:
-            trace.colorbar.title.text = READABLE[trace.colorbar.title.text]
+        title = trace.colorbar.title.text if trace.type == "heatmap" else None
+        if title:  # "mean beta (0 to 2, 1 white)": the name made readable, the range kept
+            name, _, rest = title.partition(" (")
+            if name in READABLE:
+                trace.colorbar.title.text = READABLE[name] + (f" ({rest}" if rest else "")
     text = fig.layout.title.text or ""
     for raw, plain in READABLE.items():
         if text.startswith(raw + " per"):

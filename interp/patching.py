@@ -30,6 +30,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
+from deltalens.core.colour_scales import scale_for
 from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
@@ -320,6 +321,8 @@ def patch_grid_figure(
         values = grid.normalised() if normalise else grid.values
     z = values.numpy()
     colour = {"zmid": 0.0} if scale is None else {"zmin": scale[0], "zmax": scale[1]}
+    if scale is None and normalise:  # a fraction of the clean-corrupt difference: -1..1 on every grid
+        colour = {k: v for k, v in scale_for("restored").items() if k in ("zmin", "zmid", "zmax")}
     text = {"texttemplate": "%{z:.3f}", "textfont": {"size": 13}} if numbers else {}
     fig = go.Figure(
         go.Heatmap(

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from deltalens.core.colour_scales import scale_for
 from deltalens.core.errors import DeltalensError
 from deltalens.probes.eigenvalues import min_eigenvalue, transition_eigenvalues
 from deltalens.probes.subspace import effective_rank
@@ -258,13 +259,14 @@ def census_figure(result: Census, value: str = "beta_gt1"):
         known = ", ".join(c for c in COLUMNS if c != "tokens")
         raise DeltalensError(f"census_figure shows one of the census's statistics ({known}); got {value!r}")
     grid = result.heads.pivot(index="layer", columns="head", values=value)
+    # fixed by what the statistic is (core/colour_scales.py): a share 0-1, an eigenvalue -1..1, beta 0-2
+    scale = scale_for(value, value.replace("_", " ")) or {"colorscale": "Viridis", "colorbar": {"title": value}}
     fig = go.Figure(
         go.Heatmap(
             z=grid.values,
             x=[f"H{h}" for h in grid.columns],
             y=[f"L{l}" for l in grid.index],
-            colorscale="Viridis",
-            colorbar={"title": value},
+            **scale,
         )
     )
     fig.update_layout(title=f"{result.architecture}: {value.replace('_', ' ')} per layer and head")

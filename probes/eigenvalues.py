@@ -41,6 +41,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
+from deltalens.core.colour_scales import scale_for
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import delta_rule_capture, require_layers
@@ -393,11 +394,9 @@ def beta_heatmap(report: EigenvalueReport, column: str = "mean_beta_action"):
             z=grid.values,
             x=[f"head {h}" for h in grid.columns],
             y=[f"layer {l}" for l in grid.index],
-            colorscale="RdBu_r",
-            zmid=1.0 if "beta" in column else None,
             text=np.round(grid.values, 3),
             texttemplate="%{text}",
-            colorbar={"title": column},
+            **(scale_for(column, column.replace("_", " ")) or {"colorscale": "RdBu_r", "colorbar": {"title": column}}),
         )
     )
     fig.update_layout(title=f"{column.replace('_', ' ')} per head", yaxis={"autorange": "reversed"})
@@ -413,11 +412,9 @@ def beta_kind_heatmap(report: EigenvalueReport, value: str = "mean_beta"):
             z=grid.values,
             x=[str(k) for k in grid.columns],
             y=list(grid.index),
-            colorscale="RdBu_r",
-            zmid=1.0 if "beta" in value else None,
             text=np.round(grid.values, 2),
             texttemplate="%{text}",
-            colorbar={"title": value},
+            **(scale_for(value, value.replace("_", " ")) or {"colorscale": "RdBu_r", "colorbar": {"title": value}}),
         )
     )
     fig.update_layout(title=f"{value.replace('_', ' ')} per head and token kind", yaxis={"autorange": "reversed"})

@@ -72,7 +72,7 @@ def test_heads_product_text_names_both_spans_and_never_contradicts_itself():
 def test_heads_figures_are_readable():
     app = page("views/heads.py")
     heat = chart(app, "per head and token kind")
-    assert heat["data"][0]["colorbar"]["title"]["text"] == "mean β"  # not mean_beta
+    assert heat["data"][0]["colorbar"]["title"]["text"] == "mean β (0 to 2, 1 white)"  # not mean_beta
     assert "mean_beta" not in json.dumps(chart(app, "on action tokens per head")["data"][0]["colorbar"])
     histogram = chart(app, "eigenvalue by token kind")
     colours = [trace["marker"]["color"] for trace in histogram["data"]]
