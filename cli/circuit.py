@@ -68,7 +68,7 @@ def patch_grid(args, checkpoint) -> int:
 
     clean, corrupt = trace_pair(checkpoint, args.n_traces, args.seed, args.actions)
     grid = grid_of(checkpoint.model, clean, corrupt, site=args.site, progress=True)
-    restored = grid.normalised()
+    restored = grid.normalised() if grid.span_ok else None  # a fraction only of a difference above the floor
     if args.json:
         report = {
             "checkpoint": args.checkpoint,
@@ -77,8 +77,10 @@ def patch_grid(args, checkpoint) -> int:
             "corrupt_metric": grid.corrupt,
             "n_forwards": grid.n_forwards,
             "top": list(grid.top()),
+            "standout": grid.summary(),  # names a head only when it stands out, with its sign
             "metric": grid.values.tolist(),  # (layers, heads): the corrupted run's metric with the head patched
-            "restored": restored.tolist(),  # the same, 0 = corrupt, 1 = clean
+            "restored": None if restored is None else restored.tolist(),  # the same, 0 = corrupt, 1 = clean
+            "warning": grid.span_sentence(),  # why `restored` is None, else None
         }
         print(json.dumps(report))
         return 0
@@ -87,10 +89,17 @@ def patch_grid(args, checkpoint) -> int:
         f"{args.checkpoint}: activation patching of hook_{grid.site}, {clean['tokens'].shape[0]} trace pairs, "
         f"{grid.n_forwards} forwards; metric clean {grid.clean:.3f}, corrupt {grid.corrupt:.3f}"
     )
-    print("fraction of the clean logit difference restored by patching each head (rows: layers):")
-    header = "       " + "".join(f"{f'H{h}':>8}" for h in range(restored.shape[1]))
+    shown = restored if restored is not None else grid.per_head()
+    if restored is None:
+        print(f"note: {grid.span_sentence()}")
+    print(
+        ("fraction of the clean logit difference restored" if restored is not None else "change of the metric")
+        + " by patching each head (rows: layers):"
+    )
+    header = "       " + "".join(f"{f'H{h}':>8}" for h in range(shown.shape[1]))
     print(header)
-    for lay in range(restored.shape[0]):
-        print(f"{f'L{lay}':>6} " + "".join(f"{float(x):8.3f}" for x in restored[lay]))
-    print(f"largest effect: layer {layer} head {head} ({float(restored[layer, head]):.3f})")
+    for lay in range(shown.shape[0]):
+        print(f"{f'L{lay}':>6} " + "".join(f"{float(x):8.3f}" for x in shown[lay]))
+    print(grid.summary())
+    del layer, head
     return 0

@@ -84,6 +84,18 @@ class AttributionResult(Summary):
             values + self.corrupt, self.clean, self.corrupt, site, n_forwards=0, method="attribution patching"
         )
 
+    def summary(self, site: str = "z") -> str:
+        """One sentence: the head whose estimate stands out, with its sign (interp/patching.py's rule), or none."""
+        from deltalens.interp.patching import SPAN_FLOOR, standout_sentence
+
+        note = ""
+        if abs(self.clean - self.corrupt) < SPAN_FLOOR:
+            note = (
+                f" (the clean and corrupted runs differ by only {abs(self.clean - self.corrupt):.3g}, under the floor "
+                f"of {SPAN_FLOOR:g}: fractions of that difference are not shown)"
+            )
+        return standout_sentence(self.per_head(site), f"estimated change of the metric, hook_{site}") + note
+
     def top(self, site: str = "z") -> tuple[int, int]:
         """(layer, head) of the largest estimate (a layer without the site, NaN, never counts)."""
         grid = self.per_head(site)

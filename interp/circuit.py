@@ -188,7 +188,17 @@ class MethodAgreement:
     exact_at_top: float  # fraction restored by activation patching at its top head
     estimate_at_top: float  # attribution patching's estimate at that same head
 
+    span_ok: bool = True  # the runs differ by at least patching.SPAN_FLOOR
+    exact_standout: str = ""  # patching.standout_sentence of each grid: names a top head only when one stands out
+    estimate_standout: str = ""
+
     def sentence(self) -> str:
+        rho = "undefined (one method is flat)" if self.spearman != self.spearman else f"{self.spearman:+.2f}"
+        if not self.span_ok or self.exact_standout.startswith("no head"):
+            return (
+                f"hook_{self.site}: the two methods rank the heads with Spearman correlation {rho}; activation "
+                f"patching: {self.exact_standout}; attribution patching: {self.estimate_standout}."
+            )
         (la, ha), (lb, hb) = self.top_exact, self.top_estimate
         same = "the same top head" if self.top_exact == self.top_estimate else "different top heads"
         rho = "undefined (one method is flat)" if self.spearman != self.spearman else f"{self.spearman:+.2f}"
@@ -215,6 +225,17 @@ def method_agreement(exact, estimate: torch.Tensor) -> MethodAgreement:
     rho = pd.Series(a.numpy()).corr(pd.Series(b.numpy()), method="spearman")
     H = exact.values.shape[1]
     top_a, top_b = int(a.abs().argmax()), int(b.abs().argmax())
+    from deltalens.interp.patching import standout_sentence
+
+    unit = "fraction restored" if exact.span_ok else "change of the metric"
+    grid_a, grid_b = (
+        (exact.per_head() / span, torch.as_tensor(estimate) / span)
+        if exact.span_ok
+        else (
+            exact.per_head(),
+            torch.as_tensor(estimate),
+        )
+    )
     return MethodAgreement(
         site=exact.site,
         spearman=float(rho),
@@ -222,4 +243,7 @@ def method_agreement(exact, estimate: torch.Tensor) -> MethodAgreement:
         top_estimate=divmod(top_b, H),
         exact_at_top=float(a[top_a]),
         estimate_at_top=float(b[top_a]),
+        span_ok=exact.span_ok,
+        exact_standout=standout_sentence(grid_a.double(), unit),
+        estimate_standout=standout_sentence(grid_b.double(), unit),
     )

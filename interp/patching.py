@@ -40,6 +40,50 @@ from deltalens.models.architecture import architecture_of, is_delta_rule, n_head
 __all__ = ["PatchGrid", "patch_heads", "path_patch", "patch_grid_figure", "tokens_of"]
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
+# a patching result's fractions restored are shown only when the clean and corrupted runs' metrics differ by this
+# much (a logit difference: below a tenth of a nat a fraction of it is noise over a near-zero denominator)
+SPAN_FLOOR = 0.1
+# a "top head" is named only when its |effect| is at least STANDOUT times the next head's and not negligible
+STANDOUT = 2.0
+NEGLIGIBLE = 1e-3
+
+
+def standout_head(grid: torch.Tensor) -> tuple[int, int, float] | None:
+    """(layer, head, value) of the largest |value| of an (L, H) grid when it stands out: at least STANDOUT times
+    the second largest |value| and above NEGLIGIBLE (NaN cells, layers without the site, never count)."""
+    flat = torch.nan_to_num(grid.abs().double(), nan=-1.0).flatten()
+    if flat.numel() == 0:
+        return None
+    order = flat.argsort(descending=True)
+    best = float(flat[order[0]])
+    second = float(flat[order[1]]) if flat.numel() > 1 else 0.0
+    if best <= NEGLIGIBLE or best < STANDOUT * max(second, 0.0):
+        return None
+    layer, head = divmod(int(order[0]), grid.shape[1])
+    return layer, head, float(grid[layer, head])
+
+
+def standout_sentence(grid: torch.Tensor, what: str) -> str:
+    """'L0H3 stands out: +0.95 (what), 4.1x the next head' or 'no head stands out ...', the sign named."""
+    found = standout_head(grid)
+    flat = torch.nan_to_num(grid.abs().double(), nan=-1.0).flatten()
+    order = flat.argsort(descending=True)
+    if found is None:
+        if flat.numel() == 0 or float(flat[order[0]]) <= NEGLIGIBLE:
+            return f"no head stands out: every head's {what} is at most {NEGLIGIBLE:g} in size"
+        first, second = divmod(int(order[0]), grid.shape[1]), divmod(int(order[1]), grid.shape[1])
+        return (
+            f"no head stands out: the largest {what}, L{first[0]}H{first[1]} "
+            f"({float(grid[first]):+.3f}), is not {STANDOUT:g}x the next, L{second[0]}H{second[1]} "
+            f"({float(grid[second]):+.3f})"
+        )
+    layer, head, value = found
+    nxt = float(flat[order[1]]) if flat.numel() > 1 else 0.0
+    beside = f"{float(flat[order[0]]) / nxt:.1f}x the next head" if nxt > NEGLIGIBLE else "no other head has an effect"
+    direction = "raises" if value > 0 else "lowers"
+    return f"L{layer}H{head} stands out: it {direction} the metric ({value:+.3f}, {what}), {beside}"
+
+
 DELTA_SITES = ("z", "beta", "state", "q", "k", "v")
 TRANSFORMER_SITES = ("z", "q", "k", "v")
 
@@ -105,11 +149,36 @@ class PatchGrid(Summary):
     n_forwards: int  # model runs it took (forward-equivalents)
     method: str = "activation patching"
 
+    @property
+    def span_ok(self) -> bool:
+        """Whether the clean and corrupted runs differ by at least SPAN_FLOOR (a fraction restored means something)."""
+        return abs(self.clean - self.corrupt) >= SPAN_FLOOR
+
+    def span_sentence(self) -> str | None:
+        """One sentence when the runs barely differ (fractions would blow up), else None."""
+        if self.span_ok:
+            return None
+        return (
+            f"the clean and corrupted runs differ by only {abs(self.clean - self.corrupt):.3g} "
+            f"(clean {self.clean:.3f}, corrupt {self.corrupt:.3f}), under the floor of {SPAN_FLOOR:g}: there is too "
+            "little to restore for a fraction restored to mean anything; the grid shows each head's raw change of the "
+            "metric instead"
+        )
+
     def normalised(self) -> torch.Tensor:
-        span = self.clean - self.corrupt
-        if span == 0:
-            raise DeltalensError("the clean and corrupted runs score the same, so nothing can be restored.")
-        return (self.values - self.corrupt) / span
+        """The fraction of the clean-minus-corrupt difference each patch restores; refused under SPAN_FLOOR."""
+        sentence = self.span_sentence()
+        if sentence is not None:
+            raise DeltalensError(sentence[0].upper() + sentence[1:] + ".")
+        return (self.values - self.corrupt) / (self.clean - self.corrupt)
+
+    def standout(self) -> tuple[int, int, float] | None:
+        """(layer, head, effect) of the head whose effect stands out (`standout_head`), else None."""
+        return standout_head(self.per_head())
+
+    def summary(self) -> str:
+        """One sentence: the head that stands out, with its sign, or that none does (and why)."""
+        return standout_sentence(self.per_head(), "effect on the metric")
 
     def per_head(self) -> torch.Tensor:
         """(L, H): summed over positions where the grid has them (the effect minus the corrupted baseline)."""
@@ -315,6 +384,7 @@ def patch_grid_figure(
     >>> fig.data[0].zmax, fig.data[0].z.tolist()
     (1, [[0.0, 1.0], [0.5, 0.0]])
     """
+    normalise = normalise and grid.span_ok  # under the floor a fraction is noise: the raw change is drawn
     if grid.values.ndim == 3:
         values = grid.per_head() / ((grid.clean - grid.corrupt) or 1.0) if normalise else grid.per_head()
     else:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import plotly.graph_objects as go
 import streamlit as st
+import torch
 
 from deltalens.app import figures
 from deltalens.app.common import Controls, attempt, describe, model_lock, pick_checkpoint
@@ -272,8 +273,11 @@ def main() -> None:
             approx = type(grid)(
                 estimate + grid.corrupt, grid.clean, grid.corrupt, site, n_forwards=0, method="attribution patching"
             )
+            if not grid.span_ok:
+                st.warning(grid.span_sentence()[0].upper() + grid.span_sentence()[1:] + ".")
             # one colour scale for both: the same colour is the same fraction restored in either grid
-            span = max(1.0, float(grid.normalised().abs().max()), float(approx.normalised().abs().max()))
+            values = (grid.normalised(), approx.normalised()) if grid.span_ok else (grid.per_head(), approx.per_head())
+            span = max(1.0, *(float(torch.nan_to_num(v, nan=0.0).abs().max()) for v in values))
             scale = (-span, span)
             left, right = st.columns(2)
             figures.show(

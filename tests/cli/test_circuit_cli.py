@@ -37,7 +37,7 @@ def test_patch_grid_finds_the_tracking_head(capsys, hand_path):
     assert report["top"] == [1, 1] and report["site"] == "z" and report["n_forwards"] == 2 * 2 + 2
     assert report["restored"][1][1] > 0.5 and len(report["metric"]) == 2
     assert main(["intervene", hand_path, "--patch-grid", "--site", "state", "--n-traces", "4"]) == 0
-    assert "largest effect: layer 1 head 1" in capsys.readouterr().out
+    assert "L1H1 stands out: it raises the metric" in capsys.readouterr().out
 
 
 def test_transformer_gets_attribution_patching_without_dla(capsys, transformer_path):
