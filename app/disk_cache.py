@@ -95,8 +95,16 @@ def cached_result(step: str, folder: Path | None, params: str, compute: Callable
     return value
 
 
-def is_cached_sweep(checkpoint, n_traces: int, intervention: str = "beta-range") -> bool:
-    return _sweep_file(checkpoint, n_traces, intervention).is_file()
+def is_cached_sweep(checkpoint, n_traces: int, intervention: str = "beta-range", factor: int | None = None) -> bool:
+    named = intervention if factor is None else f"{intervention}@factor{factor}"
+    return _sweep_file(checkpoint, n_traces, named).is_file()
+
+
+def sweep_layers(model) -> list[int]:
+    """The layers a head sweep visits (a hybrid's delta-rule layers)."""
+    from deltalens.models.architecture import delta_layers_of, n_layers_of
+
+    return delta_layers_of(model) or list(range(n_layers_of(model)))
 
 
 def _sweep_file(checkpoint, n_traces: int, intervention: str) -> Path:
@@ -105,18 +113,23 @@ def _sweep_file(checkpoint, n_traces: int, intervention: str) -> Path:
 
 
 def cached_sweep(
-    checkpoint, n_traces: int, intervention: str = "beta-range", on_head: Callable[[int, int], None] | None = None
+    checkpoint,
+    n_traces: int,
+    intervention: str = "beta-range",
+    on_head: Callable[[int, int], None] | None = None,
+    factor: int | None = None,
 ):
-    """The beta-range head sweep (a SweepResult), computed once per checkpoint (weights) and kept as JSON.
+    """The head sweep of `intervention` (one of dl.sweep's kinds; a SweepResult), computed once per checkpoint
+    (weights), kind and factor, and kept as JSON.
 
     on_head(layer, head): called before each head is run (a progress bar)."""
     import pandas as pd
 
     from deltalens.core.atomic import write_json_atomic
     from deltalens.interp.head_sweep import SweepResult, sweep
-    from deltalens.interp.interventions import rescale_beta
 
-    file = _sweep_file(checkpoint, n_traces, intervention)
+    named = intervention if factor is None else f"{intervention}@factor{factor}"
+    file = _sweep_file(checkpoint, n_traces, named)
     try:
         data = json.loads(file.read_text())
         return SweepResult(
@@ -128,13 +141,7 @@ def cached_sweep(
     except (OSError, ValueError, KeyError, TypeError):
         pass  # not cached yet, or unreadable: compute it again
 
-    def beta_range(model, layer: int, head: int):  # the named "beta-range" builder, reporting progress
-        if on_head is not None:
-            on_head(layer, head)
-        return rescale_beta(model, layer, head, to=(0.0, 1.0))
-
-    beta_range.__name__ = intervention
-    builder = beta_range if intervention == "beta-range" else intervention
-    result = sweep(checkpoint.model, checkpoint.batch(n_traces, seed=0), builder, progress=False)
+    batch = checkpoint.batch(n_traces, seed=0)
+    result = sweep(checkpoint.model, batch, intervention, progress=False, factor=factor, on_head=on_head)
     write_json_atomic(file, result.to_dict())
     return result

@@ -160,6 +160,7 @@ def sweep(
     done: pd.DataFrame | None = None,
     factor: int | None = None,
     top_k: int | None = None,
+    on_head: Callable[[int, int], None] | None = None,
 ) -> SweepResult:
     """Reveal accuracy with `intervention` applied to each (layer, head), ranked (module docstring).
 
@@ -167,6 +168,7 @@ def sweep(
     intervention: a name from INTERVENTIONS or a callable (model, layer, head) -> Intervention.
     factor: with "beta-range" or a split intervention on a DeltaProduct, change only Householder factor
         `factor` of each head.
+    on_head(layer, head): called before each head is run (a dashboard's progress bar).
     top_k: for a model with many heads, rank every head first by attribution patching (the first-order
         change of the reveal margin under the intervention, one forward and backward:
         interp/attribution_patching.py) and verify only the `top_k` with the largest predicted drop;
@@ -201,6 +203,8 @@ def sweep(
     todo = [lh for lh in heads if lh not in finished]
     iterator = progress_bar(todo, enabled=progress, desc=f"sweep {name}", unit="head")
     for layer, head in iterator:
+        if on_head is not None:
+            on_head(layer, head)
         iv = build(model, layer, head)
         result = reveal_accuracy(model, pieces, iv)
         rows.append(

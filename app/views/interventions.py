@@ -1,9 +1,9 @@
 """Interventions: rescale (per factor, for DeltaProduct), ablate or patch chosen heads, clamp a gated
 model's decay, or change a head's transition I - beta k k^T or its write beta k v^T alone (the other
 kept); reveal accuracy before and after (for state patching, how often the prediction follows the donor
-trace), the trace under the intervention, and the paper's beta-range sweep over every head (cached on
-disk). Every control belongs to the checkpoint (common.Controls): what is computed is what the controls
-show."""
+trace), the trace under the intervention, and the sweep of the chosen kind over every head (its named
+setting, cached on disk; its worst head is the default). Every control belongs to the checkpoint
+(common.Controls): what is computed is what the controls show."""
 
 import streamlit as st
 import torch
@@ -19,10 +19,11 @@ from deltalens.app.common import (
     pick_checkpoint,
     trace_html,
 )
-from deltalens.app.disk_cache import cached_sweep, is_cached_sweep, sweep_dir
+from deltalens.app.disk_cache import cached_sweep, is_cached_sweep, sweep_dir, sweep_layers
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.donor import follows_donor
 from deltalens.interp.head_sweep import sweep_figure
+from deltalens.interp.intervention_names import SPLIT_INTERVENTIONS
 from deltalens.interp.interventions import (
     ablate_head,
     clamp_gate,
@@ -58,6 +59,14 @@ NEEDS = {  # what a kind of intervention edits, for the sentence when a model ha
     "state patching": "a matrix state S_t",
 }
 SWEEP_TRACES = 128
+SWEEP_OF = {  # page kind -> the named sweep (interp/intervention_names.py) of the same edit, and its setting
+    "beta range map": ("beta-range", "beta range [0, 2] -> [0, 1]"),
+    "transition clip": ("transition-clip", "transition beta clipped at 1, write kept"),
+    "transition range map": ("transition-range", "transition beta range [0, 2] -> [0, 1], write kept"),
+    "write clip": ("write-clip", "write beta clipped at 1, transition kept"),
+    "write scale": ("write-half", "write beta k v^T halved, transition kept"),
+    "eigenvalue |1 - beta|": ("eigen-abs", "eigenvalue 1 - beta -> |1 - beta|, write kept"),
+}
 
 
 def build(model, heads, kind, options, source_cache):
@@ -115,22 +124,46 @@ def held_out(path: str, n_traces: int, seed: int):
         return batch, reveal_accuracy(checkpoint.model, batch)
 
 
-def ranked_sweep(checkpoint):
-    """The cached beta-range sweep, with a progress bar naming each head while it is computed."""
-    total = n_layers_of(checkpoint.model) * n_heads_of(checkpoint.model)
-    bar = None if is_cached_sweep(checkpoint, SWEEP_TRACES) else st.progress(0.0)
+def sweep_of(kind: str, options) -> tuple[str, str] | None:
+    """(named sweep, its setting in words) for a page kind; None where no sweep applies the same edit."""
+    if kind.endswith("ablation"):
+        method, site = kind.split()[0], options["site"]
+        return f"{method}-{site}", f"{method} ablation of the {'state S_t' if site == 'state' else 'read-out z'}"
+    return SWEEP_OF.get(kind)
+
+
+def default_kind(model, kinds: list[str]) -> str:
+    """The first kind that changes something: beta range [0, 2] -> [0, 1] is the identity on a [0, 1] model."""
+    highest = max((float(model.blocks[layer].attn.beta_hi.max()) for layer in sweep_layers(model)), default=0.0)
+    if kinds[0] == "beta range map" and highest <= 1.0 and "zero ablation" in kinds:
+        return "zero ablation"
+    return kinds[0]
+
+
+def ranked_sweep(checkpoint, kind: str, options, slot):
+    """The cached sweep of `kind` (None where none applies), with a progress bar in `slot` naming each head
+    while it is computed."""
+    named = sweep_of(kind, options)
+    if named is None:
+        return None
+    name, setting = named
+    factor = options["factor"] if name in ("beta-range", *SPLIT_INTERVENTIONS) else None
+    total = len(sweep_layers(checkpoint.model)) * n_heads_of(checkpoint.model)
+    bar = None if is_cached_sweep(checkpoint, SWEEP_TRACES, name, factor) else slot.progress(0.0)
     done = []
 
     def on_head(layer: int, head: int) -> None:
         done.append((layer, head))
         bar.progress(
             (len(done) - 1) / total,
-            text=f"{checkpoint.path.name}: the beta-range sweep (computed once, then kept on disk), "
+            text=f"{checkpoint.path.name}: the {setting} sweep (computed once, then kept on disk), "
             f"head L{layer}H{head}, {len(done)} of {total}, on {SWEEP_TRACES} held-out traces ...",
         )
 
     with model_lock(str(checkpoint.path)):
-        result = attempt(cached_sweep, checkpoint, SWEEP_TRACES, on_head=on_head if bar is not None else None)
+        result = attempt(
+            cached_sweep, checkpoint, SWEEP_TRACES, name, on_head=on_head if bar is not None else None, factor=factor
+        )
     if bar is not None:
         bar.empty()
     return result
@@ -140,51 +173,40 @@ def heads_label(heads) -> str:
     return ", ".join(f"L{layer} H{head}" for layer, head in heads) or "no head"
 
 
-def controls_row(checkpoint, controls: Controls, ranked):
-    """Every control, drawn from `controls` (one key per checkpoint); returns what they say."""
+def controls_row(checkpoint, controls: Controls):
+    """Every control, drawn from `controls` (one key per checkpoint), and the sweep of the chosen kind (its
+    worst head the default heads); returns what they say and the sweep (None where none applies)."""
     model, name, article = checkpoint.model, checkpoint.path.name, controls.article
     deltanet = is_delta_rule(checkpoint.arch)
     kinds = (KINDS + (["gate clamp"] if getattr(model, "gated", False) else [])) if deltanet else ABLATIONS
-    heads_all = [(layer, head) for layer in range(n_layers_of(model)) for head in range(n_heads_of(model))]
-    first = heads_all[-1] if ranked is None else ranked.highlight()
-    cols = st.columns([2, 2, 1, 1])
+    first_kind = default_kind(model, kinds) if deltanet else kinds[0]
+    cols = st.columns([3, 1, 1])
     kind = controls.widget(
         cols[0].selectbox,
         "kind",
         "intervention",
         kinds,
-        default=kinds[0],
+        default=first_kind,
         valid=lambda k: k in kinds,
+        carry=lambda k: not (k == "beta range map" and first_kind != k),  # not where it is the identity
         why=lambda k, source: (
-            f"“{k}” (chosen on {source}) needs {NEEDS.get(k, 'what this model lacks')}, which "
-            f"{article} does not have: the intervention here is {kinds[0]}."
+            f"“{k}” (chosen on {source}) is the identity on {name}, whose betas already lie in [0, 1]: "
+            f"the intervention here is {first_kind}."
+            if k in kinds
+            else f"“{k}” (chosen on {source}) needs {NEEDS.get(k, 'what this model lacks')}, which "
+            f"{article} does not have: the intervention here is {first_kind}."
         ),
-    )
-    heads = controls.widget(
-        cols[1].multiselect,
-        "heads",
-        "heads",
-        heads_all,
-        default=[first],
-        valid=lambda chosen: bool(chosen) and all(tuple(h) in heads_all for h in chosen),
-        carry=False,  # each model's own default: the head its sweep hurts most
-        why=lambda chosen, source: (
-            f"The heads box shows {heads_label([first])}, the default of {name} "
-            f"({'the head the sweep below hurts most' if ranked is not None else 'its last head'}); "
-            f"{heads_label(chosen or [])} was chosen on {source}."
-        ),
-        format_func=lambda lh: f"L{lh[0]} H{lh[1]}",
     )
     n_traces = controls.widget(
-        cols[2].select_slider,
+        cols[1].select_slider,
         "n",
         "held-out traces",
         [16, 32, 64, 128],
         default=64,
         valid=lambda n: n in (16, 32, 64, 128),
     )
-    seed = controls.widget(cols[3].number_input, "seed", "seed", default=0, min_value=0, max_value=10**6, step=1)
-    options = {"site": "z", "reference": None, "factor": None, "kind": kind, "heads": heads}
+    seed = controls.widget(cols[2].number_input, "seed", "seed", default=0, min_value=0, max_value=10**6, step=1)
+    options = {"site": "z", "reference": None, "factor": None, "kind": kind}
     factors = getattr(model, "n_factors", 1)
     if kind in BETA_KINDS and factors > 1:  # DeltaProduct: one Householder factor, or all of them
         choices = ["all", *range(factors)]
@@ -203,7 +225,26 @@ def controls_row(checkpoint, controls: Controls, ranked):
         )
         options["factor"] = None if choice == "all" else int(choice)
     options.update(more_controls(controls, kind, deltanet, int(seed)))
-    return options, int(n_traces), int(seed)
+    ranked = ranked_sweep(checkpoint, kind, options, st.empty())
+    layers = sweep_layers(model) if deltanet else range(n_layers_of(model))
+    heads_all = [(layer, head) for layer in layers for head in range(n_heads_of(model))]
+    first = heads_all[-1] if ranked is None else ranked.highlight()
+    options["heads"] = controls.widget(
+        st.multiselect,
+        "heads",
+        "heads",
+        heads_all,
+        default=[first],
+        valid=lambda chosen: bool(chosen) and all(tuple(h) in heads_all for h in chosen),
+        carry=False,  # each model's own default: the head its sweep hurts most
+        why=lambda chosen, source: (
+            f"The heads box shows {heads_label([first])}, the default of {name} "
+            f"({'the head the sweep below hurts most' if ranked is not None else 'its last head'}); "
+            f"{heads_label(chosen or [])} was chosen on {source}."
+        ),
+        format_func=lambda lh: f"L{lh[0]} H{lh[1]}",
+    )
+    return options, int(n_traces), int(seed), ranked
 
 
 def more_controls(controls: Controls, kind: str, deltanet: bool, seed: int) -> dict:
@@ -339,15 +380,24 @@ checkpoint = pick_checkpoint(
 )
 if checkpoint is not None:
     st.caption(describe(checkpoint))
-    ranked = ranked_sweep(checkpoint) if is_delta_rule(checkpoint.arch) else None
     controls = Controls("iv", checkpoint)
-    options, n_traces, seed = controls_row(checkpoint, controls, ranked)
+    options, n_traces, seed, ranked = controls_row(checkpoint, controls)
     controls.show_notes()
     show_results(checkpoint, options, n_traces, seed)
-    if ranked is not None:
-        st.header("Beta range [0, 2] -> [0, 1] on each head in turn, ranked")
+    named = sweep_of(options["kind"], options)
+    if ranked is not None and named is not None:
+        factor = options["factor"]
+        st.header(f"{named[1][0].upper()}{named[1][1:]} on each head in turn, ranked")
         st.caption(
-            f"{SWEEP_TRACES} held-out traces; computed once per checkpoint and kept in `{sweep_dir()}` "
-            "(delete it to recompute). The head it hurts most is the default above."
+            f"The named setting of this kind ({named[0]}{'' if factor is None else f', factor {factor}'}; the "
+            f"controls above apply to the chosen heads only), {SWEEP_TRACES} held-out traces; computed once per "
+            f"checkpoint and kept in `{sweep_dir()}` (delete it to recompute). The head it hurts most is the "
+            "default above."
         )
         figures.show(figures.bar_labels_inside(sweep_figure(ranked, ranked=True)), title_width=110)
+    elif named is None:
+        why = {
+            "state patching": "a patch needs a donor trace, not one setting",
+            "gate clamp": "a clamp takes the bounds chosen above",
+        }.get(options["kind"], "a scale takes the factor chosen above")
+        st.caption(f"No head sweep for {options['kind']}: a sweep applies one named setting to every head, and {why}.")

@@ -139,3 +139,26 @@ def test_interventions_transition_and_write_apart():
     assert float(app.metric[1].value) == float(app.metric[0].value)  # the reflections, not the writes, track
     labelled(app.selectbox, "intervention").select("eigenvalue |1 - beta|").run()
     assert "|1 - beta|" in app.metric[1].label and float(app.metric[1].value) < 0.8
+
+
+def test_interventions_the_sweep_is_of_the_chosen_kind():
+    app = page("views/interventions.py")  # the paper's model: beta range [0, 2] -> [0, 1] by default
+    assert any(h.value.startswith("Beta range [0, 2] -> [0, 1] on each head") for h in app.header)
+    labelled(app.selectbox, "intervention").select("transition clip").run()
+    assert not app.exception and not app.error
+    assert any(h.value.startswith("Transition beta clipped at 1, write kept on each head") for h in app.header)
+    assert any("(transition-clip;" in c.value for c in app.caption)
+    labelled(app.selectbox, "intervention").select("beta scale").run()
+    assert not any("on each head in turn" in h.value for h in app.header)
+    assert any(c.value.startswith("No head sweep for beta scale") for c in app.caption)
+
+
+def test_interventions_default_changes_something_on_a_beta_0_1_model():
+    app = page("views/interventions.py")
+    labelled(app.selectbox, "checkpoint").select("s3-deltanet-pos-statement").run()
+    assert not app.exception and not app.error
+    # beta range [0, 2] -> [0, 1] is the identity where beta is already in [0, 1]: the default ablates
+    assert labelled(app.selectbox, "intervention").value == "zero ablation"
+    assert "is the identity on s3-deltanet-pos-statement" in notes(app)
+    assert any(h.value.startswith("Zero ablation of the read-out z on each head") for h in app.header)
+    assert float(app.metric[1].value) < float(app.metric[0].value)  # the default head's ablation hurts
