@@ -21,7 +21,7 @@ from deltalens.app.folder import ENV_DIR, PAPER_MODEL, checkpoint_dir, checkpoin
 from deltalens.app.trace_view import state_text, trace_html  # noqa: F401
 from deltalens.core.errors import DeltalensError
 from deltalens.loading.listing import checkpoint_row, list_checkpoints
-from deltalens.models.architecture import article_of
+from deltalens.models.architecture import article_of, is_delta_rule
 
 if TYPE_CHECKING:  # opened.py imports torch: loaded with the first model (opened())
     from deltalens.loading.opened import Checkpoint
@@ -43,6 +43,22 @@ def locked(checkpoint: Checkpoint, fn: Callable, *args: Any, **kwargs: Any):
     """`attempt(fn, ...)` holding the checkpoint's model lock (for anything that runs its model)."""
     with model_lock(str(checkpoint.path)):
         return attempt(fn, *args, **kwargs)
+
+
+def build_kernels(checkpoint: Checkpoint) -> None:
+    """The C kernels a delta-rule model's first forward would compile, built under a message that says so
+    (once per machine; the server's preload thread usually has them ready)."""
+    if not is_delta_rule(checkpoint.arch):
+        return
+    from deltalens.models.ops import native
+
+    pending = native.unbuilt()
+    if pending:
+        with st.spinner(
+            f"Compiling the C kernels for this CPU ({', '.join(pending)}: once per machine, a few seconds) ..."
+        ):
+            for name in pending:
+                native.library(name)
 
 
 @st.cache_resource(max_entries=32)
@@ -140,7 +156,10 @@ def pick_checkpoint(
     if st.session_state.get(key) not in names:  # first visit, or a folder without the last choice
         st.session_state[key] = default if default in names else names[0]
     name = st.selectbox(label, names, key=key)
-    return attempt(opened, folder_of(table, name))
+    checkpoint = attempt(opened, folder_of(table, name))
+    if checkpoint is not None:
+        build_kernels(checkpoint)  # before the page's first forward, under a message
+    return checkpoint
 
 
 class Controls:

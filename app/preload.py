@@ -81,6 +81,14 @@ def preload(modules: tuple[str, ...] = HEAVY) -> float:
         except Exception:  # a missing optional package: the page that needs it gives its sentence
             continue
         timing[name] = time.perf_counter() - began
+    if modules == HEAVY:  # then the C kernels a DeltaNet's first forward would compile (about a second each)
+        try:
+            from deltalens.models.ops import native
+
+            for kernel in native.unbuilt():
+                native.library(kernel)
+        except Exception:  # no compiler or a failed build: the torch kernels run, and native says why
+            pass
     return time.perf_counter() - started
 
 

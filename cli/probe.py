@@ -107,7 +107,7 @@ def run(args) -> int:
     if not summary.layers.empty:
         print("residual-stream probes (mean over variables; control = shuffled labels):")
         print(
-            summary.layers[["site", "target", "accuracy", "control_accuracy", "chance"]].to_string(
+            summary.layers[["site", "target", "accuracy", "control_accuracy", "majority_rate"]].to_string(
                 index=False, float_format=lambda x: f"{x:.3f}"
             )
         )

@@ -36,6 +36,16 @@ class StorageError(DeltalensError):
         self.reason = reason
 
 
+class ContextTooLong(DeltalensError):
+    """An input longer than a Transformer's context; `n_tokens` and `n_ctx` let a caller act on it (the
+    dashboard offers the longest trace that fits)."""
+
+    def __init__(self, message: str, n_tokens: int, n_ctx: int) -> None:
+        super().__init__(message)
+        self.n_tokens = n_tokens
+        self.n_ctx = n_ctx
+
+
 def storage_failure(err: BaseException) -> str | None:
     """What the storage refused ("No space left on device", ...), or None for any other error."""
     if isinstance(err, OSError) and err.errno in _STORAGE_ERRNOS:

@@ -18,7 +18,12 @@ read. Only tokens after the trace's last init line are probed (`after_init`): be
 value of a variable not yet assigned is in no activation. Tokens are split into train and test by TRACE, never by
 token, so a probe cannot pass by memorising neighbouring tokens of the same trace. The control
 fits the same probe on shuffled training labels (permuted across training tokens): its test
-accuracy is what the probe can reach without any information (about the majority-class rate).
+accuracy is what the probe can reach without any information. `majority_rate` is how often a test
+token's label is the training tokens' most common one (the score of always guessing it). A probe that
+finds nothing linear does not guess the majority: it spreads its guesses over the classes, so it and its
+control can land between 1/n and majority_rate (a "source" probe at 0.33 beside a majority rate of 0.44:
+early in a trace most variables still hold their own initial value). A probe reads something only where
+it beats both its control and majority_rate.
 
 Kept fast on a CPU: at most `max_tokens` training tokens (drawn at random), features
 standardised, `max_iter` lbfgs iterations; convergence warnings are silenced (a probe that did
@@ -62,7 +67,7 @@ class ProbeReport(Summary):
 
     results: (
         pd.DataFrame
-    )  # site, kind ("resid" | "state"), layer, head, target, variable, accuracy, control_accuracy, chance, ...
+    )  # site, kind ("resid" | "state"), layer, head, target, variable, accuracy, control_accuracy, majority_rate, ...
     n_train_traces: int
     n_test_traces: int
 
@@ -76,11 +81,11 @@ class ProbeReport(Summary):
         return self.summary()
 
     def summary(self, target: str | None = None) -> pd.DataFrame:
-        """Mean over variables per (site, target): accuracy, control_accuracy, chance."""
+        """Mean over variables per (site, target): accuracy, control_accuracy, majority_rate."""
         rows = self.results if target is None else self.results[self.results["target"] == target]
         return (
             rows.groupby(["site", "kind", "layer", "head", "target"], dropna=False, sort=False)[
-                ["accuracy", "control_accuracy", "chance"]
+                ["accuracy", "control_accuracy", "majority_rate"]
             ]
             .mean()
             .reset_index()
@@ -297,7 +302,7 @@ def linear_probes(
                 "variable": var,
                 "accuracy": accuracy,
                 "control_accuracy": control,
-                "chance": float((y_test == values[counts.argmax()]).mean()),
+                "majority_rate": float((y_test == values[counts.argmax()]).mean()),
                 "n_train": len(train_rows),
                 "n_test": len(test_rows),
                 "n_features": x.shape[1],

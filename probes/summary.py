@@ -59,7 +59,7 @@ class ProbeSummary(Summary):
     architecture: str
     n_traces: int
     heads: pd.DataFrame  # one row per (layer, head); empty without beta / state
-    layers: pd.DataFrame  # residual-stream probes: site, layer, target, accuracy, control_accuracy, chance
+    layers: pd.DataFrame  # residual-stream probes: site, layer, target, accuracy, control_accuracy, majority_rate
     tracking_head: tuple[int, int] | None = None
     skipped: list[str] = field(default_factory=list)  # what was not measured, and why
     reports: dict[str, Any] = field(default_factory=dict)  # the full reports: eigenvalues, subspace, probes

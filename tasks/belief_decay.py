@@ -335,6 +335,10 @@ def _underflow_markers(fig: go.Figure, underflow: dict, label: str = "") -> None
             )
 
 
+# a legend under the plot, not beside it: the dashboard draws these two side by side, at half a window's width
+LEGEND_BELOW = {"legend": {"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0}, "height": 520}
+
+
 def joint_decay_figure(result: JointDecay) -> go.Figure:
     """log-scale mass vs partial reveals, one line per dtype, the exact law dashed."""
     fig = go.Figure()
@@ -353,6 +357,7 @@ def joint_decay_figure(result: JointDecay) -> go.Figure:
         yaxis_title="||b~||_1",
         yaxis_type="log",
         template="plotly_white",
+        **LEGEND_BELOW,
     )
     return fig
 
@@ -387,5 +392,6 @@ def marginal_decay_figure(result: MarginalDecay) -> go.Figure:
         yaxis_title="mass",
         yaxis_type="log",
         template="plotly_white",
+        **LEGEND_BELOW,
     )
     return fig

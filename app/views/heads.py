@@ -23,6 +23,12 @@ from deltalens.probes.products import product_decoding_figure
 from deltalens.probes.subspace import singular_value_figure, state_scatter_figure
 from deltalens.tasks.groups import VARIABLE_NAMES
 
+PROBE_COLUMNS = (
+    "accuracy: the probe on held-out traces; control_accuracy: the same probe fitted on shuffled labels; "
+    "majority_rate: always guessing the training tokens' most common label. A probe that finds nothing linear "
+    "spreads its guesses, so it can score below majority_rate (near 1/n): a site holds the target only where the "
+    "probe beats both the control and majority_rate."
+)
 TABS = ["beta and eigenvalues", "products of reflections", "state subspace", "linear probes"]
 TRACES = [16, 32, 64, 128, 256]
 
@@ -199,6 +205,7 @@ def probes_tab(checkpoint, controls: Controls, n_traces: int, seed: int, step: s
     probes = measure(checkpoint, n_traces, seed, [step])[step]
     figures.show(probe_accuracy_figure(probes), title_width=110)
     st.dataframe(probes.summary().round(3), hide_index=True, width="stretch")
+    st.caption(PROBE_COLUMNS)
 
 
 def residual_probes_only(checkpoint, controls: Controls) -> None:

@@ -9,9 +9,9 @@ import hashlib
 import pandas as pd
 import streamlit as st
 
-from deltalens.app.common import Controls, attempt, describe, locked, pick_checkpoint, trace_html
+from deltalens.app.common import Controls, attempt, describe, model_lock, pick_checkpoint, trace_html
 from deltalens.app.query import ask
-from deltalens.core.errors import DeltalensError
+from deltalens.core.errors import ContextTooLong, DeltalensError
 from deltalens.tasks.query_trace import read_query_trace
 from deltalens.tasks.tokenizers.hf import missing_tokenizer
 from deltalens.tasks.traces import generate_trace
@@ -54,6 +54,77 @@ def generated_trace(checkpoint, controls: Controls, draw: bool):
         spec, actions=int(values["actions"]), spacing=int(values["spacing"]), reveal=values["reveal"]
     )
     return attempt(generate_trace, changed, int(values["seed"])), int(values["seed"])
+
+
+def longest_that_fits(checkpoint, trace, seed: int, n_ctx: int) -> int:
+    """The most actions (at most the trace's own) whose trace of this seed and spacing fits `n_ctx` tokens."""
+    lo, hi = 0, trace.num_actions
+    while lo < hi:  # a trace's length grows with its actions
+        mid = (lo + hi + 1) // 2
+        shorter = generate_trace(dataclasses.replace(trace.spec, actions=mid), seed)
+        if len(checkpoint.tokenizer.encode_trace(shorter).ids) <= n_ctx:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def asked(checkpoint, text: str):
+    """ask(), or None after one sentence; a transcript longer than a Transformer's context is told how much
+    to cut, in lines, not in code."""
+    with model_lock(str(checkpoint.path)):
+        try:
+            return ask(checkpoint.model, checkpoint.tokenizer, text)
+        except ContextTooLong as err:
+            lines = max(len(text.splitlines()), 1)
+            keep = max(int(lines * err.n_ctx / err.n_tokens) - 1, 0)
+            st.error(
+                f"This transcript is {err.n_tokens} tokens, and {checkpoint.path.name}'s context is {err.n_ctx} "
+                f"tokens (a Transformer has one position embedding per token, so it cannot read further): keep "
+                f"about its first {keep} of {lines} lines."
+            )
+        except Exception as err:
+            one_sentence(err)
+    return None
+
+
+def predictions_of(checkpoint, controls: Controls, trace, seed: int):
+    """trace_predictions, or None after one sentence; a trace longer than a Transformer's context gets the
+    number of actions that fits here and a button that sets it."""
+    with model_lock(str(checkpoint.path)):
+        try:
+            return trace_predictions(checkpoint.model, checkpoint.tokenizer, trace)
+        except ContextTooLong as err:
+            too_long, fits_here = err, longest_that_fits(checkpoint, trace, seed, err.n_ctx)
+        except Exception as err:
+            one_sentence(err)
+            return None
+    st.error(
+        f"This trace is {too_long.n_tokens} tokens, and {checkpoint.path.name}'s context is {too_long.n_ctx} tokens "
+        "(a Transformer has one position embedding per token, so it cannot read further): "
+        + (
+            f"with this seed and spacing, {fits_here} actions fit. Set **actions** to {fits_here} or fewer."
+            if fits_here
+            else "not even one action of this spacing fits."
+        )
+    )
+    if fits_here:
+        key = controls.key("actions")
+        st.button(
+            f"use {fits_here} actions",
+            key=f"{key}-fit",
+            on_click=lambda: st.session_state.__setitem__(key, fits_here),
+        )
+    return None
+
+
+def one_sentence(err: Exception) -> None:
+    """The st.error attempt() gives for `err`."""
+    if isinstance(err, DeltalensError):
+        st.error(str(err))
+    else:  # an unforeseen input: still one sentence, and the server lives on
+        first = (str(err).strip().splitlines() or [""])[0]
+        st.error(f"unexpected {type(err).__name__}: {first}")
 
 
 def fits(checkpoint, text: str) -> bool:
@@ -151,12 +222,12 @@ elif checkpoint is not None:
         )
         controls.show_notes()
         if text.strip():
-            view = locked(checkpoint, ask, checkpoint.model, checkpoint.tokenizer, text)
+            view = asked(checkpoint, text)
             rows = None if view is None else view.rows
     else:
         controls.show_notes()
         if generated is not None:
-            rows = locked(checkpoint, trace_predictions, checkpoint.model, checkpoint.tokenizer, generated)
+            rows = predictions_of(checkpoint, controls, generated, seed)
     if rows is not None and len(rows):
         metrics(rows, view)
         st.html(trace_html(rows, *((view.notes, view.asked, view.wrong) if view is not None else ())))

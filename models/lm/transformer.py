@@ -50,7 +50,7 @@ from typing import Any, Optional
 from transformer_lens.config import TransformerBridgeConfig
 from transformer_lens.model_bridge import TransformerBridge
 
-from deltalens.core.errors import DeltalensError
+from deltalens.core.errors import ContextTooLong, DeltalensError
 from deltalens.models.io.config_from_dict import config_from_dict
 from deltalens.models.layers.transformer_attention import use_hooked_attention
 
@@ -183,7 +183,9 @@ def _context_guard(n_ctx: int, positional_embedding_type: str):
                 )
             else:
                 fix = "retrain with a larger n_ctx or use shorter traces"
-            raise DeltalensError(f"trace of {n_tokens} tokens exceeds the Transformer's context of {n_ctx}; {fix}")
+            raise ContextTooLong(
+                f"trace of {n_tokens} tokens exceeds the Transformer's context of {n_ctx}; {fix}", n_tokens, n_ctx
+            )
         return None
 
     return check_length

@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["library", "library_error", "native_kernels", "pointer"]
+__all__ = ["library", "library_error", "native_kernels", "pointer", "unbuilt"]
 
 SOURCES = Path(__file__).with_name("csrc")
 FLAGS = ["-O3", "-march=native", "-std=c99", "-shared", "-fPIC", "-fno-math-errno"]
@@ -110,10 +110,22 @@ def _open(target: Path, symbols: list[str]) -> ctypes.CDLL:
     return lib
 
 
+def _target(source: Path) -> Path:
+    key = hashlib.sha256(source.read_bytes() + " ".join(FLAGS).encode() + _cpu_signature().encode()).hexdigest()
+    return _cache_dir() / f"{source.stem}-{key[:16]}.so"
+
+
+def unbuilt() -> list[str]:
+    """The kernels a first call would compile now (none cached for this CPU, none loaded): a dashboard says
+    so while they build (about a second each) instead of going quiet."""
+    if not _enabled or os.environ.get("DELTALENS_NATIVE", "1") == "0" or _compiler() is None:
+        return []
+    return [s.stem for s in sorted(SOURCES.glob("*.c")) if s.stem not in _loaded and not _target(s).is_file()]
+
+
 def _build(name: str) -> ctypes.CDLL:
     source = SOURCES / f"{name}.c"
-    key = hashlib.sha256(source.read_bytes() + " ".join(FLAGS).encode() + _cpu_signature().encode()).hexdigest()
-    target = _cache_dir() / f"{name}-{key[:16]}.so"
+    target = _target(source)
     symbols = exported_symbols(source)
     if target.is_file():
         verified, damaged = _verified(target), None

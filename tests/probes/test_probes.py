@@ -220,3 +220,15 @@ def test_figures(cap):
         assert len(fig.data) >= 1
     heat = beta_heatmap(eig)
     assert heat.data[0].z[1][1] == pytest.approx(2.0)  # layer 1 head 1 is the hot cell
+
+
+def test_majority_rate_is_the_score_of_always_guessing_the_training_majority(cap):
+    report = linear_probes(cap, sites=("resid",), targets=("value", "source"))
+    rows = report.results
+    assert "majority_rate" in rows.columns and "chance" not in rows.columns
+    assert ((rows["majority_rate"] > 0) & (rows["majority_rate"] <= 1)).all()
+    # a probe reads its target only where it beats both: the swap model's last layer holds every value
+    last = report.by_layer()
+    best = last[(last["target"] == "value")].sort_values("layer").iloc[-1]
+    assert best["accuracy"] > max(best["control_accuracy"], best["majority_rate"])
+    assert set(report.summary().columns) >= {"accuracy", "control_accuracy", "majority_rate"}
