@@ -26,6 +26,7 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from test_app_browser import free_port, serving  # noqa: E402
 from test_app_browser_switching import pick, settle  # noqa: E402
 
+MAIN_HEIGHT = "return document.querySelector('[data-testid=\"stMain\"]').scrollHeight"
 PAGES = {  # file name -> (path, checkpoint to pick or None)
     "census": ("census", None),
     "interventions": ("interventions", "s3-deltanet-pos-statement"),
@@ -67,7 +68,7 @@ def main() -> None:
                 settle(browser)
                 if checkpoint is not None:
                     pick(browser, "stSelectbox", "checkpoint", checkpoint)
-                height = browser.execute_script("return document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+                height = browser.execute_script(MAIN_HEIGHT)
                 width = int(args.window.split(",")[0])
                 browser.set_window_size(width, min(int(height) + 200, 6000))  # the whole page in one picture
                 settle(browser)
