@@ -295,26 +295,8 @@ def parse_prob_trace(text: str) -> ProbProgram:
             raise DeltalensError(f"line {lineno}: {shown!r} is an output line with no print before it.")
         if "random" in line and not imported:
             raise DeltalensError(f"line {lineno}: uses random, but the trace never runs 'import random'.")
-        one, many = _PRINT_ONE.fullmatch(line), _PRINT_MANY.fullmatch(line)
-        if one or many:
-            names = one.group(1) if one else many.group(1)
-            variables = tuple(VARIABLE_NAMES.index(x) for x in names.split(", "))
-            if max(variables) >= n or len(set(variables)) != len(variables):
-                raise DeltalensError(f"line {lineno}: prints a variable the trace never initialised, or one twice.")
-            if index + 1 >= len(lines):
-                raise DeltalensError(f"line {lineno}: the print has no output line after it.")
-            out = lines[index + 1].rstrip("\n").split(" ")
-            if one:
-                if len(out) != 2 or out[0] != names:
-                    raise DeltalensError(
-                        f"line {lineno + 1}: expected '{names} <value>' after the print, got {' '.join(out)!r}."
-                    )
-                out = out[1:]
-            if len(out) != len(variables) or not all(x.isascii() and x.isdigit() and 1 <= int(x) <= n for x in out):
-                raise DeltalensError(
-                    f"line {lineno + 1}: expected {len(variables)} value(s) from 1 to {n}, got {' '.join(out)!r}."
-                )
-            events.append(Observation(variables, tuple(int(x) for x in out), line=lineno + 1))
+        if _PRINT_ONE.fullmatch(line) or _PRINT_MANY.fullmatch(line):
+            events.append(_observation(lines, index, n))
             index += 2
             continue
         if m := _COND.fullmatch(line):
@@ -330,6 +312,30 @@ def parse_prob_trace(text: str) -> ProbProgram:
             events.append(Action.deterministic(_perm_or_refuse(shown, n, lineno), line=lineno))
         index += 1
     return ProbProgram(n, tuple(values), python_seed, events, lines)
+
+
+def _observation(lines: list[str], index: int, n: int) -> Observation:
+    """The print at lines[index] and its output line, as the values it reveals (refused with a line number)."""
+    line, lineno = lines[index], index + 1
+    one, many = _PRINT_ONE.fullmatch(line), _PRINT_MANY.fullmatch(line)
+    assert one or many
+    names = one.group(1) if one else many.group(1)
+    variables = tuple(VARIABLE_NAMES.index(x) for x in names.split(", "))
+    if max(variables) >= n or len(set(variables)) != len(variables):
+        raise DeltalensError(f"line {lineno}: prints a variable the trace never initialised, or one twice.")
+    if index + 1 >= len(lines):
+        raise DeltalensError(f"line {lineno}: the print has no output line after it.")
+    out = lines[index + 1].rstrip("\n").split(" ")
+    if one:
+        if len(out) != 2 or out[0] != names:
+            got = " ".join(out)
+            raise DeltalensError(f"line {lineno + 1}: expected '{names} <value>' after the print, got {got!r}.")
+        out = out[1:]
+    if len(out) != len(variables) or not all(x.isascii() and x.isdigit() and 1 <= int(x) <= n for x in out):
+        raise DeltalensError(
+            f"line {lineno + 1}: expected {len(variables)} value(s) from 1 to {n}, got {' '.join(out)!r}."
+        )
+    return Observation(variables, tuple(int(x) for x in out), line=lineno + 1)
 
 
 def _perm_or_refuse(shown: str, n: int, lineno: int) -> Permutation:
