@@ -108,6 +108,14 @@ def settle(browser, timeout: float = 180) -> None:
     raise AssertionError(f"{browser.current_url} did not finish rendering in {timeout:.0f} s")
 
 
+def drawn(browser, timeout: float = 30) -> list:
+    """The page's plotly figures, waiting for them: a figure's element appears after the script has finished."""
+    end = time.time() + timeout
+    while not (figures := browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) and time.time() < end:
+        time.sleep(0.5)
+    return figures
+
+
 def set_number(browser, label: str, value: int) -> None:
     box = browser.find_element(By.CSS_SELECTOR, f'input[aria-label="{label}"]')
     box.send_keys(Keys.CONTROL, "a")
@@ -127,7 +135,7 @@ def test_every_page_loads_in_a_real_browser(server, browser, shots, path):
     assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
     assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stAlertContentError"]')
     if path in ("", "heads", "interventions", "census", "beliefs"):  # their figures are drawn
-        assert browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
+        assert drawn(browser), "no plotly figure was drawn within 30 s of the script finishing"
     browser.save_screenshot(str(shots / f"{path or 'checkpoints'}.png"))
 
 

@@ -15,7 +15,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from test_app_browser import server, shots  # noqa: F401  (fixtures)
+from test_app_browser import drawn, server, shots  # noqa: F401  (fixtures)
 from test_app_browser_switching import pick, settle
 
 WINDOW = "1280,900"
@@ -89,6 +89,7 @@ def test_circuit_warns_where_clean_and_corrupt_barely_differ(server, laptop, sho
 def test_checkpoints_page_draws_the_paper_models_training_curve(server, laptop, shots):  # noqa: F811
     laptop.get(f"{server}/")
     settle(laptop)
+    drawn(laptop)
     titles = [str(fig["title"]) for fig in plotly_figures(laptop)]
     assert any(title.startswith("Training curves") for title in titles), titles
     assert "none of these checkpoints keeps its training history" not in main_text(laptop)
