@@ -3,7 +3,7 @@
 
     python3 scripts/production_bf16.py
 
-    parity(kind, hf_home) -> Parity      # kind: "qwen3_5_text" | "olmo_hybrid" | "qwen3_next" | "kimi_linear"
+    parity(kind, hf_home) -> Parity      # kind: one of KINDS
 
 Ours is opened as a user opens it, `dl.load(hub id, dtype=...)`; transformers' is `from_pretrained` on the
 same snapshot with the same dtype (eager attention). Errors are over all logits of two 55-token sequences:
@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from production_standin import put_standin  # noqa: E402
 
-KINDS = ("qwen3_5_text", "olmo_hybrid", "qwen3_next", "kimi_linear")
+KINDS = ("qwen3_5_text", "qwen3_5_moe_text", "olmo_hybrid", "qwen3_next", "kimi_linear")
 TEXT = ">>> a = 1\n>>> b = 2\n>>> a, b = b, a\n>>> print('a', a)\na 2\n>>> c = 3\n"
 
 

@@ -25,6 +25,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "published"
 NOMINAL = {  # fixture -> (the Hub id, the parameter count its name states)
     "qwen3_5_0_8b": ("Qwen/Qwen3.5-0.8B", 0.8e9),
     "qwen3_5_27b": ("Qwen/Qwen3.5-27B", 27e9),
+    "qwen3_5_35b_a3b": ("Qwen/Qwen3.5-35B-A3B", 35e9),
+    "qwen3_6_35b_a3b": ("Qwen/Qwen3.6-35B-A3B", 35e9),
     "qwen3_next_80b_a3b_instruct": ("Qwen/Qwen3-Next-80B-A3B-Instruct", 80e9),
     "olmo_hybrid_7b": ("allenai/Olmo-Hybrid-7B", 7e9),
     "kimi_linear_48b_a3b_instruct": ("moonshotai/Kimi-Linear-48B-A3B-Instruct", 48e9),

@@ -15,6 +15,10 @@ from pathlib import Path
 
 import torch
 
+from deltalens.models import families  # noqa: F401  (registers the built-in families)
+from deltalens.models.families.production_shared import PRODUCTION
+from deltalens.models.registry import family
+
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "checkpoints" / "s3-deltanet-neg-statement"
 SMALL = dict(vocab_size=28, hidden_size=16, num_hidden_layers=2, num_heads=2)
@@ -41,12 +45,9 @@ ROWS: dict[str, tuple[str, dict | None]] = {
     "m2rnn": ("m2rnn", dict(SMALL)),
     "deltanet_m2rnn": ("deltanet_m2rnn", dict(SMALL)),
     "value_gated_deltanet": ("value_gated_deltanet", dict(SMALL)),
-    "qwen3_5": ("qwen3_5", None),
-    "olmo_hybrid": ("olmo_hybrid", None),
-    "qwen3_next": ("qwen3_next", None),
-    "kimi_linear": ("kimi_linear", None),
+    # every registered transformers family: a new one joins the matrix by registering
+    **{arch: (arch, None) for arch in PRODUCTION},
 }
-STANDIN_KIND = {"qwen3_5": "qwen3_5_text", "olmo_hybrid": "olmo_hybrid", "qwen3_next": "qwen3_next"}
 
 
 def shipped_sections() -> dict:
@@ -62,7 +63,7 @@ def make_folder(row: str, root: Path) -> Path:
         sys.path.insert(0, str(REPO / "scripts"))
         from production_standin import put_standin
 
-        _, snapshot = put_standin(STANDIN_KIND.get(arch, arch), root / "hf")
+        _, snapshot = put_standin(family(arch).model_types[0], root / "hf")  # its text model's type
         return Path(snapshot)
     from deltalens import models
 

@@ -14,6 +14,7 @@ BUILTIN = (
     "transformer",
     "lstm",
     "qwen3_5",
+    "qwen3_5_moe",
     "olmo_hybrid",
     "qwen3_next",
     "kimi_linear",

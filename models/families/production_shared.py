@@ -53,10 +53,16 @@ def _moe_layers(text: dict[str, Any], layers: float) -> float:
     return float(max(count - sum((i + 1) % step == 0 for i in listed), 0))
 
 
+PRODUCTION: list[str] = []  # the arch of every family registered here, in registration order
+
+
 def register_production(arch: str, display: str, article: str, class_name: str, model_types: tuple[str, ...]) -> None:
-    """Register the transformers family whose model, config and loader live in models/production/<arch>.py."""
+    """Register the transformers family whose model, config and loader live in models/production/<arch>.py (its
+    FAMILY there reads this record's name, display name and model types)."""
     from deltalens.models.registry import Family, register
 
+    if arch not in PRODUCTION:
+        PRODUCTION.append(arch)
     where = f"deltalens.models.production.{arch}"
     register(
         Family(

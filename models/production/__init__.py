@@ -8,3 +8,28 @@ models.load, dl.load (folders and Hub ids) and the CLI open it as any other fami
 hooked_gdn.py (the Gated DeltaNet layer with our recurrence), hooked_kda.py (the same for KDA),
 attention.py (attention hooks) and lm.py (the hooked model around transformers' own).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+
+def production_family(arch: str) -> Any:
+    """The ProductionFamily of a registered production arch (imports its module: transformers)."""
+    return importlib.import_module(f"{__name__}.{arch}").FAMILY
+
+
+def standin_kinds() -> dict[str, str]:
+    """Every model type an offline stand-in is made of (scripts/production_standin.py) -> its arch: each
+    production family's text model type, and its multimodal one where the family has a tiny multimodal model."""
+    from deltalens.models import families  # noqa: F401  (registers the built-in families)
+    from deltalens.models.families.production_shared import PRODUCTION
+
+    kinds = {}
+    for arch in PRODUCTION:
+        family = production_family(arch)
+        kinds[family.model_types[0]] = arch
+        if family.tiny_multimodal is not None:
+            kinds[family.model_types[1]] = arch
+    return kinds

@@ -15,14 +15,15 @@ from typing import Any
 
 from deltalens.core.errors import DeltalensError
 
-__all__ = ["Footprint", "ProductionFamily", "check_config", "footprint"]
+__all__ = ["Footprint", "LAYERS_3_1", "ProductionFamily", "check_config", "footprint", "tiny_gdn_fields"]
 
 
 @dataclass(frozen=True)
 class ProductionFamily:
-    arch: str  # deltalens' name for it (model.arch)
-    display: str
-    model_types: tuple[str, ...]  # config.json "model_type"s read (a multimodal one: its text tower)
+    """What the hooked model needs beyond the family's registry record (models/families/<arch>.py), whose
+    name, display name and model types it reads rather than repeats."""
+
+    arch: str  # deltalens' name for it (model.arch): the registry record's key
     lm_class: type  # transformers' causal LM class, built from `config_class`
     config_class: type
     linear_mixer: type  # our hooked subclass of the family's delta-rule layer
@@ -31,6 +32,23 @@ class ProductionFamily:
     text_config_key: str = "text_config"  # where a multimodal config keeps its text tower
     refused: dict[str, str] = field(default_factory=dict)  # config key -> why it is not supported
     positions: str = "rotary"  # what its attention layers encode position with (cfg.positional_embedding_type)
+    # the offline stand-in (scripts/production_standin.py): vocab_size -> a tiny config of the text model, 4 layers
+    # mixing its layer kinds; and, for a multimodal model type (model_types[1]), text config -> that tiny model
+    tiny: Callable[[int], Any] | None = None
+    tiny_multimodal: Callable[[Any], Any] | None = None
+
+    @property
+    def display(self) -> str:
+        return self._record().display
+
+    @property
+    def model_types(self) -> tuple[str, ...]:  # config.json "model_type"s read (a multimodal one: its text tower)
+        return self._record().model_types
+
+    def _record(self):
+        from deltalens.models.registry import family
+
+        return family(self.arch)
 
     @property
     def library_mixer(self) -> type:
@@ -46,6 +64,20 @@ class ProductionFamily:
     def make_config(self, raw: dict[str, Any]):
         fields = {k: v for k, v in self.text_config(raw).items() if k not in ("model_type", "architectures")}
         return self.config_class.from_dict(fields)
+
+
+def tiny_gdn_fields(vocab_size: int, layer_types: list[str]) -> dict[str, Any]:
+    """The sizes every Gated DeltaNet family's stand-in shares: 64 wide, 4 layers, 2 key heads of 16 and 4
+    value heads of 8 in the delta-rule layers, 4 query heads over 2 key-value heads in attention."""
+    return dict(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=8, linear_num_key_heads=2,
+        linear_num_value_heads=4, layer_types=layer_types, bos_token_id=1, pad_token_id=0, eos_token_id=None,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+
+
+LAYERS_3_1 = ["linear_attention", "linear_attention", "full_attention", "linear_attention"]  # a stand-in's layers
 
 
 def check_config(family: ProductionFamily, raw: dict[str, Any], where: str = "config.json") -> None:

@@ -19,7 +19,7 @@ from transformers.models.kimi_linear import modeling_kimi_linear as modeling
 from transformers.models.kimi_linear.configuration_kimi_linear import KimiLinearConfig
 
 from deltalens.core.errors import DeltalensError
-from deltalens.models.production.family import ProductionFamily, check_config
+from deltalens.models.production.family import LAYERS_3_1, ProductionFamily, check_config
 from deltalens.models.production.hooked_kda import HookedKimiDeltaAttention
 from deltalens.models.production.lm import HookedProductionLM
 
@@ -70,14 +70,26 @@ def _check_kimi(raw: dict[str, Any], where: str = "config.json") -> None:
 
 FAMILY = ProductionFamily(
     arch="kimi_linear",
-    display="Kimi Linear",
-    model_types=("kimi_linear",),
     lm_class=modeling.KimiLinearForCausalLM,
     config_class=KimiLinearConfig,
     linear_mixer=HookedKimiLinearDeltaAttention,
     layer_types=("linear_attention", "full_attention"),
     positions="none",  # its MLA layers use no rotary embedding (mla_use_nope); KDA orders the tokens
+    tiny=lambda vocab_size: _tiny(vocab_size),
 )
+
+
+def _tiny(vocab_size: int) -> KimiLinearConfig:
+    """KDA (4 heads of 16) and one MLA layer (4 heads, rank-16 latent); a dense MLP on layer 0 and MoE after it
+    (4 experts, 2 per token, one shared), as the release's first_k_dense_replace = 1."""
+    return KimiLinearConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
+        qk_nope_head_dim=8, v_head_dim=8, num_local_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+        linear_head_dim=16, linear_num_heads=4, linear_conv_kernel_dim=4, layer_types=LAYERS_3_1,
+        mlp_layer_types=["dense", "sparse", "sparse", "sparse"], bos_token_id=1, pad_token_id=0, eos_token_id=None,
+        tie_word_embeddings=False,
+    )  # fmt: skip
 
 
 def _hook_router(router: torch.nn.Module) -> None:

@@ -13,7 +13,7 @@ import torch
 from transformers.models.olmo_hybrid import modeling_olmo_hybrid as modeling
 from transformers.models.olmo_hybrid.configuration_olmo_hybrid import OlmoHybridConfig
 
-from deltalens.models.production.family import ProductionFamily
+from deltalens.models.production.family import ProductionFamily, tiny_gdn_fields
 from deltalens.models.production.hooked_gdn import HookedGatedDeltaNet
 from deltalens.models.production.lm import HookedProductionLM
 
@@ -38,13 +38,14 @@ class HookedOlmoHybridGatedDeltaNet(HookedGatedDeltaNet, modeling.OlmoHybridGate
 
 FAMILY = ProductionFamily(
     arch="olmo_hybrid",
-    display="OLMo-Hybrid",
-    model_types=("olmo_hybrid",),
     lm_class=modeling.OlmoHybridForCausalLM,
     config_class=OlmoHybridConfig,
     linear_mixer=HookedOlmoHybridGatedDeltaNet,
     layer_types=("linear_attention", "full_attention"),
     neg_eigval=lambda config: bool(config.linear_allow_neg_eigval),
+    tiny=lambda vocab_size: OlmoHybridConfig(  # its attention at layer 1, as the release interleaves it
+        **tiny_gdn_fields(vocab_size, ["linear_attention", "full_attention", "linear_attention", "linear_attention"])
+    ),
 )
 
 

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as modeling
-from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5Config, Qwen3_5TextConfig
 
-from deltalens.models.production.family import ProductionFamily
+from deltalens.models.production.family import LAYERS_3_1, ProductionFamily, tiny_gdn_fields
 from deltalens.models.production.hooked_gdn import HookedGatedDeltaNet
 from deltalens.models.production.lm import HookedProductionLM
 
-__all__ = ["FAMILY", "HookedQwen3_5", "HookedQwen3_5GatedDeltaNet"]
+__all__ = ["FAMILY", "HookedQwen3_5", "HookedQwen3_5GatedDeltaNet", "Qwen3_5Inputs"]
 
 
-class HookedQwen3_5GatedDeltaNet(HookedGatedDeltaNet, modeling.Qwen3_5GatedDeltaNet):
+class Qwen3_5Inputs:
+    """Where Qwen3.5's delta-rule layer keeps each input (Qwen3.5-MoE's layer is the same layer)."""
+
     conv_forward = staticmethod(modeling.causal_conv1d_forward)
     mask_padding = staticmethod(modeling.apply_mask_to_padding_states)
 
@@ -40,14 +42,27 @@ class HookedQwen3_5GatedDeltaNet(HookedGatedDeltaNet, modeling.Qwen3_5GatedDelta
         return self.out_proj(self.norm(o.reshape(-1, self.head_v_dim), z).reshape(B, T, -1))
 
 
+class HookedQwen3_5GatedDeltaNet(Qwen3_5Inputs, HookedGatedDeltaNet, modeling.Qwen3_5GatedDeltaNet):
+    pass
+
+
+def _tiny_multimodal(text):
+    """The multimodal model around a tiny text tower: a one-block vision tower beside it."""
+    vision = dict(depth=1, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64)
+    config = Qwen3_5Config(text_config=text.to_dict(), vision_config=vision, image_token_id=300, video_token_id=301,
+                           vision_start_token_id=302, vision_end_token_id=303)  # fmt: skip
+    config._attn_implementation = "eager"
+    return modeling.Qwen3_5ForConditionalGeneration(config)
+
+
 FAMILY = ProductionFamily(
     arch="qwen3_5",
-    display="Qwen3.5",
-    model_types=("qwen3_5_text", "qwen3_5"),
     lm_class=modeling.Qwen3_5ForCausalLM,
     config_class=Qwen3_5TextConfig,
     linear_mixer=HookedQwen3_5GatedDeltaNet,
     layer_types=("linear_attention", "full_attention"),
+    tiny=lambda vocab_size: Qwen3_5TextConfig(head_dim=16, **tiny_gdn_fields(vocab_size, LAYERS_3_1)),
+    tiny_multimodal=_tiny_multimodal,
 )
 
 

@@ -12,7 +12,7 @@ import torch
 from transformers.models.qwen3_next import modeling_qwen3_next as modeling
 from transformers.models.qwen3_next.configuration_qwen3_next import Qwen3NextConfig
 
-from deltalens.models.production.family import ProductionFamily
+from deltalens.models.production.family import LAYERS_3_1, ProductionFamily, tiny_gdn_fields
 from deltalens.models.production.hooked_gdn import HookedGatedDeltaNet
 from deltalens.models.production.lm import HookedProductionLM
 
@@ -45,12 +45,19 @@ class HookedQwen3NextGatedDeltaNet(HookedGatedDeltaNet, modeling.Qwen3NextGatedD
 
 FAMILY = ProductionFamily(
     arch="qwen3_next",
-    display="Qwen3-Next",
-    model_types=("qwen3_next",),
     lm_class=modeling.Qwen3NextForCausalLM,
     config_class=Qwen3NextConfig,
     linear_mixer=HookedQwen3NextGatedDeltaNet,
     layer_types=("linear_attention", "full_attention"),
+    # mixture-of-experts MLPs on every layer: 4 experts, 2 per token, a shared one
+    tiny=lambda vocab_size: Qwen3NextConfig(
+        head_dim=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=16,
+        shared_expert_intermediate_size=16,
+        **tiny_gdn_fields(vocab_size, LAYERS_3_1),
+    ),  # fmt: skip
 )
 
 

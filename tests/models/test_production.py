@@ -1,4 +1,5 @@
-"""Production delta-rule LMs from transformers (Qwen3.5, OLMo-Hybrid, Qwen3-Next with MoE), opened by Hub id offline.
+"""Production delta-rule LMs from transformers (Qwen3.5, Qwen3.5-MoE, OLMo-Hybrid, Qwen3-Next), opened by Hub id
+offline.
 
 Each stand-in is transformers' own tiny random model (scripts/production_standin.py) in a local Hub
 cache; the reference is transformers' own model loaded from the same snapshot, never ours. Measured:
@@ -8,6 +9,7 @@ edit of S_t propagating as a reference recurrence says, and greedy generation.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -20,7 +22,12 @@ from deltalens.core.errors import DeltalensError
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from production_standin import put_standin  # noqa: E402
 
-KINDS = ("qwen3_5_text", "qwen3_5", "olmo_hybrid", "qwen3_next")  # qwen3_5: the multimodal model, its text tower opened
+# qwen3_5, qwen3_5_moe: the multimodal models, their text towers opened
+KINDS = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "olmo_hybrid", "qwen3_next")
+MULTIMODAL = {  # the library's class of each multimodal kind: the reference opens the whole model
+    "qwen3_5": ("transformers.models.qwen3_5.modeling_qwen3_5", "Qwen3_5ForConditionalGeneration"),
+    "qwen3_5_moe": ("transformers.models.qwen3_5_moe.modeling_qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration"),
+}
 TEXT = ">>> a = 1\n>>> b = 2\n>>> a, b = b, a\n>>> print('a', a)\na 2\n>>> c = 3\n"
 # 32 layers, three Gated DeltaNet layers to one attention layer, at the 7B scale (fields as transformers names them)
 _SHAPE = dict(
@@ -53,8 +60,9 @@ def opened(hub):
         out = {}
         for kind, (repo, snapshot) in standins.items():
             ours = dl.load(repo)
-            if kind == "qwen3_5":
-                from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForConditionalGeneration as theirs_class
+            if kind in MULTIMODAL:
+                module, name = MULTIMODAL[kind]
+                theirs_class = getattr(importlib.import_module(module), name)
             else:
                 theirs_class = AutoModelForCausalLM
             theirs = theirs_class.from_pretrained(snapshot, attn_implementation="eager").eval()
@@ -163,8 +171,6 @@ def test_unsupported_options_are_refused_by_name_before_weights(tmp_path):
 @pytest.mark.parametrize("kind", ["qwen3_5_text", "olmo_hybrid"])
 def test_our_model_holds_exactly_transformers_parameters_on_the_meta_device(kind):
     """A 7B-sized config counted on the meta device: wrapping and hooks add no parameter."""
-    import importlib
-
     from deltalens.models.production.family import footprint
 
     family = kind.removesuffix("_text")

@@ -20,6 +20,7 @@ from production_bf16 import KINDS, parity  # noqa: E402
 # kind -> (max abs, relative) allowed between our bf16 logits and transformers' bf16 logits
 BF16_TOLERANCE = {  # measured (README): 1.2e-2, 1.0e-2 | 6.8e-3, 6.7e-3 | 1.7e-2, 8.9e-3 | 8.5e-2, 2.3e-2
     "qwen3_5_text": (4e-2, 3e-2),
+    "qwen3_5_moe_text": (5e-2, 3e-2),  # measured 1.2e-2, 8.3e-3 (its own bf16 vs fp32: 2.6e-2, 1.1e-2)
     "olmo_hybrid": (2e-2, 2e-2),
     "qwen3_next": (5e-2, 3e-2),
     "kimi_linear": (0.25, 7e-2),  # KDA: a decay per key channel, more bf16 roundings between the two scans
