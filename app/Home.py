@@ -55,8 +55,9 @@ PAGES = {  # file -> (title, what the page shows: drawn before its first import)
     "census.py": (
         "Census",
         "On the shipped S3 and S5 DeltaNet [0, 2] checkpoints the transition census singles out L0H3, the "
-        "tracking head, with beta > 1 on its action tokens; per layer and head of any delta-rule model: the share "
-        "of beta > 1, of negative gates, the smallest transition eigenvalue and the effective rank of S_t.",
+        "tracking head, a near-reflection on its action tokens; per layer and head of any delta-rule model: the "
+        "share of beta > 1 and of near-reflections, of negative gates, the smallest transition eigenvalue and the "
+        "effective rank of S_t.",
     ),
     "beliefs.py": (
         "Beliefs",

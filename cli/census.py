@@ -59,10 +59,12 @@ def run(args) -> int:
         return 0
     print(f"{args.checkpoint}  ({result.architecture}, {source})")
     print(result.table())
-    column = "beta_gt1_action" if result.heads["beta_gt1_action"].notna().any() else "beta_gt1"
-    if not result.heads[column].max() > 0:
+    column, top = result.most_reflecting()
+    if top is not None:
+        where = "action tokens" if column.endswith("_action") else "tokens"
+        print(f"most reflecting head: layer {top[0]} head {top[1]} (eigenvalue below -0.9 on the most {where})")
+    elif result.heads["beta_gt1"].max() > 0:
+        print("no head reflects (no eigenvalue below -0.9) on these tokens; some have beta > 1 (a negative eigenvalue)")
+    else:
         print("no head has beta > 1 (no negative eigenvalue) on these tokens")
-        return 0
-    layer, head = result.top(column)
-    print(f"most reflecting head: layer {layer} head {head} ({column.replace('_', ' ')})")
     return 0

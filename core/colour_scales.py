@@ -34,7 +34,8 @@ def kind_of(statistic: str) -> str | None:
     name = statistic.lower()
     if "eigenvalue" in name and "fraction" not in name:
         return "eigenvalue"
-    if name.startswith(("beta_gt", "neg_", "share")) or name.endswith(("fraction", "_share")) or "agreement" in name:
+    shares = name.startswith(("beta_gt", "neg_", "share", "reflection")) or name.endswith(("fraction", "_share"))
+    if shares or "agreement" in name:
         return "share"
     if "beta" in name:
         return "beta"

@@ -12,6 +12,10 @@ left out):
     tokens          transitions counted (tokens x factors)
     beta_gt1        share with beta > 1: a negative eigenvalue 1 - beta
     beta_gt1_action the same on action tokens alone (traces only): where a tracking head reflects
+    reflection_fraction  share whose eigenvalue 1 - beta_t ||k_t||^2 is below -0.9: a near-reflection (the
+                    eigenvalue report's threshold); what singles out a tracking head where several heads have
+                    beta > 1 on every action but only one reaches beta = 2
+    reflection_fraction_action  the same on action tokens alone (traces only)
     mean_beta       mean beta
     min_eigenvalue  the smallest delta-factor eigenvalue 1 - beta_t ||k_t||^2 over the tokens (and factors): the
                     eigenvalue report's column, by the same function (probes/eigenvalues.py `min_eigenvalue`)
@@ -37,7 +41,7 @@ import torch
 
 from deltalens.core.colour_scales import scale_for
 from deltalens.core.errors import DeltalensError
-from deltalens.probes.eigenvalues import min_eigenvalue, transition_eigenvalues
+from deltalens.probes.eigenvalues import REFLECTION_THRESHOLD, min_eigenvalue, transition_eigenvalues
 from deltalens.probes.subspace import effective_rank
 
 __all__ = ["Census", "census", "census_figure"]
@@ -46,6 +50,8 @@ COLUMNS = (
     "tokens",
     "beta_gt1",
     "beta_gt1_action",
+    "reflection_fraction",
+    "reflection_fraction_action",
     "mean_beta",
     "min_eigenvalue",
     "min_decayed_eigenvalue",
@@ -75,9 +81,21 @@ class Census:
         return {"architecture": self.architecture, "heads": rows.to_dict(orient="records")}
 
     def top(self, column: str = "beta_gt1") -> tuple[int, int]:
-        """(layer, head) with the largest value of `column`."""
-        row = self.heads.loc[self.heads[column].fillna(-1).idxmax()]
+        """(layer, head) with the largest value of `column`; a tie goes to the larger mean beta (two heads with
+        beta > 1 on every action: the one nearer a reflection)."""
+        ranked = self.heads.assign(_key=self.heads[column].fillna(-1)).sort_values(
+            ["_key", "mean_beta"], ascending=False, kind="stable"
+        )
+        row = ranked.iloc[0]
         return int(row["layer"]), int(row["head"])
+
+    def most_reflecting(self) -> tuple[str, tuple[int, int] | None]:
+        """The column that singles out a reflecting head here (on action tokens where the census has them) and the
+        head it names; None when no head has a near-reflection (eigenvalue below -0.9) on these tokens."""
+        column = "reflection_fraction_action" if self.heads["beta_gt1_action"].notna().any() else "reflection_fraction"
+        if not self.heads[column].max() > 0:
+            return column, None
+        return column, self.top(column)
 
 
 def _inputs(tokens, model=None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
@@ -209,6 +227,8 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
                 "tokens": int(b.numel()),
                 "beta_gt1": float((b > 1).float().mean()),
                 "beta_gt1_action": np.nan,
+                "reflection_fraction": float((factor < REFLECTION_THRESHOLD).float().mean()),
+                "reflection_fraction_action": np.nan,
                 "mean_beta": float(b.mean()),
                 "min_eigenvalue": min_eigenvalue(factor),
                 "min_decayed_eigenvalue": min_eigenvalue(decayed),
@@ -216,8 +236,10 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
                 "effective_rank": float(ranks[:, :, head][rank_ok].nanmean()),
             }
             if kinds is not None:
-                action = beta[:, :, head][valid & (kinds == ACTION)]
-                row["beta_gt1_action"] = float((action > 1).float().mean()) if action.numel() else np.nan
+                action = (kinds == ACTION)[valid]  # (N,): which of the counted tokens are actions
+                if action.any():
+                    row["beta_gt1_action"] = float((b[action] > 1).float().mean())
+                    row["reflection_fraction_action"] = float((factor[action] < REFLECTION_THRESHOLD).float().mean())
             rows.append(row)
     frame = pd.DataFrame(rows, columns=["layer", "head", *COLUMNS])
     return Census(frame, str(getattr(model, "arch", type(model).__name__)))

@@ -23,6 +23,8 @@ TRACES = [16, 64, 256, 1024]
 AT_ONCE = 256  # traces counted without a click: 64 took 0.3-0.4 s on the shipped checkpoints, 256 about 1.5 s
 STATISTICS = {  # census column -> what the selectbox and the heatmap call it
     "beta_gt1_action": "share of action tokens with beta > 1",
+    "reflection_fraction_action": "share of action tokens with eigenvalue below -0.9 (a near-reflection)",
+    "reflection_fraction": "share of tokens with eigenvalue below -0.9 (a near-reflection)",
     "beta_gt1": "share of tokens with beta > 1 (a negative eigenvalue)",
     "neg_gate": "share of negative gate channels",
     "min_eigenvalue": "smallest eigenvalue 1 - beta ||k||^2 over the tokens",
@@ -84,16 +86,23 @@ def table_of(result) -> pd.DataFrame:
 
 
 def headline(result, name: str) -> str:
-    """One sentence naming the head this census singles out (the largest beta > 1 share, on actions if any)."""
-    column = "beta_gt1_action" if result.heads["beta_gt1_action"].notna().any() else "beta_gt1"
-    if not result.heads[column].max() > 0:
+    """One sentence naming the head this census singles out (the largest share of near-reflections, eigenvalue
+    below -0.9, on actions if any), or saying that none reflects."""
+    column, top = result.most_reflecting()
+    if top is None:
+        if result.heads["beta_gt1"].max() > 0:
+            return (
+                f"On {name} no head reflects on these tokens (no eigenvalue below -0.9), though some have beta > 1 "
+                "(a negative eigenvalue)."
+            )
         return f"On {name} no head has beta > 1 on these tokens: no transition has a negative eigenvalue."
-    layer, head = result.top(column)
-    share = float(result.heads[column].max())
-    where = "action tokens" if column == "beta_gt1_action" else "tokens"
+    layer, head = top
+    row = result.heads.set_index(["layer", "head"]).loc[(layer, head)]
+    where = "action tokens" if column.endswith("_action") else "tokens"
+    gt1 = row["beta_gt1_action" if column.endswith("_action") else "beta_gt1"]
     return (
-        f"On {name} the census singles out **L{layer}H{head}**: beta > 1 on {share:.0%} of its {where}, "
-        "the largest share of any head."
+        f"On {name} the census singles out **L{layer}H{head}**: a near-reflection (eigenvalue below -0.9) on "
+        f"{row[column]:.0%} of its {where}, the largest share of any head (beta > 1 on {gt1:.0%})."
     )
 
 

@@ -1,5 +1,5 @@
 """The Census page through AppTest: on the shipped DeltaNet [0, 2] checkpoints its table and first sentence
-name the head dl.census itself singles out (the tracking head, beta > 1 on the action tokens); bad input
+name the head dl.census itself singles out (the tracking head, near-reflections on the action tokens); bad input
 (empty pasted text, a model without a delta rule) gets one sentence, not a traceback."""
 
 from __future__ import annotations
@@ -20,15 +20,16 @@ def private_cache(tmp_path, monkeypatch):
 
 
 def expected_top(name: str) -> str:
-    """The head dl.census gives the largest beta > 1 share on action tokens, over the page's default traces."""
+    """The head dl.census singles out (near-reflections on action tokens), over the page's default traces."""
     model = dl.load(name)
-    layer, head = dl.census(model, model.checkpoint.batch(64, seed=0)).top("beta_gt1_action")
+    column, (layer, head) = dl.census(model, model.checkpoint.batch(64, seed=0)).most_reflecting()
+    assert column == "reflection_fraction_action"
     return f"L{layer}H{head}"
 
 
 def table_top(app) -> str:
     table = app.dataframe[0].value
-    return str(table.loc[table["beta_gt1_action"].idxmax(), "name"])
+    return str(table.loc[table["reflection_fraction_action"].idxmax(), "name"])
 
 
 def test_census_page_names_the_tracking_head_on_the_shipped_deltanets():

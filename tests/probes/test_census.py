@@ -20,10 +20,11 @@ def test_census_singles_out_the_tracking_head(name):
     result = dl.census(model, batch)
     assert len(result.heads) == model.cfg.n_layers * model.cfg.n_heads
     tracking = dl.eigenvalue_report(model, batch).tracking_head()  # reflection fraction, from hook_k and hook_beta
-    assert result.top("beta_gt1_action") == tracking
+    assert result.most_reflecting() == ("reflection_fraction_action", tracking)
     row = result.heads.set_index(["layer", "head"]).loc[tracking]
     others = result.heads.set_index(["layer", "head"]).drop(tracking)
-    assert row["beta_gt1_action"] > 0.9 > others["beta_gt1_action"].max()
+    assert row["reflection_fraction_action"] > 0.9 > others["reflection_fraction_action"].max()
+    assert row["beta_gt1_action"] > 0.9  # (another head may have beta > 1 on every action too, short of 2)
     assert row["min_eigenvalue"] < -0.9  # it reflects (eigenvalue near -1)
     report = dl.eigenvalue_report(model, batch).heads.set_index(["layer", "head"])
     # one meaning: the census's min_eigenvalue is the eigenvalue report's, head for head
@@ -39,6 +40,21 @@ def test_a_zero_one_model_has_no_negative_eigenvalue():
     model = dl.load("s3-deltanet-pos-statement")
     result = dl.census(model, model.checkpoint.batch(8))
     assert result.heads["beta_gt1"].max() == 0 and result.heads["mean_beta"].min() > 0
+    assert result.heads["reflection_fraction"].max() == 0 and result.most_reflecting()[1] is None
+
+
+def test_a_tie_in_the_share_goes_to_the_head_nearer_a_reflection():
+    """Two heads with beta > 1 on every action (one at 1.4, one at 2): top() names the one with the larger beta."""
+    import pandas as pd
+
+    heads = pd.DataFrame(
+        [
+            {"layer": 0, "head": 0, "beta_gt1_action": 1.0, "mean_beta": 1.4},
+            {"layer": 0, "head": 1, "beta_gt1_action": 1.0, "mean_beta": 2.0},
+            {"layer": 1, "head": 0, "beta_gt1_action": 0.2, "mean_beta": 0.9},
+        ]
+    )
+    assert dl.Census(heads, "deltanet").top("beta_gt1_action") == (0, 1)
 
 
 def test_census_on_token_ids_and_its_refusal_for_a_transformer():
