@@ -1,4 +1,5 @@
 """The shipped checkpoints load, track state on fresh held-out traces, and show the paper's head."""
+
 import math
 import re
 from pathlib import Path
@@ -6,20 +7,29 @@ from pathlib import Path
 import pytest
 
 from deltalens import models
-from deltalens.training.belief_kl import belief_kl
 from deltalens.loading.evaluate_checkpoint import evaluate_checkpoint
 from deltalens.loading.opened import open_checkpoint
+from deltalens.training.belief_kl import belief_kl
 
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 SHIPPED = sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "model.safetensors").is_file())
-# deterministic DeltaNet [0, 2] checkpoints, plain or renormalised: they must really track state
-TRACKERS = [name for name in SHIPPED if ("deltanet-neg" in name or "deltanet-renorm" in name)
-            and not name.endswith(("-prob", "-full"))]
 
 
 def _saved_accuracy(name: str) -> float:
     lengths = models.read_checkpoint_meta(CHECKPOINTS / name)["metrics"]["eval"]["lengths"]
     return next(row["reveal_accuracy"] for row in lengths if row["x_train"] == 1)
+
+
+# deterministic DeltaNet [0, 2] checkpoints, plain or renormalised, whose card says they track (>= 0.99 at 1x): they
+# must really track state. The renormalised one, retrained from its train.toml on this CPU for its training curve,
+# reaches 0.71 and says so (docs/training-curves.md); the headline two are required below.
+TRACKERS = [
+    name
+    for name in SHIPPED
+    if ("deltanet-neg" in name or "deltanet-renorm" in name)
+    and not name.endswith(("-prob", "-full"))
+    and _saved_accuracy(name) >= 0.99
+]
 
 
 # the one-step-permutation experiment's checkpoints (`full` action set) that say they track (>= 0.99 at 1x)
@@ -71,8 +81,10 @@ def test_the_product_probe_and_the_beta_intervention_find_the_same_head():
     assert implementing.iloc[0]["rep"] == "standard" and implementing.iloc[0]["decoded_accuracy"] >= 0.95
     # its spectra, read without a basis, name the 3- and 4-cycles too (3-cycles with the parity fixed
     # in one more dimension: 3 reflections have det -1)
-    mine = report.actions[(report.actions["layer"] == implementing.iloc[0]["layer"])
-                          & (report.actions["head"] == implementing.iloc[0]["head"])]
+    mine = report.actions[
+        (report.actions["layer"] == implementing.iloc[0]["layer"])
+        & (report.actions["head"] == implementing.iloc[0]["head"])
+    ]
     cycles = mine[mine["cycle_type"].isin(["3+1", "4"])]
     assert len(cycles) > 50 and (cycles["spectral_cycle_type"] == cycles["cycle_type"]).mean() >= 0.95
     layer, head = report.tracking_head()
@@ -81,8 +93,10 @@ def test_the_product_probe_and_the_beta_intervention_find_the_same_head():
     assert reveal_accuracy(checkpoint.model, batch, rescale_beta(checkpoint.model, *other)).reveal_accuracy > 0.95
 
 
-@pytest.mark.parametrize("name, tracking", [("s4-deltaproduct-n3-full", (0, 1)), ("a5-deltaproduct-n4-full", (0, 0)),
-                                            ("s5-deltanet-neg-statement", (0, 3))])
+@pytest.mark.parametrize(
+    "name, tracking",
+    [("s4-deltaproduct-n3-full", (0, 1)), ("a5-deltaproduct-n4-full", (0, 0)), ("s5-deltanet-neg-statement", (0, 3))],
+)
 def test_with_the_short_convolution_the_products_compose_between_read_outs(name, tracking):
     """With a short convolution no head's per-action product is the permutation in a fixed basis (the
     keys move with the preceding tokens), but the product of every token's transition from one read-out
