@@ -95,7 +95,9 @@ def run(args) -> int:
     if not summary.heads.empty:
         columns = [c for c in ("layer", "head", *HEAD_COLUMNS) if c in summary.heads]
         print(summary.heads[columns].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-        if summary.tracking_head is None:
+        if "reflection_fraction" not in summary.heads:
+            pass  # no eigenvalue report (the note above says why)
+        elif summary.tracking_head is None:
             print("tracking head: none (no head reflects on an action token: no eigenvalue below -0.9)")
         else:
             layer, head = summary.tracking_head

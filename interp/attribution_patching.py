@@ -40,7 +40,7 @@ from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.attribution_runs import SiteNames, attribution_runs
 from deltalens.interp.patching import PatchGrid, _check_site, tokens_of
-from deltalens.models.architecture import architecture_of, is_delta_rule, n_heads_of, n_layers_of
+from deltalens.models.architecture import architecture_of, is_delta_rule, n_heads_of, n_layers_of, require_householder
 
 __all__ = ["AttributionResult", "attribution_patching", "attribution_of_intervention", "state_adjoint", "reveal_margin"]
 
@@ -199,6 +199,8 @@ def attribution_patching(
     sites = (sites,) if isinstance(sites, str) else tuple(sites)
     for site in sites:
         _check_site(model, site)
+    if "state" in sites:  # its adjoint scan runs the transitions alpha (I - beta k k^T) backwards
+        require_householder(model, "attribution patching of 'state'")
     if "state" in sites and getattr(model, "state_norm_every", 0):  # its estimates anti-correlate (-0.97)
         raise DeltalensError(
             "attribution patching of 'state' is wrong on a model that renormalises its state (state_norm_every > 0): "
@@ -304,6 +306,8 @@ def attribution_of_intervention(model, batch: dict, build, metric: Optional[Metr
     plans = {(layer, head): build(model, layer, head) for layer in range(L) for head in range(H)}
     names = {name for iv in plans.values() for name, _ in iv.hooks}
     state_layers = {int(n.split(".")[1]) for n in names if n.endswith("hook_state")}
+    if state_layers:  # the state adjoint (as attribution_patching's)
+        require_householder(model, "the attribution of a state intervention")
     grad_names = {n for n in names if not n.endswith("hook_state")} | {
         f"blocks.{lay}.attn.hook_z" for lay in state_layers
     }

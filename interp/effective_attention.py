@@ -39,7 +39,7 @@ import torch
 
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture_plan import capture_limit
-from deltalens.models.architecture import architecture_of, require_delta_rule
+from deltalens.models.architecture import architecture_of, require_delta_rule, require_householder
 
 __all__ = [
     "EFFECTIVE_PATTERN",
@@ -56,6 +56,7 @@ EFFECTIVE_PATTERN = "blocks.{layer}.attn.hook_effective_pattern"  # (batch, head
 
 def _check_model(model, layer: int) -> None:
     require_delta_rule(model, "delta-rule recurrence to unroll")
+    require_householder(model, "effective attention")
     if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < model.cfg.n_layers:
         raise DeltalensError(f"layer {layer!r} is out of range: this model has {model.cfg.n_layers} layers.")
     if getattr(model, "state_norm_every", 0):

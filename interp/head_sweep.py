@@ -35,7 +35,13 @@ from deltalens.interp.interventions import (
     rescale_beta,
     reveal_accuracy,
 )
-from deltalens.models.architecture import architecture_of, n_heads_of, n_layers_of, require_delta_rule
+from deltalens.models.architecture import (
+    architecture_of,
+    n_heads_of,
+    n_layers_of,
+    require_delta_rule,
+    require_householder,
+)
 from deltalens.tasks.dataset import split_batch
 
 __all__ = ["INTERVENTIONS", "SweepResult", "sweep", "sweep_figure"]
@@ -141,6 +147,7 @@ def _split_builder(model, intervention: str, factor: int | None = None) -> Build
     """The builder of a transition-only / write-only intervention (interp/split_interventions.py), on every
     Householder factor of a head or, with `factor`, on that one."""
     require_delta_rule(model, "beta to split between transition and write")
+    require_householder(model, f"the {intervention} sweep")
     f = factor  # short, so each line fits
     return {
         "transition-clip": lambda m, layer, head: split.clip_transition(m, layer, head, hi=1.0, factor=f),

@@ -44,7 +44,7 @@ import torch
 
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.interventions import Intervention, _check_head, check_factor
-from deltalens.models.architecture import require_delta_rule
+from deltalens.models.architecture import require_delta_rule, require_householder
 
 __all__ = [
     "FLOOR",
@@ -65,6 +65,7 @@ _USES = "_deltalens_split_uses"  # on that copy: the transition and write betas 
 def _target(model, layer: int, head: int | None, factor: int | None, what: str) -> tuple[tuple, str]:
     """(index into (B, T, H[, n]) beta and v, label prefix such as "L0H3" or "L0H2F1")."""
     require_delta_rule(model, what)
+    require_householder(model, "the transition / write split")
     _check_head(model, layer, head)
     n_factors = check_factor(model, factor, layer)
     heads = slice(None) if head is None else head

@@ -84,6 +84,19 @@ def attention_layers_of(model) -> list[int]:
     return list(getattr(model, "attention_layers", None) or [])
 
 
+def require_householder(source, tool: str) -> None:
+    """Raise a DeltalensError unless the transitions of `source` (a model, a Capture or an arch name) have the form
+    alpha (I - beta k k^T) that `tool` unrolls (every delta-rule family here but Comba)."""
+    arch = source if isinstance(source, str) else getattr(source, "arch", None) or architecture_of(source)
+    record = family(arch) if arch in architectures() else None
+    if record is not None and record.delta_rule and "householder" not in record.capabilities:
+        raise DeltalensError(
+            f"{tool} reads each transition as alpha (I - beta k k^T), and {article_of(arch)} has transitions "
+            "alpha I - beta k p^T (a correction key p_t, hook_p); its exact eigenvalues are the census's "
+            "(dl.census), and its states and hooks are open to capture, probes and patching."
+        )
+
+
 def require_delta_rule(model, what: str = "beta") -> None:
     """Raise a DeltalensError naming the architecture unless `model` is of the delta-rule family."""
     arch = architecture_of(model)

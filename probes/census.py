@@ -22,7 +22,10 @@ left out):
     min_decayed_eigenvalue  the smallest eigenvalue of the whole transition over the tokens, the decay in:
                     alpha_t (1 - beta_t ||k_t||^2) (one factor), or with a decay per key channel (KDA:
                     A_t = (I - beta_t k_t k_t^T) Diag(alpha_t)) that of the similar symmetric
-                    Diag(alpha_t) - beta_t (sqrt(alpha_t) * k_t)(sqrt(alpha_t) * k_t)^T
+                    Diag(alpha_t) - beta_t (sqrt(alpha_t) * k_t)(sqrt(alpha_t) * k_t)^T; for Comba's
+                    A_t = alpha_t I - beta_t k_t p_t^T (hook_p) the smaller of alpha_t and alpha_t - beta_t p_t.k_t
+                    (its eigenvalues, all real; min_eigenvalue is then 1 - beta_t p_t.k_t, the transition at
+                    alpha = 1, which beta in [0, 1] keeps >= 0: Comba's negative eigenvalues come from the decay)
     neg_gate        share of negative decay channels (NaN: no family here allows alpha < 0)
     effective_rank  mean Roy-Vetterli effective rank of S_t, at up to `rank_positions` positions per trace
 
@@ -191,7 +194,8 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
     valid = torch.ones(B, T, dtype=torch.bool) if lengths is None else torch.arange(T)[None] < lengths[:, None]
     step = max(1, -(-T // rank_positions))
     at = torch.arange(T - 1, -1, -step).flip(0)  # the last position and every step-th before it
-    wanted = {f"blocks.{l}.attn.hook_{n}" for l in layers for n in ("beta", "gate", "k")}
+    wanted = {f"blocks.{l}.attn.hook_{n}" for l in layers for n in ("beta", "gate", "k", "p")}
+    wanted &= set(model.hook_dict)  # hook_p: Comba's correction key only
     kept = _tapped_states(model, layers, ids, at, wanted)
     cache, states_at = kept
     rows = []
@@ -212,15 +216,24 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
         keys = cache[f"blocks.{layer}.attn.hook_k"].float().cpu()  # (B, T, H[, n], d_k)
         if keys.ndim == 4:
             keys = keys[:, :, :, None]
+        p_name = f"blocks.{layer}.attn.hook_p"
+        corrections = (
+            cache[p_name].float().cpu()[:, :, :, None] if p_name in cache else None
+        )  # Comba: (B, T, H, 1, d_k)
         for head in range(beta.shape[2]):
             b = beta[:, :, head][valid]  # (N, n)
             a = alpha[:, :, head][valid]  # (N,), or (N, d_k) per channel
             k = keys[:, :, head][valid]  # (N, n, d_k)
-            factor = transition_eigenvalues(b, k)  # (N, n): 1 - beta ||k||^2 per factor
-            if alpha.ndim == 4:  # KDA: one factor, a decay per key channel
-                decayed = per_channel_min_eigenvalue(a, b[:, 0], k[:, 0])
+            if corrections is not None:  # Comba: alpha I - beta k p^T, eigenvalues alpha and alpha - beta p.k
+                pk = (corrections[:, :, head][valid] * k).sum(-1)  # (N, 1)
+                factor = 1 - b * pk  # the transition at alpha = 1
+                decayed = torch.minimum(a[:, None], a[:, None] - b * pk)
             else:
-                decayed = a[:, None] * factor
+                factor = transition_eigenvalues(b, k)  # (N, n): 1 - beta ||k||^2 per factor
+                if alpha.ndim == 4:  # KDA: one factor, a decay per key channel
+                    decayed = per_channel_min_eigenvalue(a, b[:, 0], k[:, 0])
+                else:
+                    decayed = a[:, None] * factor
             row = {
                 "layer": layer,
                 "head": head,

@@ -45,6 +45,7 @@ from deltalens.core.colour_scales import scale_for
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import delta_rule_capture, require_layers
+from deltalens.models.architecture import require_householder
 from deltalens.tasks.groups import is_even, lex_unrank
 from deltalens.tasks.tokenizers import TokenKind
 
@@ -279,6 +280,7 @@ def eigenvalue_report(
     >>> report.tracking_head()
     (0, 3)
     """
+    require_householder(source, "eigenvalue_report")
     cap = delta_rule_capture(source, batch, NAMES)
     layers = require_layers(cap, NAMES, "eigenvalue_report")
     first = cap.layer("beta", layers[0])

@@ -62,6 +62,7 @@ import torch
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import delta_rule_capture, require_layers
+from deltalens.models.architecture import require_householder
 from deltalens.probes.eigenvalues import transition_products
 from deltalens.tasks.groups import lex_unrank
 from deltalens.tasks.representations import (  # the group maths; its public names stay importable from here
@@ -362,6 +363,7 @@ def product_report(
     """
     if span not in SPANS:
         raise DeltalensError(f"span must be one of {', '.join(SPANS)}; got {span!r}.")
+    require_householder(source, "product_report")
     cap = delta_rule_capture(source, batch, NAMES)
     layers = require_layers(cap, NAMES, "product_report")
     n = cap.n_vars

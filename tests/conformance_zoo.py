@@ -45,6 +45,8 @@ ROWS: dict[str, tuple[str, dict | None]] = {
     "m2rnn": ("m2rnn", dict(SMALL)),
     "deltanet_m2rnn": ("deltanet_m2rnn", dict(SMALL)),
     "value_gated_deltanet": ("value_gated_deltanet", dict(SMALL)),
+    "comba": ("comba", {**SMALL, "head_dim": 8}),
+    "comba-hybrid": ("comba", {**SMALL, **HYBRID, "head_dim": 8}),
     # every registered transformers family: a new one joins the matrix by registering
     **{arch: (arch, None) for arch in PRODUCTION},
 }

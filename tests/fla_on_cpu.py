@@ -44,7 +44,10 @@ def fla_modules_on_cpu():
     from fla.modules.norm.layernorm_gated import rms_norm_ref as gated_rms_norm_ref
 
     def rms_forward(self, x, residual=None, prenorm=False, residual_in_fp32=False):
-        return rms_norm_ref(x, self.weight, self.bias, residual=residual, eps=self.eps, prenorm=prenorm, upcast=True)
+        out = rms_norm_ref(x, self.weight, self.bias, residual=residual, eps=self.eps, prenorm=prenorm, upcast=True)
+        if prenorm:  # (normalised, residual): the residual in fp32 only when asked
+            return out[0].to(x.dtype), out[1] if residual_in_fp32 else out[1].to(x.dtype)
+        return out.to(x.dtype)  # fla's Triton norm returns the input's dtype (the reference, fp32 when upcast)
 
     def gated_forward(self, x, g, residual=None, prenorm=False, residual_in_fp32=False):
         if getattr(self, "activation", "swish") == "sigmoid":  # fla's reference covers the SiLU gate only

@@ -20,6 +20,7 @@ from deltalens.app.common import Controls, attempt, describe, model_lock, pick_c
 from deltalens.app.disk_cache import MISSING, cached_result, read_result
 from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import article_of, is_delta_rule
+from deltalens.models.registry import family
 
 PAGE = "circuit"
 PAIRS = [4, 8, 16]
@@ -234,6 +235,11 @@ def main() -> None:
         st.info(
             f"{article} has no delta-rule read-out to unroll; its attention pattern is its own (hook_pattern), so "
             "this section applies to the delta-rule family only."
+        )
+    elif "householder" not in family(checkpoint.arch).capabilities:
+        st.info(
+            f"{article} has transitions alpha I - beta k p^T (a correction key p_t); the unrolling here reads them "
+            "as alpha (I - beta k k^T), so this section does not apply to it."
         )
     else:
         reading = reading_of(checkpoint, seed, layer, head)

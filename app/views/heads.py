@@ -13,6 +13,7 @@ from deltalens.app.common import Controls, attempt, describe, pick_checkpoint
 from deltalens.app.heads_data import head_points, is_measured, measure, one_trace_beta
 from deltalens.app.product_text import picked_sentence, span_sentence, span_table
 from deltalens.models.architecture import article_of, is_delta_rule
+from deltalens.models.registry import family
 from deltalens.probes.eigenvalues import (
     beta_heatmap,
     beta_kind_heatmap,
@@ -209,12 +210,23 @@ def probes_tab(checkpoint, controls: Controls, n_traces: int, seed: int, step: s
 
 
 def residual_probes_only(checkpoint, controls: Controls) -> None:
-    """A model without beta or a matrix state: its residual-stream probes, which every model has."""
+    """A model without beta or a matrix state (or whose transitions are not alpha (I - beta k k^T)): its
+    residual-stream probes, which every model has."""
     article = article_of(checkpoint.arch)
+    if is_delta_rule(checkpoint.arch):  # Comba: alpha I - beta k p^T
+        why = (
+            "has transitions alpha I - beta k p^T (a correction key p_t), not alpha (I - beta k k^T), so the beta, "
+            "eigenvalue and product views, which read each transition as the latter, do not apply; the Census page "
+            "gives its exact eigenvalues."
+        )
+    else:
+        why = (
+            "has no beta or matrix state, so the beta, eigenvalue, product and subspace views need a delta-rule "
+            "model (DeltaNet, Gated DeltaNet, DeltaProduct)."
+        )
     st.info(
-        f"{article[0].upper()}{article[1:]} has no beta or matrix state, so the beta, eigenvalue, product and "
-        "subspace views need a delta-rule model (DeltaNet, Gated DeltaNet, DeltaProduct). Its residual-stream "
-        "probes: can each variable's value be read off the stream after each layer?"
+        f"{article[0].upper()}{article[1:]} {why} Its residual-stream probes: can each variable's value be read off "
+        "the stream after each layer?"
     )
     cols = st.columns(2)
     n_traces = controls.widget(cols[0].select_slider, "n", "held-out traces", TRACES, default=64, valid=TRACES.count)
@@ -278,7 +290,7 @@ def delta_rule_page(checkpoint, controls: Controls) -> None:
 checkpoint = pick_checkpoint("heads-ckpt")
 if checkpoint is not None:
     controls = Controls("heads", checkpoint)
-    if is_delta_rule(checkpoint.arch):
+    if is_delta_rule(checkpoint.arch) and "householder" in family(checkpoint.arch).capabilities:
         attempt(delta_rule_page, checkpoint, controls)
     else:
         attempt(residual_probes_only, checkpoint, controls)

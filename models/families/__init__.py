@@ -22,6 +22,7 @@ BUILTIN = (
     "deltanet_m2rnn",
     "kda",
     "value_gated_deltanet",
+    "comba",
 )
 for _name in BUILTIN:
     importlib.import_module(f"{__name__}.{_name}")

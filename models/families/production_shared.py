@@ -82,7 +82,7 @@ def register_production(arch: str, display: str, article: str, class_name: str, 
             weights=weights,
             load=f"{where}:{class_name}.from_folder",
             capabilities=frozenset(
-                {"residual", "lens", "delta", "keys", "gate", "decay", "state", "heads", "attention"}
+                {"residual", "lens", "delta", "keys", "householder", "gate", "decay", "state", "heads", "attention"}
             ),
         )
     )

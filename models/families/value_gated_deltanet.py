@@ -36,6 +36,6 @@ register(
         probes=delta_rule.PROBES,
         interventions=delta_rule.INTERVENTIONS,
         weights=_weights,
-        capabilities=frozenset({"residual", "lens", "delta", "keys", "state", "heads"}),
+        capabilities=frozenset({"residual", "lens", "delta", "keys", "householder", "state", "heads"}),
     )
 )

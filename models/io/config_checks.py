@@ -22,7 +22,9 @@ from typing import Any
 from deltalens.core.errors import DeltalensError
 
 # fields that may be zero (all other numbers must be positive)
-MAY_BE_ZERO = frozenset({"num_hidden_layers", "pad_token_id", "bos_token_id", "eos_token_id", "initializer_range"})
+MAY_BE_ZERO = frozenset(
+    {"num_hidden_layers", "pad_token_id", "bos_token_id", "eos_token_id", "initializer_range", "correction_factor"}
+)
 # numbers of either sign (KDA's lower_bound: a log-decay, below zero)
 ANY_SIGN = frozenset({"lower_bound"})
 

@@ -16,6 +16,7 @@ fla-format family declares its class with `@settings_class` and names it in its 
     gated_deltanet  GatedDeltaNetSettings        GatedDeltaNetConfig / ...ForCausalLM        gated_deltanet
     deltaproduct    GatedDeltaProductSettings    GatedDeltaProductConfig / ...ForCausalLM    gated_deltaproduct
     kda             KDASettings                  KDAConfig / KDAForCausalLM                 kda
+    comba           CombaSettings                CombaConfig / CombaForCausalLM             comba
 """
 
 import warnings
@@ -225,3 +226,26 @@ def to_fla_config(config):
         return config  # already fla's (or a transformers config)
     cls = fla_class(config.fla_config)
     return cls(**{k: v for k, v in config.to_dict().items() if k != "model_type"})
+
+
+@settings_class
+class CombaSettings(FlaSettings):
+    """fla.models.CombaConfig: a scalar decay plus a low-rank correction (models/layers/comba_mixer.py). fla's
+    CombaBlock passes neither use_output_correction, use_inner_decay nor correction_factor to its layer, so its
+    model always has both (D starts at 1); the fields are kept as fla keeps them, and the layer here does the same."""
+
+    model_type: ClassVar[str] = "comba"
+    fla_config: ClassVar[str] = "CombaConfig"
+    fla_model: ClassVar[str] = "CombaForCausalLM"
+
+    conv_size: int = 4
+    head_dim: int = 256
+    num_heads: int = 6
+    num_v_heads: int | None = None
+    expand_v: float = 2.0
+    use_output_gate: bool = True
+    use_short_conv: bool = True
+    use_output_correction: bool = True
+    use_inner_decay: bool = True
+    correction_factor: float = 1.0
+    num_hidden_layers: int = 21

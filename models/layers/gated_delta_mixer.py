@@ -79,7 +79,7 @@ class _GatedDeltaMixer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin, n
         self.layer_idx = layer_idx
         self.n_factors = n = n_factors
         self.use_decay, self.use_output_gate = bool(use_decay), bool(use_output_gate)
-        self.allow_neg_eigval = config.allow_neg_eigval
+        self.allow_neg_eigval = getattr(config, "allow_neg_eigval", False)  # Comba's config has no such field
         self.use_short_conv = config.use_short_conv
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise DeltalensError(f"num_householder must be a whole number >= 1 (reflections per token), got {n}.")

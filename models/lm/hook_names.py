@@ -18,6 +18,7 @@ on every architecture (`ACT_NAMES`, from each family's record, says which short 
     blocks.{l}.attn.hook_gate       (batch, pos, head)         decay alpha_t in (0, 1] (gated models;
                                     (batch, pos, head, d_k) where it is per key channel: Kimi Linear's KDA)
     blocks.{l}.attn.hook_vgate      (batch, pos, head, d_v)    value gate gamma_t in (0, 1) (value-gated DeltaNet)
+    blocks.{l}.attn.hook_p          (batch, pos, head, d_k)    Comba's correction key p_t (after its L2 norm)
     blocks.{l}.attn.hook_state      (batch, pos, head, d_k, d_v)  S_t after token t (on demand)
     blocks.{l}.attn.hook_z          (batch, pos, head, d_v)    delta-rule output o_t, before o_norm
     blocks.{l}.hook_attn_out        (batch, pos, d_model)      mixer output after o_proj
@@ -107,6 +108,7 @@ _SITES = {
     "state": "attn",
     "gate": "attn",
     "vgate": "attn",
+    "p": "attn",
     "pattern": "attn",
     "attn_scores": "attn",
 }
