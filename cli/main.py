@@ -16,7 +16,20 @@ from deltalens.cli.arguments import check_head_range
 from deltalens.core.errors import DeltalensError
 
 # Subcommands in the order `--help` lists them, one module of this package each.
-COMMANDS = ["app", "demo", "trace", "ptrace", "train", "eval", "reproduce", "probe", "census", "intervene", "belief"]
+COMMANDS = [
+    "app",
+    "demo",
+    "trace",
+    "ptrace",
+    "train",
+    "eval",
+    "reproduce",
+    "probe",
+    "census",
+    "intervene",
+    "belief",
+    "sae",
+]
 
 
 class _Parser(argparse.ArgumentParser):

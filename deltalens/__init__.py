@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from deltalens.interp.capture import Capture, capture
     from deltalens.interp.capture_disk import open_capture
     from deltalens.interp.circuit import HeadAttribution, head_attribution, patch_grid
+    from deltalens.interp.dictionary_splice import SpliceReport, fact_latents, splice_report, splice_sae
     from deltalens.interp.effective_attention import (
         effective_attention,
         effective_attention_figure,
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
     from deltalens.models.lm.hook_names import ACT_NAMES, act_name
     from deltalens.probes.automaton import Automaton, automaton_figure, centroid_intervention, extract_automaton
     from deltalens.probes.census import Census, census, census_figure
+    from deltalens.probes.dictionary_scores import DictionaryScore, score_sae
     from deltalens.probes.eigenvalues import (
         EigenvalueReport,
         beta_heatmap,
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
     )
     from deltalens.probes.linear_probes import ProbeReport, linear_probes, probe_accuracy_figure
     from deltalens.probes.products import ProductReport, product_decoding_figure, product_report
+    from deltalens.probes.sparse_dictionary import Dictionary, load_sae, train_sae
     from deltalens.probes.subspace import SubspaceReport, pca_figure, singular_value_figure, subspace_report
     from deltalens.probes.summary import ProbeSummary, probe_summary
     from deltalens.tasks.dataset import make_batch

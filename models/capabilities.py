@@ -6,6 +6,10 @@ can have; an fla DeltaNet has softmax attention only when it is built as a hybri
 
     delta      delta-rule layers: beta and a matrix state S_t (models.architecture.delta_layers_of)
     keys       hook_k on every delta-rule layer (the transition's direction k_t)
+    householder  transitions of the form alpha (I - beta k k^T), a decay times Householder-like factors (every
+               delta rule here but Comba, whose alpha I - beta k p^T adds a correction key p_t, hook_p): what the
+               eigenvalue and product probes, effective attention, the transition/write split and the state
+               adjoint unroll
     gate       a gate hook on some layer (hook_gate: a delta rule's decay, or M²RNN's forget gate)
     decay      a decay gate on the delta-rule layers (the state forgets: alpha_t < 1)
     state      a matrix state on some layer (hook_state: the delta rule, or M²RNN's non-linear one)
@@ -32,6 +36,7 @@ __all__ = ["CAPABILITIES", "TOOLS", "applicability_table", "applies", "capabilit
 CAPABILITIES = {
     "delta": "a delta-rule layer (beta and a matrix state S_t)",
     "keys": "the keys k_t of its delta-rule layers",
+    "householder": "transitions alpha (I - beta k k^T) (Comba's alpha I - beta k p^T are not)",
     "gate": "a gate (hook_gate)",
     "decay": "a decay gate on its delta-rule layers",
     "state": "a matrix state S_t",
@@ -50,15 +55,15 @@ TOOLS: dict[str, tuple[str, ...]] = {
     "capture:k": ("heads",),
     "capture:state": ("state",),
     "capture:gate": ("gate",),
-    "eigenvalue_report": ("delta", "keys"),
-    "tracking_head": ("delta", "keys"),
+    "eigenvalue_report": ("delta", "keys", "householder"),
+    "tracking_head": ("delta", "keys", "householder"),
     "subspace_report": ("delta", "keys"),
-    "product_report": ("delta", "keys"),
+    "product_report": ("delta", "keys", "householder"),
     "linear_probes": (),
     "linear_probes:state": ("state",),
     "probe_summary": (),
     "census": ("delta",),
-    "effective_attention": ("delta",),
+    "effective_attention": ("delta", "householder"),
     "logit_attribution": ("lens",),
     "patch_grid": ("heads",),
     "attribution_patching": ("heads",),
@@ -70,18 +75,20 @@ TOOLS: dict[str, tuple[str, ...]] = {
     "generate": ("tokenizer",),
     "sweep:beta-range": ("delta",),
     "sweep:beta-clip": ("delta",),
-    "sweep:transition-clip": ("delta", "keys"),
-    "sweep:write-clip": ("delta", "keys"),
-    "sweep:eigen-abs": ("delta", "keys"),
+    "sweep:transition-clip": ("delta", "keys", "householder"),
+    "sweep:write-clip": ("delta", "keys", "householder"),
+    "sweep:eigen-abs": ("delta", "keys", "householder"),
     "sweep:zero-z": ("heads",),
     "sweep:mean-state": ("delta",),
     "sweep:factor": ("factors",),
+    "train_sae": ("state", "heads"),  # a head's S_t coded, scored against the truth and spliced back in
     "intervene:clamp_gate": ("decay",),
     "intervene:patch_state": ("state",),
     # the CLI on the model's folder (exit 0, or one line on stderr and exit 2)
     "cli:eval": (),
     "cli:probe": (),
     "cli:census": ("delta",),
+    "cli:sae": ("state", "heads"),
     "cli:intervene --sweep beta-range": ("delta",),
     "cli:intervene --patch-grid": ("heads",),
 }
@@ -99,6 +106,8 @@ def capabilities_of(model) -> frozenset[str]:
         found.add("delta")
         if all(f"blocks.{l}.attn.hook_k" in hooks for l in delta):
             found.add("keys")
+            if not any(f"blocks.{l}.attn.hook_p" in hooks for l in delta):  # a correction key: Comba's form
+                found.add("householder")
         if any(f"blocks.{l}.attn.hook_gate" in hooks for l in delta):
             found.add("decay")
     if any(f"blocks.{l}.attn.hook_gate" in hooks for l in layers):

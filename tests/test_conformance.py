@@ -108,6 +108,21 @@ def _summary(row: Row):
     assert summary.heads.empty == ("delta" not in row.capabilities)
 
 
+def _state_layer(row: Row) -> int:
+    """The last layer whose mixer shows a state (hook_state); 0 where none does (the tool then says why)."""
+    layers = [l for l in range(row.model.cfg.n_layers) if f"blocks.{l}.attn.hook_state" in row.model.hook_dict]
+    return layers[-1] if layers else 0
+
+
+def _sae(row: Row):
+    layer = _state_layer(row)
+    d = dl.train_sae(row.model, row.batch, site="state", layer=layer, head=0, num_latents=16, k=2, steps=5,
+                     progress_bar=False)  # fmt: skip
+    score = dl.score_sae(d, row.model, row.batch)
+    assert score.rows > 0 and len(score.facts) == score.n_facts
+    assert 0.0 <= dl.splice_report(row.model, d, row.batch).spliced <= 1.0
+
+
 def _census(row: Row):
     result = dl.census(row.model, row.batch)
     assert sorted(set(result.heads["layer"])) == _delta(row)
@@ -233,6 +248,7 @@ CELLS = {
     "linear_probes:state": lambda row: _probes(row, ("state",)),
     "probe_summary": _summary,
     "census": _census,
+    "train_sae": _sae,
     "effective_attention": _effective_attention,
     "logit_attribution": _dla,
     "patch_grid": _patch_grid,
@@ -256,6 +272,23 @@ CELLS = {
     "cli:eval": lambda row: _cli(row, "eval", "--n-traces", "4", "--lengths", "4", "--json"),
     "cli:probe": lambda row: _cli(row, "probe", "--n-traces", "8", "--no-probes", "--json"),
     "cli:census": lambda row: _cli(row, "census", "--n-traces", "4", "--json"),
+    "cli:sae": lambda row: _cli(
+        row,
+        "sae",
+        "--layer",
+        str(_state_layer(row)),
+        "--head",
+        "0",
+        "--latents",
+        "16",
+        "--k",
+        "2",
+        "--steps",
+        "5",
+        "--n-traces",
+        "4",
+        "--json",
+    ),  # fmt: skip
     "cli:intervene --sweep beta-range": lambda row: _cli(
         row, "intervene", "--sweep", "beta-range", "--n-traces", "4", "--json"
     ),
