@@ -22,8 +22,8 @@ PAGE = "census"
 TRACES = [16, 64, 256, 1024]
 AT_ONCE = 256  # traces counted without a click: 64 took 0.3-0.4 s on the shipped checkpoints, 256 about 1.5 s
 STATISTICS = {  # census column -> what the selectbox and the heatmap call it
-    "beta_gt1_action": "share of action tokens with beta > 1",
     "reflection_fraction_action": "share of action tokens with eigenvalue below -0.9 (a near-reflection)",
+    "beta_gt1_action": "share of action tokens with beta > 1",
     "reflection_fraction": "share of tokens with eigenvalue below -0.9 (a near-reflection)",
     "beta_gt1": "share of tokens with beta > 1 (a negative eigenvalue)",
     "neg_gate": "share of negative gate channels",
