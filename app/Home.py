@@ -1,6 +1,6 @@
 """The deltalens dashboard: `deltalens app` or `streamlit run app/Home.py`.
 
-Pages (app/views/): Checkpoints, Trace explorer, Heads, Interventions, Circuit, Census, Beliefs. The
+Pages (app/views/): Checkpoints, Trace explorer, Heads, Interventions, Circuit, Census, Dictionaries, Beliefs. The
 checkpoints are $DELTALENS_APP_CHECKPOINTS's, one source a line (set by `deltalens app --checkpoints
 DIR_OR_ID ...`: folders of checkpoints, model folders, Hugging Face Hub ids), else the shipped checkpoints/.
 
@@ -58,6 +58,12 @@ PAGES = {  # file -> (title, what the page shows: drawn before its first import)
         "tracking head, a near-reflection on its action tokens; per layer and head of any delta-rule model: the "
         "share of beta > 1 and of near-reflections, of negative gates, the smallest transition eigenvalue and the "
         "effective rank of S_t.",
+    ),
+    "dictionaries.py": (
+        "Dictionaries",
+        "A sparse dictionary (TopK SAE) of one head's state, trained on held-out traces: its latents ranked by the "
+        "fact 'variable x holds value v' each matches, one latent along a trace beside the truth, and the reveal "
+        "accuracy with the dictionary spliced into the recurrence.",
     ),
     "beliefs.py": (
         "Beliefs",

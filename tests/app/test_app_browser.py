@@ -30,6 +30,7 @@ PAGES = {
     "heads": "Heads",
     "interventions": "Interventions",
     "census": "Census",
+    "dictionaries": "Dictionaries",
     "beliefs": "Beliefs",
 }
 

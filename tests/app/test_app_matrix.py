@@ -30,6 +30,7 @@ PAGES = {  # page -> its checkpoint selectbox's key
     "views/circuit.py": "circuit-ckpt",
     "views/trace_explorer.py": "trace-ckpt",
     "views/checkpoints.py": "card",
+    "views/dictionaries.py": "dict-ckpt",
 }
 DEFAULT_ROWS = ("deltanet-hybrid", "gated_deltanet-hybrid", "qwen3_5", "olmo_hybrid", "transformer", "lstm")
 
