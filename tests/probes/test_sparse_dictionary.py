@@ -129,12 +129,14 @@ def test_the_command_prints_scores_and_saves(tmp_path, capsys):
     assert "--fact takes VARIABLE=VALUE" in capsys.readouterr().err
 
 
-def test_on_a_production_stand_in_its_states_and_writes_are_coded_and_scored(tmp_path, monkeypatch):
-    """transformers' Qwen3.5 (a hybrid: 3 Gated DeltaNet layers, 1 attention layer), offline, asked S3 traces."""
+@pytest.mark.parametrize("kind", ["qwen3_5_text", "olmo_hybrid", "kimi_linear"])
+def test_on_a_production_stand_in_its_states_and_writes_are_coded_and_scored(kind, tmp_path, monkeypatch):
+    """transformers' Qwen3.5, OLMo-Hybrid and Kimi Linear (hybrids: 3 delta-rule layers, 1 attention layer),
+    offline, asked S3 traces."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     from production_standin import put_standin
 
-    repo, _ = put_standin("qwen3_5_text", tmp_path / "hub")
+    repo, _ = put_standin(kind, tmp_path / "hub")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
