@@ -224,16 +224,8 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
             b = beta[:, :, head][valid]  # (N, n)
             a = alpha[:, :, head][valid]  # (N,), or (N, d_k) per channel
             k = keys[:, :, head][valid]  # (N, n, d_k)
-            if corrections is not None:  # Comba: alpha I - beta k p^T, eigenvalues alpha and alpha - beta p.k
-                pk = (corrections[:, :, head][valid] * k).sum(-1)  # (N, 1)
-                factor = 1 - b * pk  # the transition at alpha = 1
-                decayed = torch.minimum(a[:, None], a[:, None] - b * pk)
-            else:
-                factor = transition_eigenvalues(b, k)  # (N, n): 1 - beta ||k||^2 per factor
-                if alpha.ndim == 4:  # KDA: one factor, a decay per key channel
-                    decayed = per_channel_min_eigenvalue(a, b[:, 0], k[:, 0])
-                else:
-                    decayed = a[:, None] * factor
+            p = None if corrections is None else corrections[:, :, head][valid]
+            factor, decayed = _eigenvalues(a, b, k, p)
             row = {
                 "layer": layer,
                 "head": head,
@@ -256,6 +248,18 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
             rows.append(row)
     frame = pd.DataFrame(rows, columns=["layer", "head", *COLUMNS])
     return Census(frame, str(getattr(model, "arch", type(model).__name__)))
+
+
+def _eigenvalues(a, b, k, p=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(per factor, the transition's eigenvalue along k with the decay left out; with it, the smallest one) over
+    one head's tokens: a (N,) or (N, d_k) per channel, b (N, n), k (N, n, d_k), p (N, 1, d_k) Comba's key or None."""
+    if p is not None:  # Comba: alpha I - beta k p^T, eigenvalues alpha and alpha - beta p.k
+        pk = (p * k).sum(-1)  # (N, 1)
+        return 1 - b * pk, torch.minimum(a[:, None], a[:, None] - b * pk)  # (alpha = 1: the transition undecayed)
+    factor = transition_eigenvalues(b, k)  # (N, n): 1 - beta ||k||^2 per factor
+    if a.ndim == 2:  # KDA: one factor, a decay per key channel
+        return factor, per_channel_min_eigenvalue(a, b[:, 0], k[:, 0])
+    return factor, a[:, None] * factor
 
 
 def _tapped_states(model, layers: list[int], ids: torch.Tensor, at: torch.Tensor, wanted: set[str]):

@@ -188,6 +188,33 @@ def _capture_for(source, batch, site: str, layer: int):
     return capture(source, batch, names=site_names(site, layer))
 
 
+def _fit(coder, data, steps: int, batch_size: int, lr: float, dead_after, generator, desc: str, bar: bool) -> float:
+    """sparsify's objective on `data` (rows already scaled): FVU plus 1/32 of the AuxK loss on latents dead for
+    `dead_after` rows, Adam, the decoder at unit norm; the last step's FVU."""
+    width = coder.num_latents
+    optimizer = torch.optim.Adam(coder.parameters(), lr=lr)
+    dead_after = dead_after if dead_after is not None else 10 * len(data)
+    since_fired = torch.zeros(width, dtype=torch.long)
+    variance = (data - data.mean(0)).pow(2).sum(1).mean()
+    fvu = math.nan
+    shown = progress(range(steps), enabled=bar, desc=desc)
+    for _ in shown:
+        rows = data[torch.randint(len(data), (min(batch_size, len(data)),), generator=generator)]
+        out = coder(rows, dead_mask=since_fired > dead_after, total_variance=variance * len(rows))
+        loss = out.fvu + out.auxk_loss / 32
+        optimizer.zero_grad()
+        loss.backward()
+        coder.remove_gradient_parallel_to_decoder_directions()
+        optimizer.step()
+        coder.set_decoder_norm_to_unit_norm()
+        fired = torch.zeros(width, dtype=torch.bool)
+        fired[out.latent_indices.flatten()] = True
+        since_fired = torch.where(fired, 0, since_fired + len(rows))
+        fvu = float(out.fvu.detach())
+        shown.set_postfix(fvu=f"{fvu:.3f}", dead=int((since_fired > dead_after).sum()))
+    return fvu
+
+
 def train_sae(
     source,
     batch=None,
@@ -233,31 +260,9 @@ def train_sae(
         torch.manual_seed(seed)
         coder = SparseCoder(d_in, SparseCoderConfig(num_latents=width, k=k))
     data = x_train / scale
-    optimizer = torch.optim.Adam(coder.parameters(), lr=lr)
-    dead_after = dead_after if dead_after is not None else 10 * len(data)
-    since_fired = torch.zeros(width, dtype=torch.long)
-    variance = (data - data.mean(0)).pow(2).sum(1).mean()
+    where = f"L{layer}" + ("" if head is None else f"H{head}")
     start = time.perf_counter()
-    fvu = math.nan
-    bar = progress(
-        range(steps),
-        enabled=progress_bar,
-        desc=f"dictionary {site} L{layer}" + (f"H{head}" if head is not None else ""),
-    )
-    for _ in bar:
-        rows = data[torch.randint(len(data), (min(batch_size, len(data)),), generator=generator)]
-        out = coder(rows, dead_mask=since_fired > dead_after, total_variance=variance * len(rows))
-        loss = out.fvu + out.auxk_loss / 32
-        optimizer.zero_grad()
-        loss.backward()
-        coder.remove_gradient_parallel_to_decoder_directions()
-        optimizer.step()
-        coder.set_decoder_norm_to_unit_norm()
-        fired = torch.zeros(width, dtype=torch.bool)
-        fired[out.latent_indices.flatten()] = True
-        since_fired = torch.where(fired, 0, since_fired + len(rows))
-        fvu = float(out.fvu.detach())
-        bar.set_postfix(fvu=f"{fvu:.3f}", dead=int((since_fired > dead_after).sum()))
+    fvu = _fit(coder, data, steps, batch_size, lr, dead_after, generator, f"dictionary {site} {where}", progress_bar)
     coder.eval()
     meta = {
         "arch": cap.arch,
