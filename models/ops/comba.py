@@ -154,8 +154,9 @@ def replay_comba_with_state_edits(
     `replay_gated_with_state_edits`): (o [B, T, H, V] in q's dtype, the trajectory followed [B, T, H, K, V])."""
 
     def run_segment(start: int, stop: int, S: torch.Tensor) -> torch.Tensor:
-        pieces = (x[:, start:stop] for x in (q, k, v, p, beta, g))
-        return chunk_comba(*pieces, initial_state=S, chunk_size=chunk_size, with_states=True)[2]
+        q_s, k_s, v_s, p_s, beta_s, g_s = (x[:, start:stop] for x in (q, k, v, p, beta, g))
+        states = chunk_comba(q_s, k_s, v_s, p_s, beta_s, g_s, initial_state=S, chunk_size=chunk_size, with_states=True)
+        return states[2]
 
     states = replay_segments(original_states, edited_states, run_segment)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
