@@ -13,7 +13,7 @@ from deltalens.core.errors import DeltalensError
 
 
 def register(subparsers) -> None:
-    from deltalens.probes.sparse_dictionary import SITES
+    from deltalens.probes.dictionary_sites import SITES
 
     parser = subparsers.add_parser(
         "sae",
@@ -57,7 +57,8 @@ def run(args) -> int:
     from deltalens.interp.dictionary_splice import splice_report
     from deltalens.loading.opened import open_checkpoint
     from deltalens.probes.dictionary_scores import score_sae
-    from deltalens.probes.sparse_dictionary import site_names, train_sae
+    from deltalens.probes.dictionary_sites import site_names
+    from deltalens.probes.sparse_dictionary import train_sae
 
     if args.site != "resid" and args.head is None:
         raise DeltalensError(f"site {args.site!r} is one head's: give --head")

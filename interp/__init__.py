@@ -11,4 +11,5 @@ trace_pairs.py         clean / corrupted trace pairs (values relabelled) and the
 patching.py            activation patching over layers x heads (x positions), path patching
 attribution_patching.py  gradient x difference estimates of every patch from one forward and backward
 circuit.py             one table of heads: direct logit attribution beside attribution patching; the patching grid
+dictionary_splice.py   a sparse dictionary spliced into the forward (a state edit that propagates), its accuracy
 """

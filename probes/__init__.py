@@ -9,6 +9,10 @@
     summary.py        every per-head measurement of a checkpoint in one table (`deltalens probe`)
     automaton.py      a head's states clustered into an automaton, compared with the group's Cayley graph
     automaton_graph.py  its transition table minimised (Moore) and matched against the Cayley graph
+    census.py         per layer and head of any delta-rule model: beta > 1, near-reflections, eigenvalues, rank
+    dictionary_sites.py  the sites a sparse dictionary codes and the hooks each reads
+    sparse_dictionary.py  a TopK sparse dictionary (sparsify's coder) of one site, trained, saved and loaded
+    dictionary_scores.py  its latents scored against the true state: facts "x holds v" and arrangements
 
 Each returns a dataclass of pandas frames, with the plotly figure for it in the same module. The
 maths they test against, which reads no model, lives with the task: the groups' representations

@@ -38,10 +38,10 @@ import torch
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress
 from deltalens.core.errors import DeltalensError
+from deltalens.probes.dictionary_sites import SITES, site_names
 
 __all__ = ["SITES", "Dictionary", "load_sae", "site_names", "site_vectors", "train_sae"]
 
-SITES = ("state", "state_rows", "write", "z", "resid")
 META = "deltalens.json"  # beside sparsify's cfg.json and sae.safetensors
 
 
@@ -57,21 +57,6 @@ def _require_sparsify():
     if not torch.cuda.is_available():  # its Triton decoder needs a GPU driver; its own torch fallback otherwise
         coder_module.decoder_impl = eager_decode  # (SPARSIFY_DISABLE_TRITON does the same, printing to stdout)
     return SparseCoder, SparseCoderConfig
-
-
-def site_names(site: str, layer: int) -> tuple[str, ...]:
-    """The hooks a capture must hold for `site` at `layer`."""
-    attn = f"blocks.{layer}.attn.hook_"
-    names = {
-        "state": (attn + "state",),
-        "state_rows": (attn + "state",),
-        "write": (attn + "beta", attn + "k", attn + "v"),
-        "z": (attn + "z",),
-        "resid": (f"blocks.{layer}.hook_resid_post",),
-    }
-    if site not in names:
-        raise DeltalensError(f"unknown site {site!r}; use one of {', '.join(SITES)}.")
-    return names[site]
 
 
 def site_vectors(cap, site: str, layer: int, head: int | None) -> tuple[torch.Tensor, torch.Tensor]:
