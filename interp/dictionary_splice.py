@@ -58,7 +58,9 @@ def splice_sae(model, dictionary, drop: Sequence[int] | None = None) -> Interven
     reconstruction errors carry forward as they would if the dictionary were the state. A layer without a
     per-step edit (M²RNN's non-linear recurrence) has each S_t replaced through hook_state by the reconstruction
     of the unedited run's S_t instead, which the layer continues from but whose errors do not compound (the
-    label says so). z and resid are replaced where they are."""
+    label says so). z and resid are replaced where they are. (A forward that raises inside the spliced layer leaves
+    its state_edit set until the layer's next hook_z: run the next forward with the splice, or set
+    `model.blocks[layer].attn.state_edit = None`.)"""
     _check_site(dictionary)
     layer, site = dictionary.layer, dictionary.site
     dropped = None if drop is None else torch.as_tensor(list(drop), dtype=torch.long)
