@@ -281,6 +281,31 @@ def patch_heads(
     return PatchGrid(values, clean_value, corrupt_value, site, n_forwards=len(jobs) + 2)
 
 
+def _receiver_input(model, corrupt_t, clean_z, corrupt_z, sender, r_layer: int, receiver_name: str) -> torch.Tensor:
+    """The receiver's input (hook `receiver_name`) on the corrupted run with every head before its layer frozen at its
+    corrupted z, except the sender, which gets its clean z: what the sender's clean output makes of that input."""
+    s_layer, s_head = sender
+    freeze = []
+    for layer in range(r_layer):  # later layers cannot reach the receiver's input
+        name = _hook_name(layer, "z")
+
+        def frozen(act, hook, name=name, layer=layer):
+            out = corrupt_z[name].to(act.dtype).clone()
+            if layer == s_layer:
+                out[:, :, s_head] = clean_z[name][:, :, s_head].to(act.dtype)
+            return out
+
+        freeze.append((name, frozen))
+    recorded = {}
+
+    def record(act, hook):
+        recorded["value"] = act.detach().clone()
+
+    with torch.no_grad(), model.hooks(fwd_hooks=freeze + [(receiver_name, record)]):
+        model(corrupt_t, return_type=None) if is_delta_rule(architecture_of(model)) else model(corrupt_t)
+    return recorded["value"]
+
+
 def path_patch(
     model,
     clean,
@@ -329,28 +354,11 @@ def path_patch(
         for s_layer, s_head in progress_bar(
             senders, desc=f"path patching into L{r_layer}H{r_head} {via}", enabled=progress
         ):
-            freeze = []
-            for layer in range(r_layer):  # later layers cannot reach the receiver's input
-                name = _hook_name(layer, "z")
+            input_ = _receiver_input(model, corrupt_t, clean_z, corrupt_z, (s_layer, s_head), r_layer, receiver_name)
 
-                def frozen(act, hook, name=name, layer=layer, s_layer=s_layer, s_head=s_head):
-                    out = corrupt_z[name].to(act.dtype).clone()
-                    if layer == s_layer:
-                        out[:, :, s_head] = clean_z[name][:, :, s_head].to(act.dtype)
-                    return out
-
-                freeze.append((name, frozen))
-            recorded = {}
-
-            def record(act, hook, recorded=recorded):
-                recorded["value"] = act.detach().clone()
-
-            with torch.no_grad(), model.hooks(fwd_hooks=freeze + [(receiver_name, record)]):
-                model(corrupt_t, return_type=None) if is_delta_rule(architecture_of(model)) else model(corrupt_t)
-
-            def patch(act, hook, recorded=recorded):
+            def patch(act, hook, recorded=input_):
                 out = act.clone()
-                out[:, :, r_head] = recorded["value"][:, :, r_head].to(act.dtype)
+                out[:, :, r_head] = recorded[:, :, r_head].to(act.dtype)
                 return out
 
             results[(s_layer, s_head)] = _run(model, corrupt_t, metric, [(receiver_name, patch)])

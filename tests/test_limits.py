@@ -21,7 +21,6 @@ FUNCTION_EXCEPTIONS = {  # "file:function"
     "interp/attribution_patching.py:attribution_patching": _INTERP,
     "interp/capture.py:capture": _INTERP,
     "interp/logit_attribution.py:logit_attribution": _INTERP,
-    "interp/patching.py:path_patch": _INTERP,
     "cli/intervene.py:register": "argparse declarations only: one add_argument per option",
     "app/views/circuit.py:main": _APP,
 }
