@@ -32,6 +32,12 @@ def register(subparsers) -> None:
     parser.add_argument("--steps", type=arguments.COUNT, default=2000, help="training steps (default 2000)")
     parser.add_argument("--n-traces", type=arguments.COUNT, default=256, help="held-out traces (default 256)")
     parser.add_argument("--seed", type=arguments.SEED, default=0, help="trace and initialisation seed")
+    parser.add_argument(
+        "--score-at",
+        nargs="+",
+        metavar="KIND",
+        help="score only at these token kinds (e.g. print reveal); default: all",
+    )
     parser.add_argument("--fact", help="also ablate one fact's latents, e.g. a=2 (variable a holds value 2)")
     parser.add_argument("--out", type=Path, help="save the dictionary here (sparsify's folder + deltalens.json)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -73,7 +79,7 @@ def run(args) -> int:
         cap, site=args.site, layer=args.layer, head=args.head, num_latents=args.latents, k=args.k,
         steps=args.steps, seed=args.seed,
     )  # fmt: skip
-    score = score_sae(dictionary, cap)
+    score = score_sae(dictionary, cap, kinds=args.score_at)
     test = checkpoint.batch(args.n_traces, seed=args.seed + 1)  # fresh traces for the splice
     splice = splice_report(model, dictionary, test, score, fact=fact) if args.site != "write" else None
     if args.out is not None:

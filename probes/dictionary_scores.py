@@ -110,9 +110,24 @@ def fact_table(on: np.ndarray, states: np.ndarray, n: int) -> tuple[np.ndarray, 
     return precision.reshape(shape), recall.reshape(shape), f1.reshape(shape)
 
 
-def score_sae(dictionary: Dictionary, source, batch=None) -> DictionaryScore:
+def _kind_ids(kinds) -> list[int]:
+    from deltalens.tasks.tokenizers.base import TokenKind
+
+    kinds = [kinds] if isinstance(kinds, (str, int)) else list(kinds)
+    ids = []
+    for kind in kinds:
+        try:
+            ids.append(int(TokenKind[kind.upper()]) if isinstance(kind, str) else int(TokenKind(kind)))
+        except (KeyError, ValueError):
+            names = ", ".join(k.name.lower() for k in TokenKind)
+            raise DeltalensError(f"unknown token kind {kind!r}; use one of {names}.") from None
+    return ids
+
+
+def score_sae(dictionary: Dictionary, source, batch=None, kinds=None) -> DictionaryScore:
     """Score `dictionary` against the true state on the held-out traces of `source` (a Capture holding its
-    site's hooks, or a model with `batch`; module docstring).
+    site's hooks, or a model with `batch`; module docstring). kinds: score only at tokens of these kinds
+    (TokenKind or its names, e.g. ("print",) for the print lines, where the state is read out); None: every token.
 
     >>> d = dl.train_sae(cap, site="state", layer=0, head=3, num_latents=32, k=4, steps=20)
     >>> score = dl.score_sae(d, cap)
@@ -127,6 +142,10 @@ def score_sae(dictionary: Dictionary, source, batch=None) -> DictionaryScore:
     held = (cap.labels["trace"][token] % 2) == 1
     if not held.any():
         raise DeltalensError("scoring needs held-out rows: capture at least two traces (the odd ones are scored).")
+    if kinds is not None:
+        held &= torch.isin(cap.labels["kind"][token], torch.as_tensor(_kind_ids(kinds)))
+        if not held.any():
+            raise DeltalensError(f"no held-out token is of the kinds {list(kinds)!r}.")
     x, token = x[held], token[held]
     states = cap.states[token].numpy() - 1  # the traces write values 1 .. n
     if states.min() < 0 or states.max() >= n:

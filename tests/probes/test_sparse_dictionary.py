@@ -60,6 +60,11 @@ def test_a_dictionary_learns_the_state_and_round_trips_through_sparsify_s_folder
     assert torch.equal(again.reconstruct(x), d.reconstruct(x)) and again.site == "state" and again.head == 3
     with pytest.raises(DeltalensError, match="not a saved dictionary"):
         dl.load_sae(tmp_path)
+    prints = dl.score_sae(d, cap, kinds=("print",))  # only the print lines' tokens
+    kinds = cap.labels["kind"][cap.labels["trace"] % 2 == 1]
+    assert prints.rows == int((kinds == 3).sum()) < score.rows
+    with pytest.raises(DeltalensError, match="unknown token kind 'prints'"):
+        dl.score_sae(d, cap, kinds=("prints",))
 
 
 def test_the_splice_is_a_state_edit_that_propagates(paper):
