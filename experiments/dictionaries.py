@@ -3,6 +3,8 @@ true state (issue 57; the rule is results/dictionaries/README.md's, stated befor
 
     python3 -m experiments.dictionaries RUN --model s3-deltanet-neg-statement --latents 64 [--out results/dictionaries]
     python3 -m experiments.dictionaries --table [--out results/dictionaries]   # the coverage table and the verdict
+    python3 -m experiments.dictionaries run --model M --latents N --score-at print reveal   # the second rule's grid
+    python3 -m experiments.dictionaries --table --score-at print reveal      # its table and verdict
 
 One record per (model, width): for each head, the dictionary's fact coverage (of n x n at F1 >= 0.9), arrangement
 coverage, dead and dense latents, held-out FVU and training seconds, the same head's linear-probe accuracy on its
@@ -30,7 +32,7 @@ FACT = (0, 1)  # ablated on the tracking head: variable a holds value 2
 COVERS, OTHERS_BELOW = 0.9, 0.5
 
 
-def record(model_name: str, latents: int, seed: int = 0) -> dict:
+def record(model_name: str, latents: int, seed: int = 0, kinds: tuple[str, ...] | None = None) -> dict:
     import deltalens as dl
 
     model = dl.load(model_name)
@@ -46,7 +48,7 @@ def record(model_name: str, latents: int, seed: int = 0) -> dict:
             d = dl.train_sae(
                 cap, site="state", layer=layer, head=head, num_latents=latents, k=K, steps=STEPS, seed=seed
             )
-            score = dl.score_sae(d, cap)
+            score = dl.score_sae(d, cap, kinds=kinds)
             probe = probes[(probes["layer"] == layer) & (probes["head"] == head)]
             row = {
                 "layer": layer,
@@ -69,6 +71,7 @@ def record(model_name: str, latents: int, seed: int = 0) -> dict:
             heads.append(row)
             print(f"{model_name} {latents} L{layer}H{head}: {score.title()}", file=sys.stderr)
     return {"model": model_name, "latents": latents, "k": K, "steps": STEPS, "traces": TRACES, "seed": seed,
+            "score_at": list(kinds) if kinds else None,
             "tracking_head": list(tracking) if tracking else None, "heads": heads}  # fmt: skip
 
 
@@ -90,8 +93,32 @@ def verdict(records: list[dict]) -> str:
     return ("supported" if holds else "not supported") + " (" + "; ".join(parts) + ")"
 
 
-def table(folder: Path) -> list[str]:
-    records = [json.loads(p.read_text()) for p in sorted(folder.glob("*-latents*.json"))]
+def verdict_arrangements(records: list[dict]) -> str:
+    """The second rule (results/dictionaries/README.md): at the read-out tokens, wherever a dictionary has at least
+    as many latents as there are arrangements, the tracking head's covers 90% of them at F1 >= 0.9 and no other
+    head's covers half."""
+    judged = [r for r in records if r["latents"] >= max(h["arrangements"] for h in r["heads"])]
+    if not judged:
+        return "not testable: no record has as many latents as arrangements"
+    parts, holds = [], True
+    for r in judged:
+        track = [h for h in r["heads"] if h["tracking"]]
+        if not track:
+            return f"not testable: {r['model']} has no tracking head"
+        t = track[0]["arrangement_coverage"] / track[0]["arrangements"]
+        o = max(h["arrangement_coverage"] / h["arrangements"] for h in r["heads"] if not h["tracking"])
+        holds &= t >= COVERS and o < OTHERS_BELOW
+        parts.append(f"{r['model']} at {r['latents']} latents: tracking head {t:.0%}, best other head {o:.0%}")
+    return ("supported" if holds else "not supported") + " (" + "; ".join(parts) + ")"
+
+
+def _name(model: str, latents: int, kinds) -> str:
+    return f"{model}-latents{latents}" + (f"-at-{'-'.join(kinds)}" if kinds else "") + ".json"
+
+
+def table(folder: Path, kinds=None) -> list[str]:
+    pattern = _name("*", "*", kinds) if kinds else "*-latents[0-9]*[0-9].json"
+    records = [json.loads(p.read_text()) for p in sorted(folder.glob(pattern))]
     lines = [
         "| model | latents | head | facts covered | arrangements covered | best-fact F1 (mean) | dead | dense | FVU "
         "| probe accuracy | train s |",
@@ -119,7 +146,11 @@ def table(folder: Path) -> list[str]:
                     f"(spliced {s['fact_accuracy_spliced']:.3f}), "
                     f"{s['other_accuracy_ablated']:.3f} on the others (spliced {s['other_accuracy_spliced']:.3f})"
                 )
-    lines += ["", f"Verdict by the rule: {verdict(records)}"]
+    if kinds:
+        lines += ["", f"Verdict by the second rule (arrangements at {', '.join(kinds)} tokens): "
+                  f"{verdict_arrangements(records)}"]  # fmt: skip
+    else:
+        lines += ["", f"Verdict by the rule: {verdict(records)}"]
     return lines
 
 
@@ -130,19 +161,21 @@ def main() -> None:
     parser.add_argument("--latents", type=arguments.COUNT, default=64)
     parser.add_argument("--out", type=Path, default=Path("results/dictionaries"))
     parser.add_argument("--table", action="store_true")
+    parser.add_argument("--score-at", nargs="+", metavar="KIND", help="score at these token kinds only")
     args = parser.parse_args()
     if args.table:
-        print("\n".join(table(entry.existing(args.out, "results folder"))))
+        print("\n".join(table(entry.existing(args.out, "results folder"), args.score_at)))
         return
     if args.run is None:
         parser.error("give `run` (with --model and --latents) or --table")
     torch.set_num_threads(1)
-    target = args.out / f"{args.model}-latents{args.latents}.json"
+    target = args.out / _name(args.model, args.latents, args.score_at)
     if target.is_file():
         print(f"{target}: done already", file=sys.stderr)
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(target, record(args.model, args.latents))
+    kinds = tuple(args.score_at) if args.score_at else None
+    write_json_atomic(target, record(args.model, args.latents, kinds=kinds))
     print(f"written: {target}", file=sys.stderr)
 
 
