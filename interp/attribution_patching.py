@@ -174,6 +174,30 @@ def _sum_features(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(*x.shape[:3], -1).sum(-1).sum(0)
 
 
+def _site_grid(model, site: str, kept, runs, shape: tuple[int, int, int]) -> torch.Tensor:
+    """One site's (layers, heads, positions) estimates: gradient x (clean - corrupt), or for "state" the state
+    adjoint x (clean - corrupt); NaN for a layer without the hook (a hybrid's) or with another head count."""
+    L, H, T = shape
+    clean_cache, acts, grad_of, first = runs.clean, runs.corrupt, runs.grads, runs.start
+    grid = torch.zeros(L, H, T, dtype=torch.float64)  # 0 before `first`: both runs are the same there
+    for layer in range(L):
+        name = f"blocks.{layer}.attn.hook_{site}"
+        if name not in kept or acts[name].shape[2] != H:
+            grid[layer] = float("nan")
+            continue
+        if site == "state":
+            inp = _inputs(model, layer, acts)
+            zname = f"blocks.{layer}.attn.hook_z"
+            weight = state_adjoint(
+                inp["q"], inp["k"], inp["beta"], inp["log_gate"], grad_of.get(zname, torch.zeros_like(acts[zname]))
+            )
+        else:
+            weight = grad_of[name].double()
+        diff = clean_cache[name].double() - acts[name].detach().double()
+        grid[layer, :, first:] = _sum_features(weight * diff).T
+    return grid
+
+
 def attribution_patching(
     model,
     clean,
@@ -239,35 +263,11 @@ def attribution_patching(
             ),
         )
         runs = attribution_runs(model, clean_t, corrupt_t, metric, names)
-        clean_cache, acts, grad_of, first = runs.clean, runs.corrupt, runs.grads, runs.start
 
-        grids: dict[str, torch.Tensor] = {}
-        T, H = corrupt_t.shape[1], n_heads_of(model)
-        for site in sites:
-            grid = torch.zeros(L, H, T, dtype=torch.float64)  # 0 before `first`: both runs are the same there
-            for layer in range(L):
-                name = f"blocks.{layer}.attn.hook_{site}"
-                if name not in names.keep or acts[name].shape[2] != H:  # no such hook, or another head count
-                    grid[layer] = float("nan")
-                    continue
-                if site == "state":
-                    if not delta:
-                        raise DeltalensError("only the delta rule has a matrix state to attribute.")
-                    inp = _inputs(model, layer, acts)
-                    zname = f"blocks.{layer}.attn.hook_z"
-                    lam = state_adjoint(
-                        inp["q"],
-                        inp["k"],
-                        inp["beta"],
-                        inp["log_gate"],
-                        grad_of.get(zname, torch.zeros_like(acts[zname])),
-                    )
-                    diff = clean_cache[name].double() - acts[name].double()
-                    grid[layer, :, first:] = _sum_features(lam * diff).T
-                else:
-                    diff = clean_cache[name].double() - acts[name].detach().double()
-                    grid[layer, :, first:] = _sum_features(grad_of[name].double() * diff).T
-            grids[site] = grid
+        if "state" in sites and not delta:
+            raise DeltalensError("only the delta rule has a matrix state to attribute.")
+        shape = (L, n_heads_of(model), corrupt_t.shape[1])
+        grids = {site: _site_grid(model, site, names.keep, runs, shape) for site in sites}
         seconds = time.perf_counter() - start
     finally:
         model.train(was_training)
