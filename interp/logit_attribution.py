@@ -214,6 +214,45 @@ def _factor_parts(model, cache, layer, b, t) -> torch.Tensor:
 
 
 @torch.no_grad()
+def _layer_components(model, cache, layer: int, b, t, project, factors: int) -> tuple[list[str], list[torch.Tensor]]:
+    """One layer's components at rows (b, t), projected: its heads (by factor where asked), a read-out bias where
+    the mixer has one, its MLP; a transformers attention layer as one component."""
+    mixer, N = model.blocks[layer].attn, len(b)
+    if not has_read_out(mixer):  # a transformers attention layer: its whole output, one component
+        names, columns = [f"L{layer} attn"], [project(cache[f"blocks.{layer}.hook_attn_out"][b, t].float())[:, None]]
+    else:
+        split = factors > 1 and layer in delta_layers_of(model)
+        heads = head_outputs(model, cache, layer, b, t, per_factor=split)
+        if split:
+            names = [f"L{layer}H{h}F{j}" for h in range(heads.shape[1]) for j in range(factors)]
+        else:
+            names = [f"L{layer}H{h}" for h in range(heads.shape[1])]
+        columns = [project(heads).reshape(N, -1)]
+        x = model.mixer_input(layer, cache[f"blocks.{layer}.hook_resid_pre"][b, t])
+        bias = read_out_bias(mixer, cache[f"blocks.{layer}.attn.hook_z"][b, t].to(x.dtype), x).float()
+        if bool(bias.abs().max() > 0):
+            names.append(f"L{layer} attn bias")
+            columns.append(project(bias)[:, None])
+    names.append(f"L{layer} mlp")
+    columns.append(project(cache[f"blocks.{layer}.hook_mlp_out"][b, t].float())[:, None])
+    return names, columns
+
+
+def _bias_components(model, lm_w, answer, against) -> list[tuple[str, torch.Tensor]]:
+    """The final norm's bias through the unembedding and the unembedding's own bias, where the model has them."""
+
+    def toward(v: torch.Tensor) -> torch.Tensor:  # v[answer] - mean v[against], one column
+        return (v[answer] - (0 if against is None else v[against].mean(-1)))[:, None]
+
+    found = []
+    norm_bias = getattr(model.model.norm, "bias", None)
+    if norm_bias is not None:
+        found.append(("ln_final bias", toward(lm_w.double() @ norm_bias.double())))
+    if getattr(model.lm_head, "bias", None) is not None:
+        found.append(("unembed bias", toward(model.lm_head.bias.double())))
+    return found
+
+
 def logit_attribution(
     model,
     cache,
@@ -277,36 +316,12 @@ def logit_attribution(
     names, columns = ["embed"], [project(embed[b, t].float())[:, None]]
     factors = getattr(model, "n_factors", 1) if per_factor and architecture_of(model) == "deltaproduct" else 1
     for layer in range(model.cfg.n_layers):
-        mixer = model.blocks[layer].attn
-        if not has_read_out(mixer):  # a transformers attention layer: its whole output, one component
-            names.append(f"L{layer} attn")
-            columns.append(project(cache[f"blocks.{layer}.hook_attn_out"][b, t].float())[:, None])
-        else:
-            split = factors > 1 and layer in delta_layers_of(model)
-            heads = head_outputs(model, cache, layer, b, t, per_factor=split)
-            flat = project(heads).reshape(N, -1)
-            if split:
-                names += [f"L{layer}H{h}F{j}" for h in range(heads.shape[1]) for j in range(factors)]
-            else:
-                names += [f"L{layer}H{h}" for h in range(heads.shape[1])]
-            columns.append(flat)
-            x = model.mixer_input(layer, cache[f"blocks.{layer}.hook_resid_pre"][b, t])
-            bias = read_out_bias(mixer, cache[f"blocks.{layer}.attn.hook_z"][b, t].to(x.dtype), x).float()
-            if bool(bias.abs().max() > 0):
-                names.append(f"L{layer} attn bias")
-                columns.append(project(bias)[:, None])
-        names.append(f"L{layer} mlp")
-        columns.append(project(cache[f"blocks.{layer}.hook_mlp_out"][b, t].float())[:, None])
-    norm_bias = getattr(model.model.norm, "bias", None)
-    if norm_bias is not None:
-        names.append("ln_final bias")
-        columns.append(((lm_w.double() @ norm_bias.double())[answer] - 0)[:, None])
-        if against is not None:
-            columns[-1] = columns[-1] - (lm_w.double() @ norm_bias.double())[against].mean(-1)[:, None]
-    if getattr(model.lm_head, "bias", None) is not None:
-        bias = model.lm_head.bias.double()
-        names.append("unembed bias")
-        columns.append((bias[answer] - (0 if against is None else bias[against].mean(-1)))[:, None])
+        layer_names, layer_columns = _layer_components(model, cache, layer, b, t, project, factors)
+        names += layer_names
+        columns += layer_columns
+    for name, column in _bias_components(model, lm_w, answer, against):
+        names.append(name)
+        columns.append(column)
     return LogitAttribution(
         components=names,
         contributions=torch.cat(columns, 1),

@@ -19,7 +19,6 @@ _APP = "app/ is being edited by another engineer now; split it when that work la
 FILE_EXCEPTIONS = {}
 FUNCTION_EXCEPTIONS = {  # "file:function"
     "interp/capture.py:capture": _INTERP,
-    "interp/logit_attribution.py:logit_attribution": _INTERP,
     "cli/intervene.py:register": "argparse declarations only: one add_argument per option",
     "app/views/circuit.py:main": _APP,
 }
