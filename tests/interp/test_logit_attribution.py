@@ -69,3 +69,20 @@ def test_a_tokenizer_that_spells_a_value_two_ways_is_refused_in_one_sentence():
     batch["tokens"] = torch.tensor([[5, 31, 6, 21, 6, 31]])
     positions, answer, against = reveal_rows(batch)
     assert answer.tolist() == [31, 21, 31] and against.tolist() == [[21], [31], [21]]
+
+
+def test_an_unembedding_bias_is_a_component_and_the_sum_still_holds(tiny_model):
+    """A model whose LM head has a bias (a transformers model may): it is its own component, answer minus against."""
+    from tests.conftest import build_tiny
+
+    model = build_tiny("deltanet")
+    with torch.no_grad():
+        bias = torch.nn.Parameter(torch.randn(model.lm_head.out_features, generator=torch.Generator().manual_seed(1)))
+    model.lm_head.bias = bias
+    tokens = torch.randint(0, 23, (2, 12), generator=torch.Generator().manual_seed(0))
+    _, cache = model.run_with_cache(tokens)
+    answer, against = torch.tensor([3, 4]), torch.tensor([[6, 7], [8, 9]])
+    result = logit_attribution(model, cache, torch.tensor([11, 5]), answer, against)
+    assert result.components[-1] == "unembed bias" and result.error < 1e-4
+    want = (bias[answer] - bias[against].mean(-1)).double()
+    assert torch.allclose(result.contributions[:, -1], want.detach(), atol=1e-6)
