@@ -121,18 +121,9 @@ def capture(
     """
     arch = architecture_of(model)
     batch = as_batch(model, batch)  # a batch, token ids (B, T) or REPL text (interp/batch_inputs.py)
-    if isinstance(names, str):
-        names = [names]
-    wanted = None if callable(names) else expand_names(model, names or [])
-    layers = None if layers is None else _checked_layers(layers, model)
-    if wanted is not None and layers is not None:
-        wanted = [name for name in wanted if _in_layers(name, layers)]
-    base_filter = names if callable(names) else (lambda name: name in wanted)
-    names_filter = base_filter if layers is None else (lambda n: base_filter(n) and _in_layers(n, layers))
+    wanted, names_filter = _name_filter(model, names, layers)
     tokens = batch["tokens"]
-    lengths = batch.get("lengths")
-    if lengths is None:
-        lengths = (tokens != 0).sum(1)
+    lengths = batch["lengths"] if batch.get("lengths") is not None else (tokens != 0).sum(1)
     B, T = tokens.shape
     keep = _kept(batch, lengths, kinds, positions)  # (B, T) bool
     trace, position = keep.nonzero(as_tuple=True)
@@ -140,28 +131,9 @@ def capture(
     was_training = model.training
     model.eval()
     try:
-        sizes = row_bytes(model, tokens, names_filter, T, names=wanted)
-        if wanted is not None:
-            missing = [name for name in wanted if name not in sizes]
-            if missing:
-                raise DeltalensError(
-                    f"{article_of(arch)} has no hook named {', '.join(map(repr, missing))}; "
-                    f"list its hooks with model.hook_dict (or use shorthands such as 'resid', 'beta')."
-                )
-            sizes = {name: sizes[name] for name in wanted}
-        vocab = _vocab_of(model)
+        sizes = _row_sizes(model, tokens, names_filter, wanted)
         n_vars = batch["states"].shape[-1] if "states" in batch else 0
-        plan = plan_capture(
-            rows=len(trace),
-            row_sizes=sizes,
-            n_traces=B,
-            T=T,
-            extra_row_bytes=LABEL_BYTES + 8 * n_vars + (4 * vocab if with_logits else 0),
-            slice_extra_per_token=4 * vocab,
-            slice_traces=batch_size,
-            max_bytes=max_bytes,
-            on_disk=to is not None,
-        )
+        plan = _plan(model, sizes, len(trace), (B, T), n_vars, with_logits, batch_size, max_bytes, to is not None)
         if to is None:
             sink = _InMemory(list(sizes), plan)
         else:
@@ -174,37 +146,9 @@ def capture(
             raise
     finally:
         model.train(was_training)
-    labels = {"trace": trace, "position": position, "token": tokens.cpu()[trace, position]}
-    for key, source in (
-        ("kind", "kinds"),
-        ("action_pos", "action_pos"),
-        ("perm_id", "perm_ids"),
-        ("answer", "answers"),
-        ("reveal_var", "reveal_vars"),
-        ("state_step", "state_steps"),
-    ):
-        value = batch.get(source)
-        labels[key] = value.cpu()[trace, position] if value is not None else torch.full_like(trace, -1)
-    states = (
-        batch["states"].cpu()[trace, position] if "states" in batch else torch.zeros(len(trace), 0, dtype=torch.long)
-    )
+    labels, states = _labels(batch, trace, position)
     if to is not None:
-        meta = {
-            "arch": arch,
-            "n_traces": B,
-            "n_layers": n_layers_of(model),
-            "n_heads": n_heads_of(model),
-            "rows": len(trace),
-            "estimated_bytes": plan.result_bytes,
-            "slices": plan.slices,
-            "delta_layers": delta_layers_of(model),
-        }
-        try:
-            sink.finish(labels, states, lengths.cpu(), meta)
-        except BaseException:
-            sink.abandon()
-            raise
-        return open_capture(to)
+        return _finished_on_disk(model, sink, plan, labels, states, lengths, to)
     acts, logits = sink.result()
     return Capture(
         arch=arch,
@@ -220,6 +164,88 @@ def capture(
         slices=plan.slices,
         delta_layers=tuple(delta_layers_of(model)),
     )
+
+
+def _plan(model, sizes, rows: int, shape, n_vars: int, with_logits: bool, batch_size, max_bytes, on_disk: bool):
+    """The capture's memory plan (interp/capture_plan.py): the size estimated and checked, the slices chosen."""
+    vocab = _vocab_of(model)
+    return plan_capture(
+        rows=rows,
+        row_sizes=sizes,
+        n_traces=shape[0],
+        T=shape[1],
+        extra_row_bytes=LABEL_BYTES + 8 * n_vars + (4 * vocab if with_logits else 0),
+        slice_extra_per_token=4 * vocab,
+        slice_traces=batch_size,
+        max_bytes=max_bytes,
+        on_disk=on_disk,
+    )
+
+
+def _finished_on_disk(model, sink, plan, labels, states, lengths, to) -> Capture:
+    """The on-disk capture's labels and index written (everything is removed if that fails), opened lazily."""
+    meta = {
+        "arch": architecture_of(model),
+        "n_traces": int(lengths.shape[0]),
+        "n_layers": n_layers_of(model),
+        "n_heads": n_heads_of(model),
+        "rows": len(labels["trace"]),
+        "estimated_bytes": plan.result_bytes,
+        "slices": plan.slices,
+        "delta_layers": delta_layers_of(model),
+    }
+    try:
+        sink.finish(labels, states, lengths.cpu(), meta)
+    except BaseException:
+        sink.abandon()
+        raise
+    return open_capture(to)
+
+
+def _row_sizes(model, tokens: torch.Tensor, names_filter, wanted) -> dict[str, int]:
+    """Bytes per kept token of each hook the run will keep, in the order asked; a hook asked for by name that the
+    model does not have is refused by name."""
+    sizes = row_bytes(model, tokens, names_filter, tokens.shape[1], names=wanted)
+    if wanted is None:
+        return sizes
+    missing = [name for name in wanted if name not in sizes]
+    if missing:
+        raise DeltalensError(
+            f"{article_of(architecture_of(model))} has no hook named {', '.join(map(repr, missing))}; "
+            f"list its hooks with model.hook_dict (or use shorthands such as 'resid', 'beta')."
+        )
+    return {name: sizes[name] for name in wanted}
+
+
+def _name_filter(model, names, layers):
+    """(the hook names asked for, or None for a callable filter; the filter the run applies), both restricted to
+    `layers` (checked) when given."""
+    if isinstance(names, str):
+        names = [names]
+    wanted = None if callable(names) else expand_names(model, names or [])
+    layers = None if layers is None else _checked_layers(layers, model)
+    if wanted is not None and layers is not None:
+        wanted = [name for name in wanted if _in_layers(name, layers)]
+    base_filter = names if callable(names) else (lambda name: name in wanted)
+    return wanted, base_filter if layers is None else (lambda n: base_filter(n) and _in_layers(n, layers))
+
+
+def _labels(batch, trace: torch.Tensor, position: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Each kept token's labels from the batch (-1 where the batch has no such label), and its true state
+    (rows x variables; no columns without one)."""
+    labels = {"trace": trace, "position": position, "token": batch["tokens"].cpu()[trace, position]}
+    for key, source in (
+        ("kind", "kinds"),
+        ("action_pos", "action_pos"),
+        ("perm_id", "perm_ids"),
+        ("answer", "answers"),
+        ("reveal_var", "reveal_vars"),
+        ("state_step", "state_steps"),
+    ):
+        value = batch.get(source)
+        labels[key] = value.cpu()[trace, position] if value is not None else torch.full_like(trace, -1)
+    states = batch.get("states")
+    return labels, (states.cpu()[trace, position] if states is not None else torch.zeros(len(trace), 0).long())
 
 
 def _checked_layers(layers: Sequence[int], model) -> set[int]:

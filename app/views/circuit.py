@@ -185,6 +185,82 @@ def dla_bar(result) -> go.Figure:
     return fig
 
 
+def patching_section(checkpoint, controls: Controls, found, n_pairs: int, seed: int) -> None:
+    """Activation patching beside attribution patching on one colour scale, and how far the two agree."""
+    sites = list(found.sites)
+    site = controls.widget(
+        st.radio, "site", "patched site", sites, default="z", horizontal=True, valid=lambda value: value in sites
+    )
+    grid = grid_of(checkpoint, n_pairs, seed, site)
+    if grid is not None:
+        from deltalens.interp.circuit import method_agreement
+        from deltalens.interp.patching import patch_grid_figure
+
+        estimate = found.ap_grid(site)
+        approx = type(grid)(
+            estimate + grid.corrupt, grid.clean, grid.corrupt, site, n_forwards=0, method="attribution patching"
+        )
+        if not grid.span_ok:
+            st.warning(grid.span_sentence()[0].upper() + grid.span_sentence()[1:] + ".")
+        # one colour scale for both: the same colour is the same fraction restored in either grid
+        values = (grid.normalised(), approx.normalised()) if grid.span_ok else (grid.per_head(), approx.per_head())
+        span = max(1.0, *(float(torch.nan_to_num(v, nan=0.0).abs().max()) for v in values))
+        scale = (-span, span)
+        left, right = st.columns(2)
+        figures.show(
+            patch_grid_figure(
+                grid,
+                title=f"activation patching: hook_{site} ({grid.n_forwards} forwards)",
+                scale=scale,
+                numbers=True,
+            ),
+            left,
+        )
+        figures.show(
+            patch_grid_figure(
+                approx,
+                title=f"attribution patching: hook_{site} ({found.forward_equivalents:.1f} forward-equivalents)",
+                scale=scale,
+                numbers=True,
+            ),
+            right,
+        )
+        st.caption(
+            f"Both grids share one colour scale, {-span:g} to {span:g}. Each cell: the fraction of the clean "
+            "answer's logit difference restored when that head's activation comes from the clean run (activation "
+            "patching: measured; attribution patching: its first-order estimate), clean "
+            f"{grid.clean:.2f}, corrupt {grid.corrupt:.2f}."
+        )
+        agreement = method_agreement(grid, estimate)
+        st.info(f"How far the two methods agree on {checkpoint.path.name}, {agreement.sentence()}")
+
+
+def reading_section(checkpoint, controls: Controls, seed: int, layer: int, head: int) -> None:
+    """One head's exact effective attention at a reveal of one trace (or why it does not apply)."""
+    article, delta = article_of(checkpoint.arch), is_delta_rule(checkpoint.arch)
+    if not delta:
+        st.info(
+            f"{article} has no delta-rule read-out to unroll; its attention pattern is its own (hook_pattern), so "
+            "this section applies to the delta-rule family only."
+        )
+    elif "householder" not in family(checkpoint.arch).capabilities:
+        st.info(
+            f"{article} has transitions alpha I - beta k p^T (a correction key p_t); the unrolling here reads them "
+            "as alpha (I - beta k k^T), so this section does not apply to it."
+        )
+    else:
+        reading = reading_of(checkpoint, seed, layer, head)
+        if reading is not None:
+            texts, reveals, A = reading
+            if not reveals:
+                st.info("this trace reveals no values; pick another seed.")
+            else:
+                labels = [text for _, text in reveals]
+                picked = st.selectbox("reveal", labels, key=controls.key("reveal") + f"-{seed}")
+                row = reveals[labels.index(picked)][0]
+                figures.show(reading_figure(texts, A, row, layer, head), title_width=110)
+
+
 def main() -> None:
     checkpoint = pick_checkpoint("circuit-ckpt")
     if checkpoint is None:
@@ -231,27 +307,7 @@ def main() -> None:
     layer, head = (int(x) for x in chosen[1:].split("H"))
 
     st.subheader("Effective attention of one reveal")
-    if not delta:
-        st.info(
-            f"{article} has no delta-rule read-out to unroll; its attention pattern is its own (hook_pattern), so "
-            "this section applies to the delta-rule family only."
-        )
-    elif "householder" not in family(checkpoint.arch).capabilities:
-        st.info(
-            f"{article} has transitions alpha I - beta k p^T (a correction key p_t); the unrolling here reads them "
-            "as alpha (I - beta k k^T), so this section does not apply to it."
-        )
-    else:
-        reading = reading_of(checkpoint, seed, layer, head)
-        if reading is not None:
-            texts, reveals, A = reading
-            if not reveals:
-                st.info("this trace reveals no values; pick another seed.")
-            else:
-                labels = [text for _, text in reveals]
-                picked = st.selectbox("reveal", labels, key=controls.key("reveal") + f"-{seed}")
-                row = reveals[labels.index(picked)][0]
-                figures.show(reading_figure(texts, A, row, layer, head), title_width=110)
+    reading_section(checkpoint, controls, seed, layer, head)
 
     st.subheader("Direct logit attribution per head")
     if not delta:
@@ -266,52 +322,7 @@ def main() -> None:
 
     st.subheader("Patching grid")
     if found is not None:
-        sites = list(found.sites)
-        site = controls.widget(
-            st.radio, "site", "patched site", sites, default="z", horizontal=True, valid=lambda value: value in sites
-        )
-        grid = grid_of(checkpoint, n_pairs, seed, site)
-        if grid is not None:
-            from deltalens.interp.circuit import method_agreement
-            from deltalens.interp.patching import patch_grid_figure
-
-            estimate = found.ap_grid(site)
-            approx = type(grid)(
-                estimate + grid.corrupt, grid.clean, grid.corrupt, site, n_forwards=0, method="attribution patching"
-            )
-            if not grid.span_ok:
-                st.warning(grid.span_sentence()[0].upper() + grid.span_sentence()[1:] + ".")
-            # one colour scale for both: the same colour is the same fraction restored in either grid
-            values = (grid.normalised(), approx.normalised()) if grid.span_ok else (grid.per_head(), approx.per_head())
-            span = max(1.0, *(float(torch.nan_to_num(v, nan=0.0).abs().max()) for v in values))
-            scale = (-span, span)
-            left, right = st.columns(2)
-            figures.show(
-                patch_grid_figure(
-                    grid,
-                    title=f"activation patching: hook_{site} ({grid.n_forwards} forwards)",
-                    scale=scale,
-                    numbers=True,
-                ),
-                left,
-            )
-            figures.show(
-                patch_grid_figure(
-                    approx,
-                    title=f"attribution patching: hook_{site} ({found.forward_equivalents:.1f} forward-equivalents)",
-                    scale=scale,
-                    numbers=True,
-                ),
-                right,
-            )
-            st.caption(
-                f"Both grids share one colour scale, {-span:g} to {span:g}. Each cell: the fraction of the clean "
-                "answer's logit difference restored when that head's activation comes from the clean run (activation "
-                "patching: measured; attribution patching: its first-order estimate), clean "
-                f"{grid.clean:.2f}, corrupt {grid.corrupt:.2f}."
-            )
-            agreement = method_agreement(grid, estimate)
-            st.info(f"How far the two methods agree on {checkpoint.path.name}, {agreement.sentence()}")
+        patching_section(checkpoint, controls, found, n_pairs, seed)
     else:
         st.caption("Not drawn: it needs the clean / relabelled trace pairs, which this checkpoint cannot have (above).")
 
