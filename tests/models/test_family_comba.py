@@ -34,6 +34,7 @@ from deltalens.models.registry import family
 BASE = dict(hidden_size=32, num_hidden_layers=2, vocab_size=29, head_dim=8, num_heads=2)
 CONFIGS = {
     "default": {},
+    "gva": dict(num_v_heads=4),  # grouped value heads: value head i reads q/k/p head i // 2, as fla's kernels index
     "no-gate+noconv+unfused+tied": dict(
         use_output_gate=False, use_short_conv=False, fuse_norm=False, fuse_swiglu=False, tie_word_embeddings=True
     ),
@@ -52,6 +53,8 @@ def _fla_comba(q, k, v, p, g, beta, scale=None, initial_state=None, output_final
     """fla's chunk_comba / fused_recurrent_comba as fla's torch reference (same arguments, same results)."""
     if use_qk_l2norm_in_kernel:
         q, k, p = l2(q), l2(k), l2(p)
+    if v.shape[2] > q.shape[2]:  # grouped value heads: fla's kernels read q/k/p head i_hv // (HV // H)
+        q, k, p = (x.repeat_interleave(v.shape[2] // q.shape[2], dim=2) for x in (q, k, p))
     o, S = naive_chunk_comba(q, k, v, p, g, beta, chunk_size=16, scale=scale, initial_state=initial_state,
                              output_final_state=output_final_state)  # fmt: skip
     return o.to(v.dtype), S
