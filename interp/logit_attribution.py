@@ -213,7 +213,6 @@ def _factor_parts(model, cache, layer, b, t) -> torch.Tensor:
     return out.float()
 
 
-@torch.no_grad()
 def _layer_components(model, cache, layer: int, b, t, project, factors: int) -> tuple[list[str], list[torch.Tensor]]:
     """One layer's components at rows (b, t), projected: its heads (by factor where asked), a read-out bias where
     the mixer has one, its MLP; a transformers attention layer as one component."""
@@ -253,6 +252,7 @@ def _bias_components(model, lm_w, answer, against) -> list[tuple[str, torch.Tens
     return found
 
 
+@torch.no_grad()
 def logit_attribution(
     model,
     cache,

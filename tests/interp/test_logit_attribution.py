@@ -84,5 +84,6 @@ def test_an_unembedding_bias_is_a_component_and_the_sum_still_holds(tiny_model):
     answer, against = torch.tensor([3, 4]), torch.tensor([[6, 7], [8, 9]])
     result = logit_attribution(model, cache, torch.tensor([11, 5]), answer, against)
     assert result.components[-1] == "unembed bias" and result.error < 1e-4
+    assert not result.contributions.requires_grad and not result.actual.requires_grad  # measured, not a graph
     want = (bias[answer] - bias[against].mean(-1)).double()
     assert torch.allclose(result.contributions[:, -1], want.detach(), atol=1e-6)
