@@ -27,7 +27,9 @@ import json
 
 from deltalens.cli import arguments
 from deltalens.core.errors import DeltalensError
-from deltalens.interp.intervention_names import INTERVENTIONS, SPLIT_INTERVENTIONS
+from deltalens.interp.intervention_kinds import INTERVENTIONS, KINDS, kind
+
+FACTORED_SWEEPS = tuple(name for record in KINDS if record.per_factor for name in record.sweeps)
 
 
 def register(subparsers) -> None:
@@ -49,63 +51,16 @@ def register(subparsers) -> None:
     parser.add_argument("--layer", type=arguments.whole(0), help="layer of the head to intervene on")
     parser.add_argument("--head", type=arguments.whole(0), help="head to intervene on")
     what = parser.add_mutually_exclusive_group()
-    what.add_argument("--beta-scale", type=arguments.real(), metavar="F", help="multiply the head's beta by F")
-    what.add_argument(
-        "--beta-range",
-        type=arguments.real(),
-        nargs=2,
-        metavar=("LO", "HI"),
-        help="map the head's beta range onto [LO, HI] (default intervention: 0 1)",
-    )
-    what.add_argument(
-        "--beta-clip",
-        type=arguments.real(),
-        metavar="HI",
-        help="set the head's beta to min(beta, HI): with 1, only its negative eigenvalues go",
-    )
-    what.add_argument(
-        "--beta-reflect",
-        action="store_true",
-        help="set the head's beta to 2 - beta: each eigenvalue 1 - beta keeps its size and flips its sign",
-    )
-    what.add_argument(
-        "--transition-clip",
-        type=arguments.real(),
-        metavar="HI",
-        help="set beta to min(beta, HI) in the head's transition I - beta k k^T only; its write beta k v^T is kept",
-    )
-    what.add_argument(
-        "--transition-range",
-        type=arguments.real(),
-        nargs=2,
-        metavar=("LO", "HI"),
-        help="map the beta range of the head's transition onto [LO, HI]; its write is kept",
-    )
-    what.add_argument(
-        "--write-clip",
-        type=arguments.real(),
-        metavar="HI",
-        help="set beta to min(beta, HI) in the head's write beta k v^T only; its transition is kept",
-    )
-    what.add_argument(
-        "--write-scale",
-        type=arguments.real(),
-        metavar="F",
-        help="multiply the head's write beta k v^T by F; its transition is kept",
-    )
-    what.add_argument(
-        "--eigen-abs",
-        action="store_true",
-        help="map the head's transition eigenvalue 1 - beta to |1 - beta| (beta -> 1 - |1 - beta|); its write is kept",
-    )
-    what.add_argument("--ablate", choices=("zero", "mean"), help="ablate the head (see --site)")
-    what.add_argument(
-        "--gate-range",
-        type=arguments.real(),
-        nargs=2,
-        metavar=("LO", "HI"),
-        help="clamp the head's decay alpha_t into [LO, HI] (gated models; 1 1 = no forgetting)",
-    )
+    for record in KINDS:  # one flag per kind of intervention (interp/intervention_kinds.py)
+        if record.key == "ablate":
+            what.add_argument(record.flag, choices=("zero", "mean"), help=record.changes)
+        elif record.cli and not record.settings:
+            what.add_argument(record.flag, action="store_true", help=record.changes)
+        elif record.cli:
+            metavars = tuple(setting.metavar for setting in record.settings)
+            many = {"nargs": len(metavars)} if len(metavars) > 1 else {}
+            metavar = metavars if many else metavars[0]
+            what.add_argument(record.flag, type=arguments.real(), metavar=metavar, help=record.changes, **many)
     parser.add_argument(
         "--factor",
         type=arguments.whole(0),
@@ -133,18 +88,13 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from deltalens.loading.opened import open_checkpoint
 
-    split = (args.transition_clip, args.transition_range, args.write_clip, args.write_scale)
-    single = (
-        any(x is not None for x in (args.beta_scale, args.beta_range, args.beta_clip, args.ablate, args.gate_range))
-        or any(x is not None for x in split)
-        or args.beta_reflect
-        or args.eigen_abs
-    )
-    factored_sweeps = (None, "beta-range", *SPLIT_INTERVENTIONS)
-    if args.factor is not None and (args.sweep not in factored_sweeps or args.ablate or args.gate_range):
+    asked = _asked(args)
+    single = asked is not None
+    per_factor = asked.per_factor if asked is not None else args.sweep in (None, *FACTORED_SWEEPS)
+    if args.factor is not None and not per_factor:
         raise DeltalensError(
-            "--factor picks the factor whose beta --beta-*, --transition-*, --write-*, --eigen-abs, "
-            "--sweep beta-range or a split sweep changes; use it with one of those."
+            "--factor picks the factor whose beta --beta-*, --transition-*, --write-*, --eigen-abs or "
+            f"--sweep {'/'.join(FACTORED_SWEEPS)} changes; use it with one of those."
         )
     if args.patch_grid:
         if args.sweep or single or args.layer is not None or args.head is not None or args.factor is not None:
@@ -166,7 +116,7 @@ def run(args) -> int:
     batch = checkpoint.batch(args.n_traces, seed=args.seed, actions=args.actions)
     if args.sweep:
         return _sweep(args, checkpoint.model, batch)
-    return _single(args, checkpoint.model, batch)
+    return _single(args, checkpoint.model, batch, asked)
 
 
 def _sweep(args, model, batch) -> int:
@@ -186,37 +136,27 @@ def _sweep(args, model, batch) -> int:
     return 0
 
 
-def _single(args, model, batch) -> int:
-    from deltalens.interp.interventions import (
-        ablate_head,
-        clamp_gate,
-        clip_beta,
-        reflect_beta,
-        rescale_beta,
-        reveal_accuracy,
-    )
+def _asked(args):
+    """The kind of intervention whose flag was given (None: none was)."""
+    for record in KINDS:
+        value = getattr(args, record.key.replace("-", "_"), None) if record.cli else None
+        if value is not None and value is not False:
+            return record
+    return None
 
-    if args.ablate:
-        iv = ablate_head(
-            model,
-            args.layer,
-            args.head,
-            args.ablate,
-            site=args.site,
-            reference=batch if args.ablate == "mean" else None,
-        )
-    elif args.gate_range is not None:
-        iv = clamp_gate(model, args.layer, args.head, *args.gate_range)
-    elif args.beta_clip is not None:
-        iv = clip_beta(model, args.layer, args.head, hi=args.beta_clip, factor=args.factor)
-    elif args.beta_reflect:
-        iv = reflect_beta(model, args.layer, args.head, factor=args.factor)
-    elif args.beta_scale is not None:
-        iv = rescale_beta(model, args.layer, args.head, scale=args.beta_scale, factor=args.factor)
-    elif args.beta_range is not None:
-        iv = rescale_beta(model, args.layer, args.head, to=tuple(args.beta_range), factor=args.factor)
+
+def _single(args, model, batch, asked) -> int:
+    from deltalens.interp.interventions import ablate_head, reveal_accuracy
+
+    record = asked or kind("beta-range")  # the paper's [0, 1] rescale when no kind is asked
+    if record.key == "ablate":
+        reference = batch if args.ablate == "mean" else None
+        iv = ablate_head(model, args.layer, args.head, args.ablate, site=args.site, reference=reference)
     else:
-        iv = _split(args, model)
+        given = getattr(args, record.key.replace("-", "_")) if asked is not None else None
+        numbers = [] if given is None or given is True else given if isinstance(given, list) else [given]
+        values = {setting.name: float(x) for setting, x in zip(record.settings, numbers)}
+        iv = record.build(model, args.layer, args.head, values, factor=args.factor)
     baseline = reveal_accuracy(model, batch)
     after = reveal_accuracy(model, batch, iv)
     report = {
@@ -239,22 +179,3 @@ def _single(args, model, batch) -> int:
         f"trace accuracy {baseline.trace_accuracy:.4f} -> {after.trace_accuracy:.4f}"
     )
     return 0
-
-
-def _split(args, model):
-    """One of the transition-only / write-only interventions, or the paper's [0, 1] rescale when none is asked."""
-    from deltalens.interp import split_interventions as split
-    from deltalens.interp.interventions import rescale_beta
-
-    layer, head, factor = args.layer, args.head, args.factor
-    if args.transition_clip is not None:
-        return split.clip_transition(model, layer, head, hi=args.transition_clip, factor=factor)
-    if args.transition_range is not None:
-        return split.rescale_transition(model, layer, head, to=tuple(args.transition_range), factor=factor)
-    if args.write_clip is not None:
-        return split.clip_write(model, layer, head, hi=args.write_clip, factor=factor)
-    if args.write_scale is not None:
-        return split.scale_write(model, layer, head, scale=args.write_scale, factor=factor)
-    if args.eigen_abs:
-        return split.abs_eigenvalue(model, layer, head, factor=factor)
-    return rescale_beta(model, layer, head, to=(0.0, 1.0), factor=factor)

@@ -4,7 +4,7 @@ capture.py             run a model with hooks and keep activations next to each 
 interventions.py       rescale a head's beta, ablate a head, patch activations or states
 split_interventions.py change a head's transition I - beta k k^T or its write beta k v^T alone
 head_sweep.py          apply one intervention to every head in turn and rank the heads
-intervention_names.py  the named interventions a head sweep knows
+intervention_kinds.py  every kind of per-head intervention, one record each (API, CLI, sweep and page read it)
 effective_attention.py  the exact read-out weights A[t, s] of a delta-rule head (z = A v)
 logit_attribution.py   direct logit attribution per head (and factor) through the frozen final norm
 trace_pairs.py         clean / corrupted trace pairs (values relabelled) and their logit-difference metric

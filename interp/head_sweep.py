@@ -8,7 +8,7 @@ read-out or state) on held-out traces and returns a
 largest drop. A tqdm bar shows progress; pass the frame of an interrupted sweep as `done` to
 skip the heads it already has.
 
-Named interventions: `INTERVENTIONS` (interp/intervention_names.py).
+Named interventions: `INTERVENTIONS`, the named sweeps of the kinds in interp/intervention_kinds.py.
 """
 
 from __future__ import annotations
@@ -23,16 +23,12 @@ import plotly.graph_objects as go
 from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError, did_you_mean
-from deltalens.interp import split_interventions as split
 from deltalens.interp.batch_inputs import as_batch
-from deltalens.interp.intervention_names import INTERVENTIONS, SPLIT_INTERVENTIONS
+from deltalens.interp.intervention_kinds import INTERVENTIONS, KINDS, kind_of_sweep
 from deltalens.interp.interventions import (
     ablate_head,
     check_factor,
-    clip_beta,
     head_means,
-    reflect_beta,
-    rescale_beta,
     reveal_accuracy,
 )
 from deltalens.models.architecture import (
@@ -89,38 +85,36 @@ class SweepResult(Summary):
 
 
 def _builder(model, intervention: Union[str, Builder], batches, factor: int | None = None) -> tuple[str, Builder]:
-    if factor is not None and intervention not in ("beta-range", *SPLIT_INTERVENTIONS):
-        raise DeltalensError(
-            "factor picks the Householder factor whose beta the beta-range sweep or a split sweep "
-            f"({', '.join(SPLIT_INTERVENTIONS)}) changes; it does not apply to {intervention!r}."
-        )
     if callable(intervention):
+        if factor is not None:
+            raise DeltalensError("factor picks the Householder factor a named sweep changes; a callable sets its own.")
         return getattr(intervention, "__name__", "custom"), intervention
     if intervention not in INTERVENTIONS:
         hint = did_you_mean(str(intervention), INTERVENTIONS)
         raise DeltalensError(
             f"unknown intervention {intervention!r}; use one of {', '.join(INTERVENTIONS)}{hint or '.'}"
         )
-    if intervention == "beta-range":
-        require_delta_rule(model, "beta to rescale")
-        if factor is not None:
-            check_factor(model, factor)  # before any head is run
-            return f"{intervention} (factor {factor})", lambda m, layer, head: rescale_beta(
-                m, layer, head, to=(0.0, 1.0), factor=factor
-            )
-        return intervention, lambda m, layer, head: rescale_beta(m, layer, head, to=(0.0, 1.0))
-    if intervention == "beta-clip":
-        require_delta_rule(model, "beta to clip")
-        return intervention, lambda m, layer, head: clip_beta(m, layer, head, hi=1.0)
-    if intervention == "beta-reflect":
-        require_delta_rule(model, "beta to reflect")
-        return intervention, lambda m, layer, head: reflect_beta(m, layer, head)
-    if intervention in SPLIT_INTERVENTIONS:
-        build = _split_builder(model, intervention, factor)
-        if factor is None:
-            return intervention, build
-        check_factor(model, factor)  # before any head is run
-        return f"{intervention} (factor {factor})", build
+    record = kind_of_sweep(intervention)
+    if factor is not None and not record.per_factor:
+        factored = ", ".join(name for k in KINDS if k.per_factor for name in k.sweeps)
+        raise DeltalensError(
+            f"factor picks the Householder factor whose beta a sweep changes ({factored}); it does not apply to "
+            f"{intervention!r}."
+        )
+    if record.key == "ablate":
+        return intervention, _ablation_builder(model, intervention, batches)
+    require_delta_rule(model, f"beta for the {intervention} sweep to change")
+    if "householder" in record.needs:
+        require_householder(model, f"the {intervention} sweep")
+    values = record.sweeps[intervention].values
+    if factor is None:
+        return intervention, lambda m, layer, head: record.build(m, layer, head, values)
+    check_factor(model, factor)  # before any head is run
+    return f"{intervention} (factor {factor})", lambda m, layer, head: record.build(m, layer, head, values, factor)
+
+
+def _ablation_builder(model, intervention: str, batches) -> Builder:
+    """Each head's read-out z or state replaced by zeros or by its mean over the batches' real tokens."""
     method, site = intervention.split("-")
     if site == "state":
         require_delta_rule(model, "matrix state S_t")
@@ -138,24 +132,9 @@ def _builder(model, intervention: Union[str, Builder], batches, factor: int | No
                 sums[layer] = sums.get(layer, 0) + mean * n
             count += n
         means = {layer: total / count for layer, total in sums.items()}
-    return intervention, lambda m, layer, head: ablate_head(
+    return lambda m, layer, head: ablate_head(
         m, layer, head, method, site=site, mean=None if means is None else means[layer]
     )
-
-
-def _split_builder(model, intervention: str, factor: int | None = None) -> Builder:
-    """The builder of a transition-only / write-only intervention (interp/split_interventions.py), on every
-    Householder factor of a head or, with `factor`, on that one."""
-    require_delta_rule(model, "beta to split between transition and write")
-    require_householder(model, f"the {intervention} sweep")
-    f = factor  # short, so each line fits
-    return {
-        "transition-clip": lambda m, layer, head: split.clip_transition(m, layer, head, hi=1.0, factor=f),
-        "transition-range": lambda m, layer, head: split.rescale_transition(m, layer, head, to=(0.0, 1.0), factor=f),
-        "write-clip": lambda m, layer, head: split.clip_write(m, layer, head, hi=1.0, factor=f),
-        "write-half": lambda m, layer, head: split.scale_write(m, layer, head, scale=0.5, factor=f),
-        "eigen-abs": lambda m, layer, head: split.abs_eigenvalue(m, layer, head, factor=f),
-    }[intervention]
 
 
 def sweep(
@@ -198,7 +177,7 @@ def sweep(
     if top_k is not None:
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise DeltalensError(f"top_k must be a whole number >= 1 (heads to verify), got {top_k!r}.")
-        if intervention in SPLIT_INTERVENTIONS:
+        if isinstance(intervention, str) and "householder" in kind_of_sweep(intervention).needs:
             raise DeltalensError(
                 f"{intervention} pairs two hooks (v and beta) that attribution estimates cannot read one at a "
                 "time; sweep every head without top_k."

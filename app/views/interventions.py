@@ -23,90 +23,41 @@ from deltalens.app.disk_cache import cached_sweep, is_cached_sweep, sweep_dir, s
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.donor import follows_donor
 from deltalens.interp.head_sweep import sweep_figure
-from deltalens.interp.intervention_names import SPLIT_INTERVENTIONS
-from deltalens.interp.interventions import (
-    ablate_head,
-    clamp_gate,
-    patch_state,
-    rescale_beta,
-    reveal_accuracy,
-)
-from deltalens.interp.split_interventions import (
-    abs_eigenvalue,
-    clip_transition,
-    clip_write,
-    rescale_transition,
-    scale_write,
-)
+from deltalens.interp.intervention_kinds import KINDS as RECORDS
+from deltalens.interp.intervention_kinds import applicable, lacks
+from deltalens.interp.interventions import ablate_head, patch_state, reveal_accuracy
 from deltalens.models.architecture import is_delta_rule, n_heads_of, n_layers_of
 from deltalens.tasks.traces import generate_trace
 from deltalens.training.evaluate import trace_predictions
 
-BETA_KINDS = [  # the kinds that edit beta (per factor on a DeltaProduct); the last five one use of it only
-    "beta range map",
-    "beta scale",
-    "transition clip",
-    "transition range map",
-    "write clip",
-    "write scale",
-    "eigenvalue |1 - beta|",
-]
-ABLATIONS = ["zero ablation", "mean ablation"]
-KINDS = [*BETA_KINDS, *ABLATIONS, "state patching"]
-NEEDS = {  # what a kind of intervention edits, for the sentence when a model has none
-    **dict.fromkeys(BETA_KINDS, "a write strength beta"),
-    "gate clamp": "a decay gate",
-    "state patching": "a matrix state S_t",
+# the page's kinds, one per record of interp/intervention_kinds.py (an ablation: one per method)
+RECORD_OF = {
+    label: record
+    for record in RECORDS
+    for label in ((f"{m} ablation" for m in ("zero", "mean")) if record.key == "ablate" else (record.label,))
 }
+KINDS = list(RECORD_OF)
 SWEEP_TRACES = 128
-SWEEP_OF = {  # page kind -> the named sweep (interp/intervention_names.py) of the same edit, and its setting
-    "beta range map": ("beta-range", "beta range [0, 2] -> [0, 1]"),
-    "transition clip": ("transition-clip", "transition beta clipped at 1, write kept"),
-    "transition range map": ("transition-range", "transition beta range [0, 2] -> [0, 1], write kept"),
-    "write clip": ("write-clip", "write beta clipped at 1, transition kept"),
-    "write scale": ("write-half", "write beta k v^T halved, transition kept"),
-    "eigenvalue |1 - beta|": ("eigen-abs", "eigenvalue 1 - beta -> |1 - beta|, write kept"),
-}
 
 
 def build(model, heads, kind, options, source_cache):
     """The Intervention for every chosen head (summed)."""
     if not heads:
         raise DeltalensError("choose at least one head.")
-    parts = []
+    record, parts = RECORD_OF[kind], []
     for layer, head in heads:
-        if kind == "beta range map":
-            parts.append(rescale_beta(model, layer, head, to=(options["lo"], options["hi"]), factor=options["factor"]))
-        elif kind == "beta scale":
-            parts.append(rescale_beta(model, layer, head, scale=options["scale"], factor=options["factor"]))
-        elif kind in BETA_KINDS:
-            parts.append(split_one(model, layer, head, kind, options))
-        elif kind == "gate clamp":
-            parts.append(clamp_gate(model, layer, head, options["gate_lo"], options["gate_hi"]))
-        elif kind == "state patching":
+        if record.key == "state-patch":
             parts.append(patch_state(layer, head, source_cache, positions=None))
+        elif record.key == "ablate":
+            method = kind.split()[0]
+            parts.append(ablate_head(model, layer, head, method, site=options["site"], reference=options["reference"]))
         else:
-            parts.append(
-                ablate_head(model, layer, head, kind.split()[0], site=options["site"], reference=options["reference"])
-            )
+            values = {setting.name: options[setting.key or setting.name] for setting in record.settings}
+            parts.append(record.build(model, layer, head, values, factor=options["factor"]))
     total = parts[0]
     for part in parts[1:]:
         total = total + part
     return total
-
-
-def split_one(model, layer: int, head: int, kind: str, options):
-    """A transition-only or write-only intervention on one head (interp/split_interventions.py)."""
-    factor = options["factor"]
-    if kind == "transition clip":
-        return clip_transition(model, layer, head, hi=options["t_hi"], factor=factor)
-    if kind == "transition range map":
-        return rescale_transition(model, layer, head, to=(options["t_lo"], options["t_hi"]), factor=factor)
-    if kind == "write clip":
-        return clip_write(model, layer, head, hi=options["t_hi"], factor=factor)
-    if kind == "write scale":
-        return scale_write(model, layer, head, scale=options["write"], factor=factor)
-    return abs_eigenvalue(model, layer, head, factor=factor)
 
 
 def states_of(model, tokens):
@@ -126,18 +77,27 @@ def held_out(path: str, n_traces: int, seed: int):
 
 def sweep_of(kind: str, options) -> tuple[str, str] | None:
     """(named sweep, its setting in words) for a page kind; None where no sweep applies the same edit."""
-    if kind.endswith("ablation"):
-        method, site = kind.split()[0], options["site"]
-        return f"{method}-{site}", f"{method} ablation of the {'state S_t' if site == 'state' else 'read-out z'}"
-    return SWEEP_OF.get(kind)
+    record = RECORD_OF[kind]
+    if record.key == "ablate":
+        name = f"{kind.split()[0]}-{options['site']}"
+        return name, record.sweeps[name].words
+    return next(((name, sweep.words) for name, sweep in record.sweeps.items()), None)
+
+
+def offered(model) -> list[str]:
+    """The page's kinds that apply to `model` (each record's needs against the model's capabilities)."""
+    records = applicable(model)
+    return [label for label, record in RECORD_OF.items() if record in records]
 
 
 def default_kind(model, kinds: list[str]) -> str:
-    """The first kind that changes something: beta range [0, 2] -> [0, 1] is the identity on a [0, 1] model."""
-    highest = max((float(model.blocks[layer].attn.beta_hi.max()) for layer in sweep_layers(model)), default=0.0)
-    if kinds[0] == "beta range map" and highest <= 1.0 and "zero ablation" in kinds:
-        return "zero ablation"
-    return kinds[0]
+    """The paper's beta range [0, 2] -> [0, 1] where it changes something (it is the identity on a [0, 1]
+    model), else a zero ablation, else the first kind that applies."""
+    if "beta range map" in kinds:
+        highest = max((float(model.blocks[layer].attn.beta_hi.max()) for layer in sweep_layers(model)), default=0.0)
+        if highest > 1.0:
+            return "beta range map"
+    return "zero ablation" if "zero ablation" in kinds else kinds[0]
 
 
 def ranked_sweep(checkpoint, kind: str, options, slot):
@@ -147,7 +107,7 @@ def ranked_sweep(checkpoint, kind: str, options, slot):
     if named is None:
         return None
     name, setting = named
-    factor = options["factor"] if name in ("beta-range", *SPLIT_INTERVENTIONS) else None
+    factor = options["factor"] if RECORD_OF[kind].per_factor else None
     total = len(sweep_layers(checkpoint.model)) * n_heads_of(checkpoint.model)
     bar = None if is_cached_sweep(checkpoint, SWEEP_TRACES, name, factor) else slot.progress(0.0)
     done = []
@@ -178,8 +138,8 @@ def controls_row(checkpoint, controls: Controls):
     worst head the default heads); returns what they say and the sweep (None where none applies)."""
     model, name, article = checkpoint.model, checkpoint.path.name, controls.article
     deltanet = is_delta_rule(checkpoint.arch)
-    kinds = (KINDS + (["gate clamp"] if getattr(model, "gated", False) else [])) if deltanet else ABLATIONS
-    first_kind = default_kind(model, kinds) if deltanet else kinds[0]
+    kinds = offered(model)
+    first_kind = default_kind(model, kinds)
     cols = st.columns([3, 1, 1])
     kind = controls.widget(
         cols[0].selectbox,
@@ -193,8 +153,8 @@ def controls_row(checkpoint, controls: Controls):
             f"“{k}” (chosen on {source}) is the identity on {name}, whose betas already lie in [0, 1]: "
             f"the intervention here is {first_kind}."
             if k in kinds
-            else f"“{k}” (chosen on {source}) needs {NEEDS.get(k, 'what this model lacks')}, which "
-            f"{article} does not have: the intervention here is {first_kind}."
+            else f"“{k}” (chosen on {source}) needs {', '.join(lacks(RECORD_OF[k], model))}, "
+            f"which {article} does not have: the intervention here is {first_kind}."
         ),
     )
     n_traces = controls.widget(
@@ -208,7 +168,7 @@ def controls_row(checkpoint, controls: Controls):
     seed = controls.widget(cols[2].number_input, "seed", "seed", default=0, min_value=0, max_value=10**6, step=1)
     options = {"site": "z", "reference": None, "factor": None, "kind": kind}
     factors = getattr(model, "n_factors", 1)
-    if kind in BETA_KINDS and factors > 1:  # DeltaProduct: one Householder factor, or all of them
+    if RECORD_OF[kind].per_factor and factors > 1:  # DeltaProduct: one Householder factor, or all of them
         choices = ["all", *range(factors)]
         choice = controls.widget(
             st.selectbox,
@@ -248,44 +208,23 @@ def controls_row(checkpoint, controls: Controls):
 
 
 def more_controls(controls: Controls, kind: str, deltanet: bool, seed: int) -> dict:
-    """The controls of one kind of intervention."""
+    """The controls of one kind of intervention: its record's settings, an ablation's site, a patch's donor."""
     out = {}
-    if kind == "beta range map":
-        a, b = st.columns(2)
-        bounds = {"min_value": 0.0, "max_value": 2.0, "step": 0.1}
-        out["lo"] = controls.widget(a.number_input, "lo", "new lo", default=0.0, valid=_in(0, 2), **bounds)
-        out["hi"] = controls.widget(b.number_input, "hi", "new hi", default=1.0, valid=_in(0, 2), **bounds)
-    elif kind == "beta scale":
-        out["scale"] = controls.widget(
-            st.number_input, "scale", "multiply beta by", default=0.5, valid=_in(0, 4), min_value=0.0, max_value=4.0
+    settings = RECORD_OF[kind].settings
+    places = st.columns(len(settings)) if len(settings) > 1 else [st] * len(settings)
+    for place, setting in zip(places, settings):
+        key = setting.key or setting.name
+        out[key] = controls.widget(
+            place.number_input,
+            key,
+            setting.label,
+            default=setting.default,
+            valid=_in(setting.lo, setting.hi),
+            min_value=setting.lo,
+            max_value=setting.hi,
+            step=0.05 if setting.hi <= 1 else 0.1,
         )
-    elif kind in ("transition clip", "transition range map", "write clip"):  # one use of beta only
-        a, b = st.columns(2)
-        bounds = {"min_value": 0.0, "max_value": 2.0, "step": 0.1}
-        if kind == "transition range map":
-            out["t_lo"] = controls.widget(
-                a.number_input, "t-lo", "transition lo", default=0.0, valid=_in(0, 2), **bounds
-            )
-        label = {"transition range map": "transition hi", "write clip": "write beta at most"}.get(
-            kind, "transition beta at most"
-        )
-        out["t_hi"] = controls.widget(b.number_input, "t-hi", label, default=1.0, valid=_in(0, 2), **bounds)
-    elif kind == "write scale":  # beta k v^T only
-        out["write"] = controls.widget(
-            st.number_input,
-            "write",
-            "multiply the write by",
-            default=0.5,
-            valid=_in(0, 4),
-            min_value=0.0,
-            max_value=4.0,
-        )
-    elif kind == "gate clamp":  # alpha_t in [lo, hi]; 1, 1 switches forgetting off
-        a, b = st.columns(2)
-        bounds = {"min_value": 0.0, "max_value": 1.0, "step": 0.05}
-        out["gate_lo"] = controls.widget(a.number_input, "gate-lo", "decay at least", default=1.0, **bounds)
-        out["gate_hi"] = controls.widget(b.number_input, "gate-hi", "decay at most", default=1.0, **bounds)
-    elif kind.endswith("ablation"):
+    if kind.endswith("ablation"):
         sites = ["z", "state"] if deltanet else ["z"]
         out["site"] = controls.widget(
             st.radio,
