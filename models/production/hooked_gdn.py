@@ -13,7 +13,7 @@ DeltaNet. Paper notation, one layer:
     o_t             S_t^T q_t / sqrt(d_k)                                                     hook_z
     out             out_proj(gated_norm(o_t, z_t))
 
-A family module subclasses `HookedGatedDeltaNet` together with its library layer and says where
+A family module subclasses `HookedGatedDeltaNetLayer` together with its library layer and says where
 each input comes from (`_mixed_qkv`, `_beta_logit`, an `a_proj` for the decay, `_read_out`, `conv_forward`).
 `adopt(layer)` turns a built library layer into the hooked one in place (same parameters).
 """
@@ -32,10 +32,10 @@ from deltalens.models.layers.head_results import HeadWeightViews
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin
 from deltalens.models.ops.common import l2_normalize
 
-__all__ = ["HookedGatedDeltaNet"]
+__all__ = ["HookedGatedDeltaNetLayer"]
 
 
-class HookedGatedDeltaNet(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin):
+class HookedGatedDeltaNetLayer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin):
     """Mixin placed before a transformers Gated DeltaNet class in the bases."""
 
     factor_axis = False

@@ -14,13 +14,13 @@ from transformers.models.olmo_hybrid import modeling_olmo_hybrid as modeling
 from transformers.models.olmo_hybrid.configuration_olmo_hybrid import OlmoHybridConfig
 
 from deltalens.models.production.family import ProductionFamily, tiny_gdn_fields
-from deltalens.models.production.hooked_gdn import HookedGatedDeltaNet
+from deltalens.models.production.hooked_gdn import HookedGatedDeltaNetLayer
 from deltalens.models.production.lm import HookedProductionLM
 
 __all__ = ["FAMILY", "HookedOlmoHybrid", "HookedOlmoHybridGatedDeltaNet"]
 
 
-class HookedOlmoHybridGatedDeltaNet(HookedGatedDeltaNet, modeling.OlmoHybridGatedDeltaNet):
+class HookedOlmoHybridGatedDeltaNet(HookedGatedDeltaNetLayer, modeling.OlmoHybridGatedDeltaNet):
     conv_forward = staticmethod(modeling.causal_conv1d_forward)
     mask_padding = staticmethod(modeling.apply_mask_to_padding_states)
 

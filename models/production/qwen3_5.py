@@ -14,7 +14,7 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as modeling
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5Config, Qwen3_5TextConfig
 
 from deltalens.models.production.family import LAYERS_3_1, ProductionFamily, tiny_gdn_fields
-from deltalens.models.production.hooked_gdn import HookedGatedDeltaNet
+from deltalens.models.production.hooked_gdn import HookedGatedDeltaNetLayer
 from deltalens.models.production.lm import HookedProductionLM
 
 __all__ = ["FAMILY", "HookedQwen3_5", "HookedQwen3_5GatedDeltaNet", "Qwen3_5Inputs"]
@@ -42,7 +42,7 @@ class Qwen3_5Inputs:
         return self.out_proj(self.norm(o.reshape(-1, self.head_v_dim), z).reshape(B, T, -1))
 
 
-class HookedQwen3_5GatedDeltaNet(Qwen3_5Inputs, HookedGatedDeltaNet, modeling.Qwen3_5GatedDeltaNet):
+class HookedQwen3_5GatedDeltaNet(Qwen3_5Inputs, HookedGatedDeltaNetLayer, modeling.Qwen3_5GatedDeltaNet):
     pass
 
 

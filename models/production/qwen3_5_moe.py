@@ -12,14 +12,14 @@ from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as modeling
 from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeConfig, Qwen3_5MoeTextConfig
 
 from deltalens.models.production.family import LAYERS_3_1, ProductionFamily, tiny_gdn_fields
-from deltalens.models.production.hooked_gdn import HookedGatedDeltaNet
+from deltalens.models.production.hooked_gdn import HookedGatedDeltaNetLayer
 from deltalens.models.production.lm import HookedProductionLM
 from deltalens.models.production.qwen3_5 import Qwen3_5Inputs
 
 __all__ = ["FAMILY", "HookedQwen3_5Moe", "HookedQwen3_5MoeGatedDeltaNet"]
 
 
-class HookedQwen3_5MoeGatedDeltaNet(Qwen3_5Inputs, HookedGatedDeltaNet, modeling.Qwen3_5MoeGatedDeltaNet):
+class HookedQwen3_5MoeGatedDeltaNet(Qwen3_5Inputs, HookedGatedDeltaNetLayer, modeling.Qwen3_5MoeGatedDeltaNet):
     conv_forward = staticmethod(modeling.causal_conv1d_forward)
     mask_padding = staticmethod(modeling.apply_mask_to_padding_states)
 

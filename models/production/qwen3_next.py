@@ -13,13 +13,13 @@ from transformers.models.qwen3_next import modeling_qwen3_next as modeling
 from transformers.models.qwen3_next.configuration_qwen3_next import Qwen3NextConfig
 
 from deltalens.models.production.family import LAYERS_3_1, ProductionFamily, tiny_gdn_fields
-from deltalens.models.production.hooked_gdn import HookedGatedDeltaNet
+from deltalens.models.production.hooked_gdn import HookedGatedDeltaNetLayer
 from deltalens.models.production.lm import HookedProductionLM
 
 __all__ = ["FAMILY", "HookedQwen3Next", "HookedQwen3NextGatedDeltaNet"]
 
 
-class HookedQwen3NextGatedDeltaNet(HookedGatedDeltaNet, modeling.Qwen3NextGatedDeltaNet):
+class HookedQwen3NextGatedDeltaNet(HookedGatedDeltaNetLayer, modeling.Qwen3NextGatedDeltaNet):
     conv_forward = staticmethod(modeling.causal_conv1d_forward)
     mask_padding = staticmethod(modeling.apply_mask_to_padding_states)
 
