@@ -12,7 +12,7 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
     "$PY" -m pip install --quiet "torch==2.13.0"
 fi
 # checked from / so that the current directory cannot stand in for a missing or stale editable install
-if ! (cd / && "$PY" -c "import deltalens.cli.main, fla, transformer_lens, sparsify, pytest, ruff, nbclient, ipykernel, ipywidgets, selenium, jedi, mypy, submitit" >/dev/null 2>&1) \
+if ! (cd / && "$PY" -c "import deltalens.cli.main, fla, transformer_lens, sparsify, pytest, ruff, nbclient, ipykernel, ipywidgets, selenium, jedi, mypy, submitit, mkdocs, material, mkdocstrings_handlers.python" >/dev/null 2>&1) \
    || [ pyproject.toml -nt .setup-stamp ]; then
     echo "[setup] installing deltalens (editable) with its packages" >&2
     "$PY" -m pip install --quiet -e ".[test,slurm]"  # slurm: submitit, pure Python (--executor slurm)

@@ -1,6 +1,6 @@
 """Screenshots of the pages issue 55 is about (Census, Interventions on a beta [0, 1] model, Circuit on the
 Transformer, Checkpoints), from the dashboard of any checkout, at a laptop's window size: the before / after
-pictures the README links.
+pictures in docs/screenshots/ (docs/guide/dashboard.md shows the after ones, the README one of them).
 
     python3 tests/app/screenshots.py --root CHECKOUT --out docs/screenshots --suffix after
 

@@ -143,11 +143,33 @@ def test_example_finds_a_tracking_head_whose_rescale_collapses_accuracy(capsys):
     assert tracked < 0.6 and others > 0.95
 
 
-def test_readme_python_example_runs(monkeypatch, tmp_path):
-    block = re.findall(r"```python\n(.*?)```", (CHECKPOINTS.parent / "README.md").read_text(), re.S)[0]
+def _first_python_block(path: Path, monkeypatch, tmp_path) -> dict:
+    """Run the first ```python block of a markdown file from an empty working directory; its names."""
+    block = re.findall(r"```python\n(.*?)```", path.read_text(), re.S)[0]
     monkeypatch.chdir(tmp_path)  # names resolve from any working directory
     scope: dict = {}
     exec(block, scope)
+    return scope
+
+
+def test_readme_python_example_runs(monkeypatch, tmp_path):
+    """The README's notebook example: the tracking head, and the reveal accuracy its comment quotes."""
+    readme = CHECKPOINTS.parent / "README.md"
+    scope = _first_python_block(readme, monkeypatch, tmp_path)
+    heads = scope["eig"].heads
+    assert heads.loc[heads["reflection_fraction"].idxmax(), ["layer", "head"]].tolist() == [0, 3]
+    assert (scope["layer"], scope["head"]) == (0, 3)
+    assert scope["cache"]["beta", 0].shape[2:] == (4,) and scope["cache"]["state", 0].shape[2:] == (4, 16, 16)
+    dl, model, batch, iv = scope["dl"], scope["model"], scope["batch"], scope["iv"]
+    quoted = re.search(r"# 1\.0 without, (0\.\d+) with", readme.read_text())
+    assert quoted, "the README's accuracy_under line should quote the accuracy with the intervention"
+    assert dl.accuracy_under(model, batch) == 1.0
+    assert abs(dl.accuracy_under(model, batch, iv) - float(quoted.group(1))) < 0.01
+
+
+def test_tour_python_example_runs(monkeypatch, tmp_path):
+    """docs/guide/tour.md's block, the whole API on the shipped checkpoints."""
+    scope = _first_python_block(CHECKPOINTS.parent / "docs" / "guide" / "tour.md", monkeypatch, tmp_path)
     heads = scope["eig"].heads
     assert heads.loc[heads["reflection_fraction"].idxmax(), ["layer", "head"]].tolist() == [0, 3]
     assert (scope["layer"], scope["head"]) == (0, 3)

@@ -52,13 +52,14 @@ def test_the_lr_grid_revises_the_grids_pos_fails_per_setting(tmp_path):
 
 
 def test_the_readme_quotes_the_count_the_report_computed():
-    """The README's headline count is the one under results/reproduce.md's claims table."""
+    """The README's headline count (and the docs site's results page's) is the one under results/reproduce.md's
+    claims table."""
     report = (REPO / "results" / "reproduce.md").read_text()
     line = next(line for line in report.splitlines() if line.startswith("Count over the"))
     counted = line.split(": ", 1)[1].replace("**", "").rstrip(".")
     assert re.fullmatch(r"\d+ claims? holds?.*", counted)
-    readme = (REPO / "README.md").read_text()
-    assert counted in readme, f"README.md should quote the report's count: {counted!r}"
+    for page in ("README.md", "docs/results.md"):
+        assert counted in (REPO / page).read_text(), f"{page} should quote the report's count: {counted!r}"
 
 
 def _claims_table(markdown: str) -> list[str]:

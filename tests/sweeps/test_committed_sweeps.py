@@ -29,6 +29,6 @@ def test_a_committed_file_loads_and_its_header_names_it(path):
         load_config(path)
     named = set(re.findall(r"(?:--sweep|deltalens train) (\S+)", text))
     if path.name == "paper.toml":
-        return  # the default sweep: `deltalens reproduce` with no --sweep (README)
+        return  # the default sweep: `deltalens reproduce` with no --sweep (docs/guide/training-and-sweeps.md)
     folder_form = f"{path.parent.relative_to(REPO)}/<file>"  # one command for a folder of per-group files
     assert named and named <= {str(path.relative_to(REPO)), folder_form}, named
