@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 # THE list of public names: one import per name, eager for static tools (Pyright, jedi, IDEs) and read
-# by `_public_names` below for the lazy table (add a public name here, and to the README's API section)
+# by `_public_names` below for the lazy table (add a public name here, and to docs/api.md's table)
 if TYPE_CHECKING:
     from deltalens.core.display import set_progress
     from deltalens.core.errors import DeltalensError
