@@ -35,7 +35,7 @@ from einops import rearrange
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.effective_attention import effective_pattern, layer_inputs
-from deltalens.models.architecture import architecture_of, article_of, delta_layers_of
+from deltalens.models.architecture import architecture_of, article_of, delta_layers_of, require_one_stream
 from deltalens.models.layers.head_results import has_read_out, head_results, read_out_bias
 
 __all__ = ["LogitAttribution", "logit_attribution", "head_outputs", "reveal_rows", "dla_figure"]
@@ -276,6 +276,7 @@ def logit_attribution(
     >>> result.error < 1e-3                                # the components sum to the real logit difference
     True
     """
+    require_one_stream(model, "logit_attribution")
     if not callable(getattr(model, "mixer_input", None)):
         raise DeltalensError(
             f"{article_of(architecture_of(model))} is not one of deltalens's own language models, whose mixers' "

@@ -97,6 +97,20 @@ def require_householder(source, tool: str) -> None:
         )
 
 
+def require_one_stream(model, tool: str) -> None:
+    """Raise a DeltalensError if `model` keeps several residual streams (hyper-connections: GLM-5 Next), which
+    `tool`, splitting one residual stream into what the layers write, cannot read."""
+    streams = getattr(model, "residual_streams", 1)
+    if isinstance(streams, int) and streams > 1:
+        raise DeltalensError(
+            f"{tool} needs one residual stream that the layers add to, and {article_of(architecture_of(model))} "
+            f"keeps {streams} (hyper-connections: each block reads a weighted mix of them and writes its output into "
+            "each with a weight of its own, all set by the input), so the layers' outputs do not add up to any one "
+            "stream; its hook_resid_pre / hook_resid_post show the streams' mean, which its final norm reads, open "
+            "to capture, probes and patching."
+        )
+
+
 def require_delta_rule(model, what: str = "beta") -> None:
     """Raise a DeltalensError naming the architecture unless `model` is of the delta-rule family."""
     arch = architecture_of(model)

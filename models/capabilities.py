@@ -14,9 +14,11 @@ can have; an fla DeltaNet has softmax attention only when it is built as a hybri
     decay      a decay gate on the delta-rule layers (the state forgets: alpha_t < 1)
     state      a matrix state on some layer (hook_state: the delta rule, or M²RNN's non-linear one)
     heads      per-head hooks (hook_z): attention heads or recurrence heads, not an LSTM's single state
-    residual   a residual stream that the layers add to (every family but the LSTM, whose layers replace it)
-    lens       deltalens's own language-model wrapper, whose mixers' read-outs split per head (not the
-               Transformer, which is TransformerLens's own bridge, nor the LSTM)
+    residual   one residual stream that the layers add to (every family but the LSTM, whose layers replace it,
+               and GLM-5 Next, whose layers write into several streams mixed by input-dependent weights)
+    lens       deltalens's own language-model wrapper, whose mixers' read-outs split per head and whose mixers
+               read the one residual stream (not the Transformer, which is TransformerLens's own bridge, nor the
+               LSTM, nor GLM-5 Next)
     attention  softmax-attention layers with TransformerLens's pattern hooks
     factors    several Householder factors per token (DeltaProduct)
     tokenizer  a tokenizer attached (text in, text out)
@@ -41,7 +43,7 @@ CAPABILITIES = {
     "decay": "a decay gate on its delta-rule layers",
     "state": "a matrix state S_t",
     "heads": "per-head hooks",
-    "residual": "a residual stream",
+    "residual": "one residual stream that the layers add to",
     "lens": "mixers whose output deltalens splits per head",
     "attention": "softmax-attention layers",
     "factors": "several Householder factors per token",
@@ -70,7 +72,7 @@ TOOLS: dict[str, tuple[str, ...]] = {
     "extract_automaton": ("state",),
     "decompose_resid": ("residual",),
     "accumulated_resid": ("residual",),
-    "stack_head_results": ("heads",),
+    "stack_head_results": ("heads", "residual"),  # each head's write into the one residual stream
     "logit_attrs": ("residual",),
     "generate": ("tokenizer",),
     "sweep:beta-range": ("delta",),
@@ -118,9 +120,10 @@ def capabilities_of(model) -> frozenset[str]:
         found.add("heads")
     if any(f"blocks.{l}.attn.hook_pattern" in hooks for l in layers):
         found.add("attention")
-    if any(f"blocks.{l}.hook_resid_post" in hooks for l in layers):
+    one_stream = getattr(model, "residual_streams", 1) == 1  # hyper-connections (GLM-5 Next) keep several
+    if one_stream and any(f"blocks.{l}.hook_resid_post" in hooks for l in layers):
         found.add("residual")
-    if callable(getattr(model, "mixer_input", None)):
+    if one_stream and callable(getattr(model, "mixer_input", None)):
         found.add("lens")
     if getattr(model, "n_factors", 1) > 1:
         found.add("factors")

@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from production_standin import put_standin  # noqa: E402
 
-KINDS = ("qwen3_5_text", "qwen3_5_moe_text", "olmo_hybrid", "qwen3_next", "kimi_linear")
+KINDS = ("qwen3_5_text", "qwen3_5_moe_text", "olmo_hybrid", "qwen3_next", "kimi_linear", "glm5_next")
 TEXT = ">>> a = 1\n>>> b = 2\n>>> a, b = b, a\n>>> print('a', a)\na 2\n>>> c = 3\n"
 
 
@@ -65,15 +65,16 @@ def _errors(ours: torch.Tensor, theirs: torch.Tensor) -> tuple[float, float]:
 
 def parity(kind: str, hf_home: Path) -> Parity:
     """Our model and transformers', each in fp32 and bf16, on the stand-in of `kind` put in `hf_home`."""
-    from transformers import AutoModelForCausalLM
-
     import deltalens as dl
+    from deltalens.models.production import production_family, standin_kinds
+
+    library = production_family(standin_kinds()[kind]).lm_class  # transformers' class (GLM-5 Next: multimodal)
 
     repo, snapshot = put_standin(kind, hf_home / "hub")
     with offline(hf_home):
         ours = {name: dl.load(repo, dtype=name) for name in ("fp32", "bf16")}
     theirs = {
-        name: AutoModelForCausalLM.from_pretrained(snapshot, attn_implementation="eager", dtype=dtype).eval()
+        name: library.from_pretrained(snapshot, attn_implementation="eager", dtype=dtype).eval()
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
     }
     tokens = ours["fp32"].to_tokens([TEXT, TEXT[::-1]])

@@ -30,6 +30,7 @@ NOMINAL = {  # fixture -> (the Hub id, the parameter count its name states)
     "qwen3_next_80b_a3b_instruct": ("Qwen/Qwen3-Next-80B-A3B-Instruct", 80e9),
     "olmo_hybrid_7b": ("allenai/Olmo-Hybrid-7B", 7e9),
     "kimi_linear_48b_a3b_instruct": ("moonshotai/Kimi-Linear-48B-A3B-Instruct", 48e9),
+    "glm_5_3_flash": ("zai-org/GLM-5.3-Flash", 320e9),
 }
 
 

@@ -18,6 +18,7 @@ BUILTIN = (
     "olmo_hybrid",
     "qwen3_next",
     "kimi_linear",
+    "glm5_next",
     "m2rnn",
     "deltanet_m2rnn",
     "kda",

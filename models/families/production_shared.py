@@ -1,8 +1,9 @@
-"""What the transformers production families (Qwen3.5, Qwen3-Next, OLMo-Hybrid, Kimi Linear) share in their
-records: the hooks they have and a lower bound on their weights from config.json alone (no torch)."""
+"""What the transformers production families (Qwen3.5, Qwen3-Next, OLMo-Hybrid, Kimi Linear, GLM-5 Next) share in
+their records: the hooks they have and a lower bound on their weights from config.json alone (no torch)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from deltalens.models.io.footprint import number
@@ -56,9 +57,24 @@ def _moe_layers(text: dict[str, Any], layers: float) -> float:
 PRODUCTION: list[str] = []  # the arch of every family registered here, in registration order
 
 
-def register_production(arch: str, display: str, article: str, class_name: str, model_types: tuple[str, ...]) -> None:
+CAPABILITIES = frozenset(
+    {"residual", "lens", "delta", "keys", "householder", "gate", "decay", "state", "heads", "attention"}
+)  # what a transformers hybrid has (models/capabilities.py)
+
+
+def register_production(
+    arch: str,
+    display: str,
+    article: str,
+    class_name: str,
+    model_types: tuple[str, ...],
+    capabilities: frozenset[str] = CAPABILITIES,
+    bound: Callable[[dict[str, Any]], float] = weights,
+) -> None:
     """Register the transformers family whose model, config and loader live in models/production/<arch>.py (its
-    FAMILY there reads this record's name, display name and model types)."""
+    FAMILY there reads this record's name, display name and model types). `capabilities`: where the family's
+    models have fewer than a transformers hybrid's; `bound`: where its weights follow another rule than
+    `weights`'."""
     from deltalens.models.registry import Family, register
 
     if arch not in PRODUCTION:
@@ -79,10 +95,8 @@ def register_production(arch: str, display: str, article: str, class_name: str, 
             probes=PROBES,
             interventions=INTERVENTIONS,
             model_types=model_types,
-            weights=weights,
+            weights=bound,
             load=f"{where}:{class_name}.from_folder",
-            capabilities=frozenset(
-                {"residual", "lens", "delta", "keys", "householder", "gate", "decay", "state", "heads", "attention"}
-            ),
+            capabilities=capabilities,
         )
     )

@@ -97,11 +97,14 @@ class LensCache(ActivationCache):
         return f"{full!r} is not a hook of this model{did_you_mean(full, list(self.model.hook_dict))}"
 
     def _residual_stream(self) -> None:
+        from deltalens.models.architecture import require_one_stream
+
         if getattr(self.model.cfg, "model_type", None) == "lstm":
             raise DeltalensError(
                 "an LSTM's layers replace its hidden state rather than add to a residual stream, so there is no "
                 "sum of layer outputs to decompose; use cache.stack_activation('hidden') and cache['scale']"
             )
+        require_one_stream(self.model, "splitting the cache's residual stream")
 
     def decompose_resid(self, *args: Any, **kwargs: Any):
         self._residual_stream()

@@ -23,10 +23,24 @@ from deltalens.models.production.family import LAYERS_3_1, ProductionFamily, che
 from deltalens.models.production.hooked_kda import HookedKimiDeltaAttention
 from deltalens.models.production.lm import HookedProductionLM
 
-__all__ = ["FAMILY", "HookedKimiLinear", "HookedKimiLinearDeltaAttention"]
+__all__ = ["FAMILY", "HookedKimiLinear", "HookedKimiLinearDeltaAttention", "KimiLinearInputs", "hook_router"]
 
 
-class HookedKimiLinearDeltaAttention(HookedKimiDeltaAttention, modeling.KimiLinearDeltaAttention):
+class KimiLinearInputs:
+    """Where Kimi Linear's KDA layer keeps each input (GLM-5 Next's KDA layer has the same names)."""
+
+    # the library layer's modules (declared for the type checker)
+    q_proj: Any
+    k_proj: Any
+    v_proj: Any
+    b_proj: Any
+    forget_gate: Any
+    g_a_proj: Any
+    g_b_proj: Any
+    o_norm: Any
+    o_proj: Any
+    head_v_dim: int
+
     conv_forward = staticmethod(modeling.causal_conv1d_forward)
     mask_padding = staticmethod(modeling.apply_mask_to_padding_states)
 
@@ -43,6 +57,10 @@ class HookedKimiLinearDeltaAttention(HookedKimiDeltaAttention, modeling.KimiLine
         B, T = x.shape[:2]
         gate = self.g_b_proj(self.g_a_proj(x)).view(B, T, -1, self.head_v_dim)
         return self.o_proj(self.o_norm(o, gate).reshape(B, T, -1))
+
+
+class HookedKimiLinearDeltaAttention(KimiLinearInputs, HookedKimiDeltaAttention, modeling.KimiLinearDeltaAttention):
+    pass
 
 
 # config.json fields (the checkpoint's own, which transformers' config does not read) whose other values
@@ -92,7 +110,7 @@ def _tiny(vocab_size: int) -> KimiLinearConfig:
     )  # fmt: skip
 
 
-def _hook_router(router: torch.nn.Module) -> None:
+def hook_router(router: torch.nn.Module) -> None:
     """A MoE router's scores and chosen experts' weights through hook points, as (batch, pos, ...):
     hook_router_logits (experts; what the choice reads, shown only) and hook_router_weights (top-k; what
     the experts' outputs are multiplied by, so an edit there reaches the MLP's output)."""
@@ -119,5 +137,5 @@ class HookedKimiLinear(HookedProductionLM):
         super().__init__(hf_model, family)
         for layer in self.model.layers:
             if isinstance(layer.mlp, modeling.KimiLinearMoE):
-                _hook_router(layer.mlp.gate)
+                hook_router(layer.mlp.gate)
         self.setup()  # the new hook points under our names

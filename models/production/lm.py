@@ -61,7 +61,9 @@ _EXACT = {
 
 
 def lens_path(path: str) -> str:
-    """transformers' module path -> our name ('model.layers.0.linear_attn.hook_beta' -> 'blocks.0.attn.hook_beta')."""
+    """transformers' module path -> our name ('model.layers.0.linear_attn.hook_beta' -> 'blocks.0.attn.hook_beta';
+    a multimodal model's text tower, 'model.language_model.layers.0...', the same)."""
+    path = re.sub(r"^model\.language_model\.", "model.", path)
     if path in _EXACT:
         return _EXACT[path]
     for pattern, middle in ((_MIXER, ".attn"), (_LAYER, "")):
@@ -160,7 +162,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
         config = hf_model.config
         neg = family.neg_eigval(config)
         attention = []
-        for layer in self.model.layers:
+        for layer in self.text_model.layers:
             mixer = self._delta_mixer(layer)
             if mixer is not None:
                 family.linear_mixer.adopt(mixer, allow_neg_eigval=neg)
@@ -169,12 +171,12 @@ class HookedProductionLM(LensModel, HookedRootModule):
             self._hook_layer(layer)
         if attention:
             add_attention_hooks(hf_model, attention)
-        self.model.embed_tokens.hook_embed = HookPoint()
-        self.model.embed_tokens.register_forward_hook(lambda m, i, out: m.hook_embed(out))
-        self.model.norm.hook_normalized = HookPoint()
-        self.model.norm.register_forward_hook(lambda m, i, out: m.hook_normalized(out))
-        self.model.norm.hook_scale = HookPoint()
-        self.model.norm.register_forward_pre_hook(_show_scale)
+        self.text_model.embed_tokens.hook_embed = HookPoint()
+        self.text_model.embed_tokens.register_forward_hook(lambda m, i, out: m.hook_embed(out))
+        self.text_model.norm.hook_normalized = HookPoint()
+        self.text_model.norm.register_forward_hook(lambda m, i, out: m.hook_normalized(out))
+        self.text_model.norm.hook_scale = HookPoint()
+        self.text_model.norm.register_forward_pre_hook(_show_scale)
         self.setup()
 
     def _delta_mixer(self, layer: nn.Module) -> Optional[nn.Module]:
@@ -270,7 +272,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
         """The unembedding (d_model, d_vocab) with the final norm's gain folded in (TransformerLens's fold_ln),
         so that cache.apply_ln_to_stack(resid) @ W_U gives the logits. The gain is read off the norm itself (its
         output on a constant input), whatever form the family's RMSNorm has (weight, or 1 + weight)."""
-        norm = self.model.norm
+        norm = self.text_model.norm
         ones = torch.ones(1, self.d_model, device=self.device, dtype=norm.weight.dtype)
         with torch.no_grad():
             gain = norm(ones).float()[0] * _rms(ones.float(), _eps(norm))[0]  # (d_model,)
@@ -284,11 +286,11 @@ class HookedProductionLM(LensModel, HookedRootModule):
     @property
     def b_U(self) -> torch.Tensor:
         bias = getattr(self.lm_head, "bias", None)
-        return torch.zeros(self.config.vocab_size, device=self.device) if bias is None else bias
+        return torch.zeros(self.text_config.vocab_size, device=self.device) if bias is None else bias
 
     def mixer_input(self, layer: int, resid_pre: torch.Tensor) -> torch.Tensor:
         """What layer `layer`'s mixer reads from the residual stream: its input norm applied to `resid_pre`."""
-        return self.model.layers[layer].input_layernorm(resid_pre)
+        return self.text_model.layers[layer].input_layernorm(resid_pre)
 
     @property
     def model_config(self) -> dict[str, Any]:
@@ -305,24 +307,35 @@ class HookedProductionLM(LensModel, HookedRootModule):
         return self.hf.config
 
     @property
+    def text_model(self) -> nn.Module:
+        """The decoder stack (embed_tokens, layers, norm): `model`, or a multimodal class's `model.language_model`
+        (GLM-5 Next, whose only language model in transformers is its multimodal one)."""
+        return getattr(self.model, "language_model", self.model)
+
+    @property
+    def text_config(self):
+        """The decoder stack's config: `config`, or a multimodal config's text_config."""
+        return self.config.get_text_config()
+
+    @property
     def blocks(self) -> list[_Block]:
-        return [_Block(attn=getattr(layer, "linear_attn", None) or layer.self_attn) for layer in self.model.layers]
+        return [_Block(attn=getattr(layer, "linear_attn", None) or layer.self_attn) for layer in self.text_model.layers]
 
     @property
     def n_layers(self) -> int:
-        return len(self.model.layers)
+        return len(self.text_model.layers)
 
     @property
     def delta_layers(self) -> list[int]:
-        return [i for i, layer in enumerate(self.model.layers) if self._delta_mixer(layer) is not None]
+        return [i for i, layer in enumerate(self.text_model.layers) if self._delta_mixer(layer) is not None]
 
     @property
     def attention_layers(self) -> list[int]:
-        return [i for i, layer in enumerate(self.model.layers) if self._delta_mixer(layer) is None]
+        return [i for i, layer in enumerate(self.text_model.layers) if self._delta_mixer(layer) is None]
 
     def _mixers(self, layer: Optional[int]) -> list[nn.Module]:
         if layer is None:
-            return [m for m in map(self._delta_mixer, self.model.layers) if m is not None]
+            return [m for m in map(self._delta_mixer, self.text_model.layers) if m is not None]
         if not -self.n_layers <= layer < self.n_layers:
             raise IndexError(f"layer {layer} is out of range for a model with {self.n_layers} layers.")
         if layer % self.n_layers not in self.delta_layers:
@@ -330,7 +343,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
                 f"layer {layer} of this {self.family.display} model is softmax attention (no beta, state or "
                 f"recurrence); pick a delta-rule layer, one of {self.delta_layers}."
             )
-        return [m for m in [self._delta_mixer(self.model.layers[layer])] if m is not None]
+        return [m for m in [self._delta_mixer(self.text_model.layers[layer])] if m is not None]
 
     # the interventions of our own delta-rule models, on these mixers
     set_beta_range = HookedDeltaLM.set_beta_range
@@ -357,7 +370,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
 
     @property
     def d_model(self) -> int:
-        return self.config.hidden_size
+        return self.text_config.hidden_size
 
     @property
     def n_factors(self) -> int:
@@ -374,7 +387,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
     @property
     def cfg(self) -> SimpleNamespace:
         """TransformerLens-style config, plus the delta rule's own (d_k, d_v, allow_neg_eigval, ...)."""
-        config = self.config
+        config = self.text_config
         return lens_cfg(
             model_name=type(self.hf).__name__,
             model_type=self.arch,

@@ -49,9 +49,10 @@ def test_the_memory_estimate_is_produced_for_each_precision(tmp_path):
     assert all(shape.fits() in text for shape in shapes)
 
 
-@pytest.mark.parametrize("kind", ["qwen3_next", "kimi_linear", "qwen3_5_moe_text"])
+@pytest.mark.parametrize("kind", ["qwen3_next", "kimi_linear", "qwen3_5_moe_text", "glm5_next"])
 def test_the_bound_counts_every_routed_expert_of_a_config_transformers_saved(kind):
-    """The stand-in's config as transformers writes it (Kimi Linear: mlp_layer_types, not first_k_dense_replace)."""
+    """The stand-in's config as transformers writes it (Kimi Linear: mlp_layer_types, not first_k_dense_replace;
+    GLM-5 Next: the text tower under text_config)."""
     import importlib
 
     import torch
