@@ -86,14 +86,15 @@ def attention_layers_of(model) -> list[int]:
 
 def require_householder(source, tool: str) -> None:
     """Raise a DeltalensError unless the transitions of `source` (a model, a Capture or an arch name) have the form
-    alpha (I - beta k k^T) that `tool` unrolls (every delta-rule family here but Comba)."""
+    alpha (I - beta k k^T) that `tool` unrolls (every delta-rule family here but Comba and RWKV-7, whose records
+    say their form: `Family.transition`)."""
     arch = source if isinstance(source, str) else getattr(source, "arch", None) or architecture_of(source)
     record = family(arch) if arch in architectures() else None
     if record is not None and record.delta_rule and "householder" not in record.capabilities:
         raise DeltalensError(
             f"{tool} reads each transition as alpha (I - beta k k^T), and {article_of(arch)} has transitions "
-            "alpha I - beta k p^T (a correction key p_t, hook_p); its exact eigenvalues are the census's "
-            "(dl.census), and its states and hooks are open to capture, probes and patching."
+            f"{record.transition or 'of another form'}; its exact eigenvalues are the census's (dl.census), and "
+            "its states and hooks are open to capture, probes and patching."
         )
 
 

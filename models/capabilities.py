@@ -7,9 +7,9 @@ can have; an fla DeltaNet has softmax attention only when it is built as a hybri
     delta      delta-rule layers: beta and a matrix state S_t (models.architecture.delta_layers_of)
     keys       hook_k on every delta-rule layer (the transition's direction k_t)
     householder  transitions of the form alpha (I - beta k k^T), a decay times Householder-like factors (every
-               delta rule here but Comba, whose alpha I - beta k p^T adds a correction key p_t, hook_p): what the
-               eigenvalue and product probes, effective attention, the transition/write split and the state
-               adjoint unroll
+               delta rule here but Comba, whose alpha I - beta k p^T adds a correction key p_t, hook_p, and RWKV-7,
+               whose Diag(w) - (kk * a) kk^T has a removal key kk_t, hook_kk): what the eigenvalue and product
+               probes, effective attention, the transition/write split and the state adjoint unroll
     gate       a gate hook on some layer (hook_gate: a delta rule's decay, or M²RNN's forget gate)
     decay      a decay gate on the delta-rule layers (the state forgets: alpha_t < 1)
     state      a matrix state on some layer (hook_state: the delta rule, or M²RNN's non-linear one)
@@ -38,7 +38,7 @@ __all__ = ["CAPABILITIES", "TOOLS", "applicability_table", "applies", "capabilit
 CAPABILITIES = {
     "delta": "a delta-rule layer (beta and a matrix state S_t)",
     "keys": "the keys k_t of its delta-rule layers",
-    "householder": "transitions alpha (I - beta k k^T) (Comba's alpha I - beta k p^T are not)",
+    "householder": "transitions alpha (I - beta k k^T) (Comba's and RWKV-7's are not)",
     "gate": "a gate (hook_gate)",
     "decay": "a decay gate on its delta-rule layers",
     "state": "a matrix state S_t",
@@ -108,7 +108,8 @@ def capabilities_of(model) -> frozenset[str]:
         found.add("delta")
         if all(f"blocks.{l}.attn.hook_k" in hooks for l in delta):
             found.add("keys")
-            if not any(f"blocks.{l}.attn.hook_p" in hooks for l in delta):  # a correction key: Comba's form
+            other_form = ("hook_p", "hook_kk")  # Comba's correction key, RWKV-7's removal key
+            if not any(f"blocks.{l}.attn.{h}" in hooks for l in delta for h in other_form):
                 found.add("householder")
         if any(f"blocks.{l}.attn.hook_gate" in hooks for l in delta):
             found.add("decay")

@@ -84,6 +84,8 @@ class Family:
                   path, given the folder and the config object; None = build, then our safetensors reader
     capabilities  what a model of the family can have (models/capabilities.py's names: "delta", "keys", ...):
                   the tools that apply to it follow from these and each tool's needs (capabilities.TOOLS)
+    transition    a delta-rule family's per-token transition in words where it is not alpha (I - beta k k^T)
+                  (no "householder" capability: Comba, RWKV-7), for the sentence of a tool that refuses it
     """
 
     arch: str
@@ -105,6 +107,7 @@ class Family:
     weights: Callable[[dict[str, Any]], float] | None = field(default=None, repr=False)
     load: Callable[[Any, Any], Any] | str | None = None
     capabilities: frozenset[str] = frozenset()
+    transition: str = ""
 
     def config_keys(self) -> list[str] | None:
         """The keys models.build takes for it (the settings' fields, then the extensions); None: not listed."""

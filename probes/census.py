@@ -25,8 +25,17 @@ left out):
                     Diag(alpha_t) - beta_t (sqrt(alpha_t) * k_t)(sqrt(alpha_t) * k_t)^T; for Comba's
                     A_t = alpha_t I - beta_t k_t p_t^T (hook_p) the smaller of alpha_t and alpha_t - beta_t p_t.k_t
                     (its eigenvalues, all real; min_eigenvalue is then 1 - beta_t p_t.k_t, the transition at
-                    alpha = 1, which beta in [0, 1] keeps >= 0: Comba's negative eigenvalues come from the decay)
+                    alpha = 1, which beta in [0, 1] keeps >= 0: Comba's negative eigenvalues come from the decay);
+                    for RWKV-7's A_t = Diag(alpha_t) - (kk_t * a_t) kk_t^T (hook_kk; hook_beta is its learning
+                    rate a_t, one per key channel) the smallest eigenvalue of the matrix itself: with a_t >= 0 on
+                    every channel it is similar (by Diag(sqrt(a_t))) to the symmetric Diag(alpha_t) - c c^T,
+                    c = sqrt(a_t) * kk_t, so all its eigenvalues are real; otherwise the smallest real part of its
+                    eigenvalues. min_eigenvalue is 1 - kk_t.(a_t * kk_t), the transition at alpha = 1 (its other
+                    eigenvalues are 1), >= 0 with fla's a in (0, 1): RWKV-7's negative eigenvalues come from the decay
     neg_gate        share of negative decay channels (NaN: no family here allows alpha < 0)
+    complex_fraction  share of transitions with a pair of complex eigenvalues (RWKV-7, counted: none while every
+                    a_t >= 0, as fla's sigmoid keeps it; an edit that makes a channel's a_t negative can rotate);
+                    NaN for the families whose transitions have real eigenvalues by their form
     effective_rank  mean Roy-Vetterli effective rank of S_t, at up to `rank_positions` positions per trace
 
 Every number comes from the hooks (hook_beta, hook_gate, hook_state), so the census reads the shipped
@@ -59,6 +68,7 @@ COLUMNS = (
     "min_eigenvalue",
     "min_decayed_eigenvalue",
     "neg_gate",
+    "complex_fraction",
     "effective_rank",
 )
 ACTION = 2  # tasks' TokenKind.ACTION
@@ -111,6 +121,32 @@ def _inputs(tokens, model=None) -> tuple[torch.Tensor, torch.Tensor | None, torc
         return tokens["tokens"], tokens.get("kinds"), tokens.get("lengths")
     tokens = torch.as_tensor(tokens)
     return (tokens[None] if tokens.ndim == 1 else tokens), None, None
+
+
+@torch.no_grad()
+def rwkv7_eigenvalues(alpha: torch.Tensor, a: torch.Tensor, kk: torch.Tensor, block: int = 4096):
+    """Smallest eigenvalue of Diag(alpha) - (kk * a) kk^T per token (the smallest real part where it has complex
+    ones) and whether it has complex ones: alpha, a, kk (N, d_k) -> ((N,), (N,) bool). With a >= 0 it is similar
+    to the symmetric Diag(alpha) - c c^T, c = sqrt(a) * kk (eigvalsh: exact and real); else torch.linalg.eigvals."""
+    smallest, rotates = [], []
+    for rows in torch.split(torch.arange(alpha.shape[0]), block):  # (block, d_k, d_k) at a time
+        d, lr, u = alpha[rows].double(), a[rows].double(), kk[rows].double()
+        low = torch.empty(len(rows), dtype=torch.float64)
+        complex_ = torch.zeros(len(rows), dtype=torch.bool)
+        real = (lr >= 0).all(-1)
+        c = lr[real].sqrt() * u[real]
+        low[real] = torch.linalg.eigvalsh(torch.diag_embed(d[real]) - c[:, :, None] * c[:, None, :])[:, 0]
+        if not bool(real.all()):
+            other = ~real
+            low_rank = (lr[other] * u[other])[:, :, None] * u[other][:, None]
+            eig = torch.linalg.eigvals(torch.diag_embed(d[other]) - low_rank)
+            low[other] = eig.real.amin(-1)
+            complex_[other] = (eig.imag.abs() > 1e-9 * (1 + eig.abs())).any(-1)
+        smallest.append(low)
+        rotates.append(complex_)
+    if not smallest:
+        return alpha.new_zeros(0), torch.zeros(0, dtype=torch.bool)
+    return torch.cat(smallest).float(), torch.cat(rotates)
 
 
 @torch.no_grad()
@@ -194,60 +230,76 @@ def census(model, tokens, rank_positions: int = 16) -> Census:
     valid = torch.ones(B, T, dtype=torch.bool) if lengths is None else torch.arange(T)[None] < lengths[:, None]
     step = max(1, -(-T // rank_positions))
     at = torch.arange(T - 1, -1, -step).flip(0)  # the last position and every step-th before it
-    wanted = {f"blocks.{l}.attn.hook_{n}" for l in layers for n in ("beta", "gate", "k", "p")}
-    wanted &= set(model.hook_dict)  # hook_p: Comba's correction key only
-    kept = _tapped_states(model, layers, ids, at, wanted)
-    cache, states_at = kept
-    rows = []
-    for layer in layers:
-        beta = cache[f"blocks.{layer}.attn.hook_beta"].float().cpu()  # (B, T, H[, n])
-        if beta.ndim == 3:
-            beta = beta[..., None]
-        gate_name = f"blocks.{layer}.attn.hook_gate"
-        alpha = cache[gate_name].float().cpu() if gate_name in cache else torch.ones(beta.shape[:3])
-        states = states_at[layer].float().cpu()  # (B, P, H, d_k, d_v)
-        if not bool(torch.isfinite(states).all()):
-            raise DeltalensError(
-                f"layer {layer}'s states are not finite on these tokens, so their rank cannot be measured; the "
-                "model's weights or its inputs overflow (check the checkpoint)"
-            )
-        ranks = effective_rank(states)  # (B, P, H)
-        rank_ok = valid[:, at]
-        keys = cache[f"blocks.{layer}.attn.hook_k"].float().cpu()  # (B, T, H[, n], d_k)
-        if keys.ndim == 4:
-            keys = keys[:, :, :, None]
-        p_name = f"blocks.{layer}.attn.hook_p"
-        corrections = (
-            cache[p_name].float().cpu()[:, :, :, None] if p_name in cache else None
-        )  # Comba: (B, T, H, 1, d_k)
-        for head in range(beta.shape[2]):
-            b = beta[:, :, head][valid]  # (N, n)
-            a = alpha[:, :, head][valid]  # (N,), or (N, d_k) per channel
-            k = keys[:, :, head][valid]  # (N, n, d_k)
-            p = None if corrections is None else corrections[:, :, head][valid]
-            factor, decayed = _eigenvalues(a, b, k, p)
-            row = {
-                "layer": layer,
-                "head": head,
-                "tokens": int(b.numel()),
-                "beta_gt1": float((b > 1).float().mean()),
-                "beta_gt1_action": np.nan,
-                "reflection_fraction": float((factor < REFLECTION_THRESHOLD).float().mean()),
-                "reflection_fraction_action": np.nan,
-                "mean_beta": float(b.mean()),
-                "min_eigenvalue": min_eigenvalue(factor),
-                "min_decayed_eigenvalue": min_eigenvalue(decayed),
-                "neg_gate": np.nan,
-                "effective_rank": float(ranks[:, :, head][rank_ok].nanmean()),
-            }
-            if kinds is not None:
-                action = (kinds == ACTION)[valid]  # (N,): which of the counted tokens are actions
-                if action.any():
-                    row["beta_gt1_action"] = float((b[action] > 1).float().mean())
-                    row["reflection_fraction_action"] = float((factor[action] < REFLECTION_THRESHOLD).float().mean())
-            rows.append(row)
+    wanted = {f"blocks.{l}.attn.hook_{n}" for l in layers for n in ("beta", "gate", "k", "p", "kk")}
+    wanted &= set(model.hook_dict)  # hook_p: Comba's correction key only; hook_kk: RWKV-7's removal key
+    cache, states_at = _tapped_states(model, layers, ids, at, wanted)
+    action = None if kinds is None else (kinds == ACTION)[valid]  # (N,): which counted tokens are actions
+    rows = [row for l in layers for row in _layer_rows(cache, states_at[l], l, valid, valid[:, at], action)]
     frame = pd.DataFrame(rows, columns=["layer", "head", *COLUMNS])
     return Census(frame, str(getattr(model, "arch", type(model).__name__)))
+
+
+def _layer_rows(cache, states, layer: int, valid, rank_ok, action) -> list[dict[str, Any]]:
+    """One layer's rows: its hooks read off the cache, then one row per head (`_head_row`)."""
+
+    def hook(name: str):
+        full = f"blocks.{layer}.attn.hook_{name}"
+        return cache[full].float().cpu() if full in cache else None
+
+    beta = hook("beta")  # (B, T, H[, n]); RWKV-7: (B, T, H, d_k)
+    beta = beta[..., None] if beta.ndim == 3 else beta
+    removal = hook("kk")  # RWKV-7: (B, T, H, d_k)
+    alpha = hook("gate")
+    alpha = torch.ones(beta.shape[:3]) if alpha is None else alpha
+    states = states.float().cpu()  # (B, P, H, d_k, d_v)
+    if not bool(torch.isfinite(states).all()):
+        raise DeltalensError(
+            f"layer {layer}'s states are not finite on these tokens, so their rank cannot be measured; the "
+            "model's weights or its inputs overflow (check the checkpoint)"
+        )
+    ranks = effective_rank(states)  # (B, P, H)
+    keys = hook("k")  # (B, T, H[, n], d_k)
+    keys = keys[:, :, :, None] if keys.ndim == 4 else keys
+    corrections = hook("p")  # Comba: (B, T, H, d_k)
+    rows = []
+    for head in range(beta.shape[2]):
+        p = None if corrections is None else corrections[:, :, head, None][valid]  # (N, 1, d_k)
+        kk = None if removal is None else removal[:, :, head][valid]
+        rank = float(ranks[:, :, head][rank_ok].nanmean())
+        b, a, k = beta[:, :, head][valid], alpha[:, :, head][valid], keys[:, :, head][valid]
+        rows.append(_head_row(layer, head, b, a, k, p, kk, rank, action))
+    return rows
+
+
+def _head_row(layer: int, head: int, b, a, k, p, kk, rank: float, action) -> dict[str, Any]:
+    """One head's census over its N tokens: b (N, n) beta (RWKV-7: (N, d_k) its learning rate), a (N,) or
+    (N, d_k) the decay, k (N, n, d_k), p (N, 1, d_k) Comba's key or None, kk (N, d_k) RWKV-7's or None."""
+    if kk is None:
+        factor, decayed = _eigenvalues(a, b, k, p)
+        rotating = np.nan
+    else:  # RWKV-7: one transition per token, Diag(a) - (kk * b) kk^T
+        factor = 1 - (b * kk * kk).sum(-1, keepdim=True)  # (N, 1): along kk at alpha = 1 (its others are 1)
+        decayed, complex_ = rwkv7_eigenvalues(a, b, kk)
+        rotating = float(complex_.float().mean()) if len(complex_) else np.nan
+    row = {
+        "layer": layer,
+        "head": head,
+        "tokens": int(b.numel() if kk is None else b.shape[0]),
+        "beta_gt1": float((b > 1).float().mean()),
+        "beta_gt1_action": np.nan,
+        "reflection_fraction": float((factor < REFLECTION_THRESHOLD).float().mean()),
+        "reflection_fraction_action": np.nan,
+        "mean_beta": float(b.mean()),
+        "min_eigenvalue": min_eigenvalue(factor),
+        "min_decayed_eigenvalue": min_eigenvalue(decayed),
+        "neg_gate": np.nan,
+        "complex_fraction": rotating,
+        "effective_rank": rank,
+    }
+    if action is not None and action.any():
+        row["beta_gt1_action"] = float((b[action] > 1).float().mean())
+        row["reflection_fraction_action"] = float((factor[action] < REFLECTION_THRESHOLD).float().mean())
+    return row
 
 
 def _eigenvalues(a, b, k, p=None) -> tuple[torch.Tensor, torch.Tensor]:

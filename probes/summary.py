@@ -27,6 +27,7 @@ from deltalens.interp.batch_inputs import as_batch
 from deltalens.interp.capture import capture
 from deltalens.models.architecture import architecture_of, article_of, delta_layers_of
 from deltalens.models.capabilities import capabilities_of
+from deltalens.models.registry import family
 from deltalens.probes.eigenvalues import eigenvalue_report
 from deltalens.probes.linear_probes import linear_probes
 from deltalens.probes.products import product_report
@@ -114,14 +115,15 @@ def probe_summary(
     skipped, reports = [], {}
     heads = pd.DataFrame()
     tracking = None
-    if delta_layers_of(model) and "householder" not in capabilities_of(model):  # Comba: alpha I - beta k p^T
+    if delta_layers_of(model) and "householder" not in capabilities_of(model):  # Comba, RWKV-7
         cap = capture(model, batch, names=("beta", "k", "state", "resid"))
         sub = subspace_report(cap, seed=seed)
         reports["subspace"] = sub
         heads = sub.heads
         skipped.append(
             f"eigenvalues, per-token products and the tracking head: {article_of(arch)} has transitions "
-            "alpha I - beta k p^T, not alpha (I - beta k k^T); the census (dl.census) gives their exact eigenvalues."
+            f"{family(arch).transition}, not alpha (I - beta k k^T); the census (dl.census) gives their exact "
+            "eigenvalues."
         )
     elif delta_layers_of(model):
         cap = capture(model, batch, names=("beta", "k", "state", "resid"))

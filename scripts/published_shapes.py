@@ -1,7 +1,8 @@
 """The published configurations of the production families (tests/fixtures/published/*.json, each with a
 "_source" saying where its numbers come from) read as dl.load reads a config.json and built on the meta device
-(nothing allocated): our hooked model's parameters against transformers' own class's, the bound the load path
-checks before any weight is fetched, and the bytes in fp32 and bf16 against the memory this machine has.
+(nothing allocated): our hooked model's parameters against transformers' own class's (fla's, for an fla-format
+release: RWKV-7), the bound the load path checks before any weight is fetched, and the bytes in fp32 and bf16
+against the memory this machine has.
 
     python3 scripts/published_shapes.py        # the README's table ("Open a production model")
 
@@ -30,6 +31,7 @@ NOMINAL = {  # fixture -> (the Hub id, the parameter count its name states)
     "qwen3_next_80b_a3b_instruct": ("Qwen/Qwen3-Next-80B-A3B-Instruct", 80e9),
     "olmo_hybrid_7b": ("allenai/Olmo-Hybrid-7B", 7e9),
     "kimi_linear_48b_a3b_instruct": ("moonshotai/Kimi-Linear-48B-A3B-Instruct", 48e9),
+    "rwkv7_1_5b_world": ("fla-hub/rwkv7-1.5B-world", 1.5e9),
     "glm_5_3_flash": ("zai-org/GLM-5.3-Flash", 320e9),
 }
 
@@ -91,9 +93,22 @@ def measure(name: str, folder: Path) -> Shape:
     config = record.make_config(read.build_config)
     with torch.device("meta"):
         ours = record.resolve_model()(config)
-    theirs = footprint(ours.family, config)
-    return Shape(name, NOMINAL[name][0], read.arch, _count(ours), theirs.parameters, read.estimate.values,
+    theirs = _fla_count(config) if record.settings is not None else footprint(ours.family, config).parameters
+    return Shape(name, NOMINAL[name][0], read.arch, _count(ours), theirs, read.estimate.values,
                  memory_budget()[0], refused)  # fmt: skip
+
+
+def _fla_count(config) -> int:
+    """The parameters of fla's own causal LM class for an fla-format family's config, built on the meta device."""
+    from unittest import mock
+
+    import transformers.modeling_utils
+
+    from deltalens.models.io.configs import fla_class, to_fla_config
+
+    # with this flag False fla's RWKV-7 layers skip their initialisation (a Python loop per channel: 40 s)
+    with torch.device("meta"), mock.patch.object(transformers.modeling_utils, "_init_weights", False, create=True):
+        return _count(fla_class(config.fla_model)(to_fla_config(config)))
 
 
 @contextlib.contextmanager

@@ -4,7 +4,8 @@ conformance matrix's rows (tests/test_conformance.py).
 Our families and fla's are built small (hidden 16, 2 heads) and saved with the shipped S3 statement
 checkpoint's tokenizer and task, so `checkpoint.batch` gives REPL traces; each fla family also as a hybrid
 (softmax attention at layer 1, fla's `attn`). The transformers families are their offline hub
-stand-ins (scripts/production_standin.py: transformers' own classes, 4 layers, a BPE tokenizer).
+stand-ins (scripts/production_standin.py: transformers' own classes, 4 layers, a BPE tokenizer). RWKV-7 has
+no hybrid row: fla's RWKV7Block cannot hold an attention layer.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ ROWS: dict[str, tuple[str, dict | None]] = {
     "value_gated_deltanet": ("value_gated_deltanet", dict(SMALL)),
     "comba": ("comba", {**SMALL, "head_dim": 8}),
     "comba-hybrid": ("comba", {**SMALL, **HYBRID, "head_dim": 8}),
+    "rwkv7": ("rwkv7", {**SMALL, "head_dim": 8}),  # no hybrid: fla's RWKV7Block cannot hold attention
     # every registered transformers family: a new one joins the matrix by registering
     **{arch: (arch, None) for arch in PRODUCTION},
 }

@@ -39,8 +39,8 @@ def randomise(model, seed=0):
 def fla_modules_on_cpu():
     """fla's norms, short convolution and SwiGLU as torch code, for the duration of the block."""
     import fla.modules.mlp as fla_mlp
-    from fla.modules import FusedRMSNormGated, RMSNorm, ShortConvolution
-    from fla.modules.norm.layernorm import rms_norm_ref
+    from fla.modules import FusedRMSNormGated, GroupNorm, LayerNorm, RMSNorm, ShortConvolution
+    from fla.modules.norm.layernorm import group_norm_ref, layer_norm_ref, rms_norm_ref
     from fla.modules.norm.layernorm_gated import rms_norm_ref as gated_rms_norm_ref
 
     def rms_forward(self, x, residual=None, prenorm=False, residual_in_fp32=False):
@@ -48,6 +48,16 @@ def fla_modules_on_cpu():
         if prenorm:  # (normalised, residual): the residual in fp32 only when asked
             return out[0].to(x.dtype), out[1] if residual_in_fp32 else out[1].to(x.dtype)
         return out.to(x.dtype)  # fla's Triton norm returns the input's dtype (the reference, fp32 when upcast)
+
+    def layer_forward(self, x, residual=None, prenorm=False, residual_in_fp32=False):  # RWKV-7's norms
+        out = layer_norm_ref(x, self.weight, self.bias, residual=residual, eps=self.eps, prenorm=prenorm, upcast=True)
+        if prenorm:
+            return out[0].to(x.dtype), out[1] if residual_in_fp32 else out[1].to(x.dtype)
+        return out.to(x.dtype)
+
+    def group_forward(self, x, residual=None, prenorm=False, residual_in_fp32=False):  # one group per head
+        out = group_norm_ref(x, self.weight, self.bias, self.num_groups, eps=self.eps, upcast=True)
+        return out.to(x.dtype)
 
     def gated_forward(self, x, g, residual=None, prenorm=False, residual_in_fp32=False):
         if getattr(self, "activation", "swish") == "sigmoid":  # fla's reference covers the SiLU gate only
@@ -61,6 +71,8 @@ def fla_modules_on_cpu():
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(RMSNorm, "forward", rms_forward))
+        stack.enter_context(mock.patch.object(LayerNorm, "forward", layer_forward))
+        stack.enter_context(mock.patch.object(GroupNorm, "forward", group_forward))
         stack.enter_context(mock.patch.object(FusedRMSNormGated, "forward", gated_forward))
         stack.enter_context(mock.patch.object(ShortConvolution, "forward", conv_forward))
         stack.enter_context(

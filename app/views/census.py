@@ -27,6 +27,7 @@ STATISTICS = {  # census column -> what the selectbox and the heatmap call it
     "reflection_fraction": "share of tokens with eigenvalue below -0.9 (a near-reflection)",
     "beta_gt1": "share of tokens with beta > 1 (a negative eigenvalue)",
     "neg_gate": "share of negative gate channels",
+    "complex_fraction": "share of tokens whose transition has complex eigenvalues (RWKV-7)",
     "min_eigenvalue": "smallest eigenvalue 1 - beta ||k||^2 over the tokens",
     "min_decayed_eigenvalue": "smallest transition eigenvalue over the tokens, decay included",
     "mean_beta": "mean beta",

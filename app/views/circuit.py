@@ -245,8 +245,8 @@ def reading_section(checkpoint, controls: Controls, seed: int, layer: int, head:
         )
     elif "householder" not in family(checkpoint.arch).capabilities:
         st.info(
-            f"{article} has transitions alpha I - beta k p^T (a correction key p_t); the unrolling here reads them "
-            "as alpha (I - beta k k^T), so this section does not apply to it."
+            f"{article} has transitions {family(checkpoint.arch).transition}; the unrolling here reads them as "
+            "alpha (I - beta k k^T), so this section does not apply to it."
         )
     else:
         reading = reading_of(checkpoint, seed, layer, head)

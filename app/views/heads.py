@@ -213,9 +213,9 @@ def residual_probes_only(checkpoint, controls: Controls) -> None:
     """A model without beta or a matrix state (or whose transitions are not alpha (I - beta k k^T)): its
     residual-stream probes, which every model has."""
     article = article_of(checkpoint.arch)
-    if is_delta_rule(checkpoint.arch):  # Comba: alpha I - beta k p^T
+    if is_delta_rule(checkpoint.arch):  # Comba's alpha I - beta k p^T, RWKV-7's Diag(w) - (kk * a) kk^T
         why = (
-            "has transitions alpha I - beta k p^T (a correction key p_t), not alpha (I - beta k k^T), so the beta, "
+            f"has transitions {family(checkpoint.arch).transition}, not alpha (I - beta k k^T), so the beta, "
             "eigenvalue and product views, which read each transition as the latter, do not apply; the Census page "
             "gives its exact eigenvalues."
         )

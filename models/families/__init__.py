@@ -24,6 +24,7 @@ BUILTIN = (
     "kda",
     "value_gated_deltanet",
     "comba",
+    "rwkv7",
 )
 for _name in BUILTIN:
     importlib.import_module(f"{__name__}.{_name}")

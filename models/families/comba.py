@@ -36,5 +36,6 @@ register(
         settings=CombaSettings,
         weights=partial(fla_lm_weights, defaults=CombaSettings.defaults, mixer=_mixer_weights),
         capabilities=(delta_rule.CAPABILITIES - {"householder"}) | {"gate", "decay"},  # alpha I - beta k p^T
+        transition="alpha I - beta k p^T (a correction key p_t, hook_p)",
     )
 )

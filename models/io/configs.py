@@ -17,6 +17,7 @@ fla-format family declares its class with `@settings_class` and names it in its 
     deltaproduct    GatedDeltaProductSettings    GatedDeltaProductConfig / ...ForCausalLM    gated_deltaproduct
     kda             KDASettings                  KDAConfig / KDAForCausalLM                 kda
     comba           CombaSettings                CombaConfig / CombaForCausalLM             comba
+    rwkv7           RWKV7Settings                RWKV7Config / RWKV7ForCausalLM             rwkv7
 """
 
 import warnings
@@ -249,3 +250,39 @@ class CombaSettings(FlaSettings):
     use_inner_decay: bool = True
     correction_factor: float = 1.0
     num_hidden_layers: int = 21
+
+
+@settings_class
+class RWKV7Settings(FlaSettings):
+    """fla.models.RWKV7Config: RWKV-7's generalised delta rule, its own block (token shift, LoRA-made decay,
+    in-context learning rate and value residual, LayerNorms, a squared-ReLU channel mix; models/lm/rwkv7.py).
+    head_dim / num_heads and value_dim are completed as fla's config completes them (value_dim one width per
+    layer), so the config.json written equals fla's. fuse_swiglu and attnres_block_size are the family's
+    shared fields that RWKV7Config does not have; fla keeps them as ignored attributes."""
+
+    model_type: ClassVar[str] = "rwkv7"
+    fla_config: ClassVar[str] = "RWKV7Config"
+    fla_model: ClassVar[str] = "RWKV7ForCausalLM"
+
+    hidden_act: str = "sqrelu"  # the channel mix's relu(x)^2
+    norm_eps: float = 1e-05
+    use_l2warp: bool = True
+    num_hidden_layers: int = 24
+    head_dim: int | None = 64  # d_k = d_v / (value_dim / hidden_size) per head; num_heads = hidden_size / head_dim
+    num_heads: int | None = None
+    decay_low_rank_dim: int | None = 64  # the LoRAs' widths (None: fla's layer picks one from hidden_size)
+    gate_low_rank_dim: int | None = 128
+    a_low_rank_dim: int | None = 64
+    v_low_rank_dim: int | None = 16
+    norm_first: bool = True  # layer 0 LayerNorms the embedding first (pre_norm)
+    norm_bias: bool = True  # the LayerNorms have a bias
+    value_dim: int | list | None = None  # the value width of each layer (None: hidden_size)
+
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**values)
+        if self.head_dim is None and self.num_heads is not None:
+            self.head_dim = int(self.hidden_size // self.num_heads)
+        elif self.head_dim is not None and self.num_heads is None:
+            self.num_heads = int(self.hidden_size // self.head_dim)
+        if self.value_dim is None or isinstance(self.value_dim, int):
+            self.value_dim = [self.value_dim or self.hidden_size] * self.num_hidden_layers

@@ -133,12 +133,13 @@ class HookedDeltaLM(LensModel, HookedRootModule):
     mixer_class: type = nn.Module
     arch: str = ""
     settings: type = FlaSettings  # fla-free config class (its fla_model / model_type name fla's classes)
+    backbone_class: type = DeltaBackbone  # fla's *Model module tree (RWKV-7 has its own block: models/lm/rwkv7.py)
 
     def __init__(self, config) -> None:
         super().__init__()
         _check_supported(config)
         self.config = config
-        self.model = DeltaBackbone(config, self.mixer_class)
+        self.model = self.backbone_class(config, self.mixer_class)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embeddings.weight
@@ -337,14 +338,7 @@ class HookedDeltaLM(LensModel, HookedRootModule):
         if return_type not in ("logits", "loss", "both", None):
             raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}.")
         tokens = tokens.to(self.device)
-
-        x = self.model.hook_embed(self.model.embeddings(tokens))  # (B, T, d_model)
-        for block in self.model.layers:
-            x = block(x)
-        if self.model.hook_scale.has_hooks():  # for TransformerLens's apply_ln: the norm's scale, shown only
-            x32 = x.float()
-            self.model.hook_scale(torch.sqrt(x32.square().mean(-1, keepdim=True) + self.model.norm.eps))
-        x = self.model.hook_normalized(self.model.norm(x))
+        x = self._backbone_forward(tokens)
         if return_type is None:
             return None
         logits = refuse_nonfinite(self, self.lm_head(x))  # (B, T, vocab); a NaN weight named here, not at load
@@ -352,6 +346,16 @@ class HookedDeltaLM(LensModel, HookedRootModule):
             return logits
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
         return loss if return_type == "loss" else (logits, loss)
+
+    def _backbone_forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, T) -> the final norm's output (B, T, d_model), through every hook of the stack."""
+        x = self.model.hook_embed(self.model.embeddings(tokens))  # (B, T, d_model)
+        for block in self.model.layers:
+            x = block(x)
+        if self.model.hook_scale.has_hooks():  # for TransformerLens's apply_ln: the norm's scale, shown only
+            x32 = x.float()
+            self.model.hook_scale(torch.sqrt(x32.square().mean(-1, keepdim=True) + self.model.norm.eps))
+        return self.model.hook_normalized(self.model.norm(x))
 
     # ---- interventions ---------------------------------------------------------------------
 

@@ -19,6 +19,10 @@ on every architecture (`ACT_NAMES`, from each family's record, says which short 
                                     (batch, pos, head, d_k) where it is per key channel: Kimi Linear's KDA)
     blocks.{l}.attn.hook_vgate      (batch, pos, head, d_v)    value gate gamma_t in (0, 1) (value-gated DeltaNet)
     blocks.{l}.attn.hook_p          (batch, pos, head, d_k)    Comba's correction key p_t (after its L2 norm)
+    blocks.{l}.attn.hook_kk         (batch, pos, head, d_k)    RWKV-7's removal key kk_t (unit); its hook_beta is
+                                    the learning rate a_t, (batch, pos, head, d_k), one per key channel
+    blocks.{l}.attn.hook_o          (batch, pos, head, d_v)    RWKV-7's read-out S_t^T r_t (its hook_z: what
+                                    o_proj reads, the group norm, bonus and gate applied)
     blocks.{l}.attn.hook_state      (batch, pos, head, d_k, d_v)  S_t after token t (on demand)
     blocks.{l}.attn.hook_z          (batch, pos, head, d_v)    delta-rule output o_t, before o_norm
     blocks.{l}.hook_attn_out        (batch, pos, d_model)      mixer output after o_proj
@@ -109,6 +113,8 @@ _SITES = {
     "gate": "attn",
     "vgate": "attn",
     "p": "attn",
+    "kk": "attn",
+    "o": "attn",
     "pattern": "attn",
     "attn_scores": "attn",
 }
