@@ -25,8 +25,8 @@ can have; an fla DeltaNet has softmax attention only when it is built as a hybri
 
 `TOOLS` maps each public tool (the conformance matrix's columns, tests/test_conformance.py) to the capabilities
 it needs; `applies(needs, capabilities)` is whether a model (or a family) has them, and `missing` says which in
-words. The dashboard's and the README's "what applies to which" table is `applicability_table()`, drawn from the
-family records through this one table, so the product cannot advertise a tool its matrix shows failing.
+words. The "what applies to which" table (the dashboard's, docs/what-applies.md) is `applicability_table()`,
+drawn from the family records through this one table, so the product cannot advertise a tool its matrix shows failing.
 """
 
 from __future__ import annotations

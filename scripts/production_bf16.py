@@ -1,5 +1,5 @@
 """Logits of our hooked production models against transformers' own, both loaded from one offline stand-in
-(scripts/production_standin.py), in bf16 and, for reference, fp32: the README's bf16 parity table.
+(scripts/production_standin.py), in bf16 and, for reference, fp32: the bf16 table of docs/guide/production-models.md.
 
     python3 scripts/production_bf16.py
 

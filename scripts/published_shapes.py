@@ -4,7 +4,7 @@
 release: RWKV-7), the bound the load path checks before any weight is fetched, and the bytes in fp32 and bf16
 against the memory this machine has.
 
-    python3 scripts/published_shapes.py        # the README's table ("Open a production model")
+    python3 scripts/published_shapes.py        # the published-shapes table of docs/guide/production-models.md
 
     measure(name, folder) -> Shape             # folder: an empty scratch folder for the config.json
 """

@@ -1,8 +1,8 @@
 """bf16 parity of the production families: our hooked model (dl.load by Hub id, dtype="bf16") against
 transformers' own loaded in bf16 from the same offline stand-in, with the fp32 pair for reference
-(scripts/production_bf16.py prints the README's table from the same measurement).
+(scripts/production_bf16.py prints the bf16 table of docs/guide/production-models.md from the same measurement).
 
-The stated tolerances are the measured errors (README, "Open a production model") with a margin of about 3x;
+The stated tolerances are the measured errors (docs/guide/production-models.md, bf16) with a margin of about 3x;
 in bf16 our recurrence runs in fp32 and so does transformers' chunked one, so what differs is where each rounds
 to bf16, which is why our error is compared with transformers' own bf16-vs-fp32 error too.
 """
@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from production_bf16 import KINDS, parity  # noqa: E402
 
 # kind -> (max abs, relative) allowed between our bf16 logits and transformers' bf16 logits
-BF16_TOLERANCE = {  # measured (README): 1.2e-2, 1.0e-2 | 6.8e-3, 6.7e-3 | 1.7e-2, 8.9e-3 | 8.5e-2, 2.3e-2
+# measured (docs/guide/production-models.md):
+BF16_TOLERANCE = {  # 1.2e-2, 1.0e-2 | 6.8e-3, 6.7e-3 | 1.7e-2, 8.9e-3 | 8.5e-2, 2.3e-2
     "qwen3_5_text": (4e-2, 3e-2),
     "qwen3_5_moe_text": (5e-2, 3e-2),  # measured 1.2e-2, 8.3e-3 (its own bf16 vs fp32: 2.6e-2, 1.1e-2)
     "olmo_hybrid": (2e-2, 2e-2),
@@ -50,7 +51,8 @@ def test_bf16_keeps_in_fp32_what_transformers_keeps_in_fp32(measured, kind):
     """What transformers names in `_keep_in_fp32_modules_strict` stays fp32 in our bf16 model (Kimi Linear's
     router weight, its correction bias and dt_bias: a bf16 router can pick other experts); nothing else does.
     OLMo-Hybrid's A_log is fp32 in transformers' bf16 model only because its __init__ builds it in fp32 (not
-    a declared rule); ours holds it in bf16 and, like theirs, takes exp in fp32 (README, bf16 table)."""
+    a declared rule); ours holds it in bf16 and, like theirs, takes exp in fp32 (docs/guide/production-models.md,
+    bf16)."""
     ours, theirs = measured[kind].fp32_kept
     assert set(ours) <= set(theirs)
     if kind in ("kimi_linear", "glm5_next"):  # GLM-5 Next: its hyper-connections' base and scale too

@@ -1,7 +1,8 @@
 """The published configurations of the production families (tests/fixtures/published/, each with its "_source"),
 read as dl.load reads a config.json and built on the meta device: our hooked model holds exactly the parameters
 of transformers' own class, about the size the release's name states, and the memory estimate is produced
-(scripts/published_shapes.py prints the README's table from the same measurement).
+(scripts/published_shapes.py prints docs/guide/production-models.md's published-shapes table from the same
+measurement).
 """
 
 from __future__ import annotations
