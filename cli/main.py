@@ -11,6 +11,7 @@ import importlib
 import io
 import os
 import sys
+from typing import NoReturn
 
 from deltalens.cli.arguments import check_head_range
 from deltalens.core.errors import DeltalensError
@@ -33,7 +34,7 @@ COMMANDS = [
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+    def error(self, message: str) -> NoReturn:  # argparse's own errors: one line, exit 2
         self.exit(2, f"deltalens: error: {message}\n")
 
 
@@ -132,7 +133,7 @@ class _WholeWrites(io.RawIOBase):
 def _whole_writes_stdout() -> None:
     """The process's own stdout (not a test's capture) writes through `_WholeWrites`."""
     out = sys.stdout
-    if out is None or out is not sys.__stdout__:
+    if out is not sys.__stdout__ or out is None:  # None last: `is not` would widen it to __stdout__'s type
         return
     try:
         fd = out.fileno()

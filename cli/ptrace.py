@@ -34,7 +34,7 @@ def parse_mix(text: str) -> tuple[float, float, float]:
             "--mix takes three weights (finite, >= 0) like 0.4,0.4,0.2 (deterministic, swap, "
             f"choice), got {text[:60]!r}."
         )
-    return weights  # type: ignore[return-value]
+    return weights
 
 
 def register(subparsers) -> None:

@@ -16,7 +16,7 @@ from deltalens.core.errors import DeltalensError
 from deltalens.loading.opened import open_checkpoint
 from deltalens.tasks.dataset import collate
 from deltalens.tasks.tokenizers.hf import missing_tokenizer
-from deltalens.tasks.traces import MAX_LINE, Trace, parse_trace
+from deltalens.tasks.traces import MAX_LINE, Trace, TraceSpec, parse_trace
 from deltalens.training.evaluate import EvalResult, Tally, evaluate, score_batch
 
 
@@ -51,7 +51,8 @@ def evaluate_checkpoint(
     lengths = lengths or [train_length, 2 * train_length, 4 * train_length]
     spacing = spacing or task.eval_spacing
     # probabilistic traces print one variable or all of them by their own full_reveal_prob
-    reveal = "pfsa" if data.probabilistic else data.eval_spec(reveal=reveal).reveal
+    held_out = data.eval_spec(reveal=reveal)
+    reveal = held_out.reveal if isinstance(held_out, TraceSpec) else "pfsa"  # a ProbTraceSpec: probabilistic
     rows, skipped = [], []
     bar = progress_bar(total=len(lengths) * -(-n_traces // 64), enabled=progress, desc="eval", unit="batch")
     for actions in lengths:

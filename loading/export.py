@@ -14,6 +14,8 @@ from deltalens.core.errors import DeltalensError
 from deltalens.loading.evaluate_checkpoint import evaluate_checkpoint
 from deltalens.loading.opened import open_checkpoint
 from deltalens.models.checkpoint import is_replaceable
+from deltalens.tasks.prob_spec import ProbTraceSpec
+from deltalens.tasks.tokenizers.hf import missing_tokenizer
 from deltalens.training.belief_kl import belief_kl
 from deltalens.training.loop import LAST, training_history
 
@@ -67,11 +69,14 @@ def export_run(
     history = training_history(last)  # the curves the Checkpoints page draws, kept with the model
     extra["training"] = {**extra["training"], "command": command, **({"history": history} if history else {})}
     card = model_card(Path(target).name, meta, reports, command, kl)
+    tokenizer = open_checkpoint(last, load_model=False).tokenizer
+    if tokenizer is None:  # evaluate_checkpoint above encoded with it: a run without one stops there
+        raise DeltalensError(missing_tokenizer(last))
     models.save(
         models.load(last),
         target,
         extra={**extra, "metrics": metrics},
-        files={"train.toml": config_text, "CARD.md": card, **open_checkpoint(last, load_model=False).tokenizer.files()},
+        files={"train.toml": config_text, "CARD.md": card, **tokenizer.files()},
     )
     return report
 
@@ -87,9 +92,10 @@ def belief_kl_report(
     (training/belief_kl.py), as JSON: mean per kind and the table by partial reveals."""
     opened = open_checkpoint(checkpoint)
     data, model = opened.require_task(), opened.model
-    result = belief_kl(
-        model, data.tokenizer, data.eval_spec(), n_random=n_random, n_adversarial=n_adversarial, cycles=cycles
-    )
+    spec = data.eval_spec()
+    if not isinstance(spec, ProbTraceSpec):
+        raise DeltalensError(f"{checkpoint} was trained on deterministic traces; belief KL needs a probabilistic task")
+    result = belief_kl(model, data.tokenizer, spec, n_random=n_random, n_adversarial=n_adversarial, cycles=cycles)
     return {
         "n_random": n_random,
         "n_adversarial": n_adversarial,

@@ -77,7 +77,7 @@ class Checkpoint(Summary):
 
     def display_frame(self) -> pd.DataFrame:
         """One row per fact: task, model, training, held-out accuracy (from the saved metrics)."""
-        facts = {"path": str(self.path), "architecture": self.arch}
+        facts: dict[str, Any] = {"path": str(self.path), "architecture": self.arch}
         if self.data is not None:
             task = self.data.task
             facts.update(
@@ -239,6 +239,7 @@ def checkpoint_batch(
     checkpoint, n_traces: int = 64, seed: int = 0, actions: int | None = None, spacing: int | None = None
 ) -> dict[str, torch.Tensor]:
     """Eval-split traces for a checkpoint (a Checkpoint, a path, or its metadata dict)."""
+    where: Path | str  # what the refusal below names
     if isinstance(checkpoint, Checkpoint):
         tokenizer, spec, where = checkpoint.tokenizer, checkpoint.spec, checkpoint.path
     elif isinstance(checkpoint, dict):

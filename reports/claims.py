@@ -15,6 +15,7 @@ and a cell counts only once all its seeds have results (`spread` aggregates them
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import mean
 from typing import Any
@@ -155,7 +156,7 @@ def spread(results: list[dict[str, Any]], seeds: int | None = None) -> list[dict
 def evaluate_claims(
     results: list[dict[str, Any]],
     thresholds: Thresholds | None = None,
-    settings: list[str] = (),
+    settings: Sequence[str] = (),
     seeds: int | None = None,
     expected: dict[str, set[tuple[str, int]]] | None = None,
     archs: set[str] | None = None,
@@ -189,10 +190,10 @@ def evaluate_claims(
             for i in range(n_seeds)
         ]
         needed = seeds_needed(n_seeds)
-        in_setting = {arch for arch, _ in expected.get(setting, ())} if expected is not None else None
+        in_setting = {arch for arch, _ in expected[setting]} if expected is not None and setting in expected else None
         for key, (verdict, evidence) in on_mean.items():
             if (archs is not None and CLAIM_ARCH[key] not in archs) or (
-                in_setting is not None and setting in expected and CLAIM_ARCH[key] not in in_setting
+                in_setting is not None and CLAIM_ARCH[key] not in in_setting
             ):
                 continue  # a claim about an architecture this sweep (or this setting of it) does not train
             if expected is not None and setting in expected and not _asked(key, expected[setting]):
@@ -228,7 +229,9 @@ def _dense_failed(cells: list[dict[str, Any]], arch: str, t: Thresholds) -> str 
     the threshold for the seed mean, or for more than a third of its seeds); None if it learned or
     has no complete k = 1 cell."""
     dense = next((c for c in cells if c["arch"] == arch and c["spacing"] == 1), None)
-    row = next((r for r in dense["eval"]["lengths"] if r.get("x_train") == 1), None) if dense else None
+    if dense is None:
+        return None
+    row = next((r for r in dense["eval"]["lengths"] if r.get("x_train") == 1), None)
     if row is None or "reveal_accuracy" not in row:
         return None
     per_seed = [a for r in dense["runs"] if (a := accuracy_at(r, 1)) is not None]

@@ -240,7 +240,7 @@ def run_cell(
     state = json.loads(state_file.read_text()) if state_file.is_file() else None
     finished = state is not None and (state["step"] >= config.run.steps or state.get("stopped_early", False))
     failure = None
-    if not finished:
+    if state is None or not finished:  # (finished implies a state; said here for the type checker)
         try:
             timed = {"on_step": on_step} if on_step is not None else {}
             result = train(config, run_dir, resume=state is not None, progress=progress, **timed)

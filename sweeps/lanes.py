@@ -22,17 +22,22 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from deltalens.core.errors import DeltalensError
+
+if TYPE_CHECKING:  # imported by run_in_lanes when it runs
+    from multiprocessing.synchronize import Event
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 GRACE_S = 30.0  # after the sweep's death, time a lane has to save its checkpoint before it is ended
 
 
 _parent: int | None = None  # in a lane: the sweep process's pid
-_stop = None  # in a lane: the sweep's "start no more cells" event
+_stop: Event | None = None  # in a lane: the sweep's "start no more cells" event
 
 
-def _start_lane(parent: int, stop) -> None:
+def _start_lane(parent: int, stop: Event) -> None:
     """Worker initializer: remember the sweep, and ask for SIGINT when it dies (Linux prctl;
     elsewhere `_guarded` still refuses new cells once the parent is gone)."""
     global _parent, _stop
@@ -62,6 +67,8 @@ def _watch_parent(parent: int) -> None:
 def _guarded(work: Callable[[Any], Any], item: Any) -> Any:
     """Start `item` only while the sweep runs: the executor hands a lane its next cell ahead of
     time, and after an interrupt (or the sweep's death) that cell must not start."""
+    if _stop is None:  # _start_lane sets it
+        raise DeltalensError("a sweep cell runs in a lane that run_in_lanes started; this process is not one")
     if _stop.is_set() or os.getppid() != _parent:
         raise KeyboardInterrupt
     try:
@@ -78,7 +85,7 @@ def _hide_main_script():
     (Streamlit's AppTest, a notebook's kernel) that must not run again in a worker."""
     main = sys.modules.get("__main__")
     script = getattr(main, "__file__", None)
-    if script is not None:
+    if main is not None and script is not None:
         del main.__file__
     return main, script
 
@@ -111,7 +118,7 @@ def run_in_lanes(
     def on_sigterm(signum, frame) -> None:
         stop.set()
         for process in list((pool._processes or {}).values()):  # the executor keeps no public list
-            if process.is_alive():
+            if process.is_alive() and process.pid is not None:  # a started process has a pid
                 os.kill(process.pid, signal.SIGINT)  # what Ctrl-C would have sent them
         raise KeyboardInterrupt
 

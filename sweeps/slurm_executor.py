@@ -260,7 +260,7 @@ def held_signals() -> Iterator[None]:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
         if caught:
-            _deliver(caught[0], handlers[caught[0]])
+            _deliver(caught[0], handlers[signal.Signals(caught[0])])  # a handler is given the number
 
 
 def _deliver(signum: int, handler) -> None:

@@ -97,6 +97,12 @@ def best_validation(result: dict[str, Any]) -> tuple[float, int]:
     return best, min(h["step"] for h in history if h["reveal_accuracy"] >= best - 0.005)
 
 
+def _lr_of(job: Cell | SearchRun) -> float:
+    if not isinstance(job, SearchRun):
+        raise DeltalensError(f"{job.name} is a sweep cell, not a run of the learning-rate search; it has no lr")
+    return job.lr
+
+
 def choose_lrs(sweep: Sweep, searches: list[CellStatus]) -> dict[tuple[str, str], float]:
     """(group, arch) -> the lr whose validation accuracy peaks highest; near-ties (within 0.001)
     go to the run that got there in fewer steps, then to the smaller lr. Only pairs whose every
@@ -107,7 +113,7 @@ def choose_lrs(sweep: Sweep, searches: list[CellStatus]) -> dict[tuple[str, str]
         runs = [s for s in searches if (s.cell.group, s.cell.arch) == pair]
         if any(s.result is None for s in runs):
             continue
-        scored = [(best_validation(s.result), s.cell.lr) for s in runs]
+        scored = [(best_validation(s.result), _lr_of(s.cell)) for s in runs if s.result is not None]
         top = max(score for (score, _), _ in scored)
         near = [((score, step), lr) for (score, step), lr in scored if score >= top - 0.001]
         chosen[pair] = min(near, key=lambda item: (item[0][1], item[1]))[1]

@@ -220,7 +220,7 @@ def adversarial_trace(sequence: AdversarialSequence, seed: int = 0) -> ProbTrace
         info,
         actions,
         states,
-        reveals,  # type: ignore[arg-type]
+        reveals,
         python_seed=None,
         kinds=kinds,
         kernels=kernels,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -65,7 +66,7 @@ def trace_seed(seed: int, split: str, index: int) -> int:
     return (word >> 2 << 1) | SPLITS[split]  # 62 random bits, then the split bit
 
 
-def generate_any(spec, seed: int) -> Trace:
+def generate_any(spec, seed: int) -> Trace[Any]:
     """The trace of a TraceSpec or of a ProbTraceSpec (tasks/probabilistic.py) for ``seed``."""
     if isinstance(spec, TraceSpec):
         return generate_trace(spec, seed)
@@ -79,7 +80,7 @@ class TraceDataset(Dataset):
 
     def __init__(
         self,
-        spec: TraceSpec,
+        spec: TraceSpec | ProbTraceSpec,
         tokenizer: Tokenizer,
         size: int,
         seed: int = 0,
@@ -197,7 +198,7 @@ def collate(
 
 
 def make_batch(
-    spec: TraceSpec,
+    spec: TraceSpec | ProbTraceSpec,
     tokenizer: Tokenizer,
     batch_size: int,
     seed: int = 0,

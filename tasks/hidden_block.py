@@ -111,7 +111,7 @@ class _Writer:
             self.info,
             self.actions,
             self.states,
-            self.reveals,  # type: ignore[arg-type]
+            self.reveals,
             python_seed=python_seed,
             kinds=self.kinds,
             kernels=self.kernels,
@@ -145,7 +145,7 @@ def generate_hidden_block_trace(spec: ProbTraceSpec, seed: int, posteriors: bool
         partner, probe = rng.randrange(h), rng.randrange(h, n)
         if spec.probe_leak and rng.random() < spec.probe_leak:  # drawn only when set: old traces unchanged
             partner = rng.choice([v for v in range(h, n) if v != probe])
-        writer.swap(*sorted((partner, probe)), random_swap=True, taken=hidden.random() < spec.swap_prob)
+        writer.swap(min(partner, probe), max(partner, probe), random_swap=True, taken=hidden.random() < spec.swap_prob)
         writer.reveal(rng.randrange(h) if rng.random() < spec.query_prob else rng.randrange(h, n))
     return writer.trace(seed, python_seed, posteriors)
 
@@ -182,7 +182,7 @@ def hidden_block_adversary(
             kernel = writer.swap(i, j, random_swap=False, taken=True)
         m = marginal_transition(m, kernel)
         partner = int(np.argmax(m[:h].sum(axis=1))) if drain else probe + 1  # greedy drain: heaviest block row
-        m = marginal_transition(m, writer.swap(*sorted((partner, probe)), random_swap=True, taken=False))
+        m = marginal_transition(m, writer.swap(min(partner, probe), max(partner, probe), random_swap=True, taken=False))
         writer.reveal(probe)
         m = marginal_mask(m, probe, writer.state[probe])
     so_far = writer.trace(seed, None, posteriors=False)

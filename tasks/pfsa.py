@@ -101,6 +101,7 @@ __all__ = [  # this module's names and, re-exported, those of the modules it is 
     "Event",
     "FilterResult",
     "LinearRun",
+    "MarginalRun",
     "Observation",
     "RevealPosterior",
     "enumerate_posteriors",
@@ -383,6 +384,13 @@ class LinearRun:
     marginals: np.ndarray | None = None  # (E + 1, n, n) float64 copies (marginal runs only)
 
 
+@dataclass
+class MarginalRun(LinearRun):
+    """The marginal filter's run (`run_linear_marginal`), which always keeps the marginals."""
+
+    marginals: np.ndarray  # (E + 1, n, n) float64 copies
+
+
 def run_linear_joint(pfsa: PFSA, events: Sequence[Event], b0: Any = None, full_reset: bool = True) -> LinearRun:
     """b~_t: transitions and masks, never renormalised. ``b0`` sets the dtype (numpy or torch).
 
@@ -407,7 +415,7 @@ def run_linear_joint(pfsa: PFSA, events: Sequence[Event], b0: Any = None, full_r
 
 def run_linear_marginal(
     n: int, q0: Sequence[int], events: Sequence[Event], m0: Any = None, full_reset: bool = True, reveal: str = "mask"
-) -> LinearRun:
+) -> MarginalRun:
     """M~_t: exact linear transitions, reveals as mask + injection, never rebalanced.
 
     ``m0`` sets the dtype (numpy or torch); by default the float64 point marginals of q0. ``reveal="row"``
@@ -430,4 +438,4 @@ def run_linear_marginal(
         masses.append(mass(m))
         peaks.append(max_entry(m))
         history.append(to_numpy(m))
-    return LinearRun(np.array(masses), np.array(peaks), m, np.stack(history))
+    return MarginalRun(np.array(masses), np.array(peaks), m, np.stack(history))

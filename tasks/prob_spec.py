@@ -60,12 +60,7 @@ class ProbTraceSpec:
                 f"enumerates n! states); got {group.name}."
             )
         object.__setattr__(self, "actions", check_action_count(self.actions))
-        mix = tuple(float(w) for w in self.mix) if isinstance(self.mix, (list, tuple)) else ()
-        if len(mix) != 3 or any(w < 0 for w in mix) or sum(mix) <= 0:
-            raise DeltalensError(
-                f"mix takes three weights >= 0 (deterministic, random swap, random choice), not all 0; "
-                f"got {self.mix!r}."
-            )
+        mix = check_mix(self.mix)
         object.__setattr__(self, "mix", mix)
         if mix[0] > 0:
             get_action_set(group, self.action_set)
@@ -147,11 +142,21 @@ def header_line(python_seed: int | None) -> str:
     return f"{PROMPT}import random\n" if python_seed is None else f"{PROMPT}import random; random.seed({python_seed})\n"
 
 
+def check_mix(mix: object) -> tuple[float, float, float]:
+    """`mix` (a list or tuple) as ProbTraceSpec keeps it: three weights >= 0, not all 0."""
+    weights = tuple(float(w) for w in mix) if isinstance(mix, (list, tuple)) else ()
+    if len(weights) != 3 or any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise DeltalensError(
+            f"mix takes three weights >= 0 (deterministic, random swap, random choice), not all 0; got {mix!r}."
+        )
+    return weights[0], weights[1], weights[2]
+
+
 # --- traces ----------------------------------------------------------------------------------
 
 
 @dataclass
-class ProbTrace(Trace):
+class ProbTrace(Trace[ProbTraceSpec]):
     """A probabilistic transcript with its ground truth and exact posteriors (see module doc)."""
 
     python_seed: int | None = None

@@ -158,7 +158,7 @@ def generate_prob_trace(spec: ProbTraceSpec, seed: int, posteriors: bool = True)
         info,
         actions,
         states,
-        reveals,  # type: ignore[arg-type]
+        reveals,
         python_seed=python_seed,
         kinds=kinds,
         kernels=kernels,
@@ -318,8 +318,9 @@ def _observation(lines: list[str], index: int, n: int) -> Observation:
     """The print at lines[index] and its output line, as the values it reveals (refused with a line number)."""
     line, lineno = lines[index], index + 1
     one, many = _PRINT_ONE.fullmatch(line), _PRINT_MANY.fullmatch(line)
-    assert one or many
-    names = one.group(1) if one else many.group(1)
+    printed = one or many
+    assert printed is not None  # the caller found a print here
+    names = printed.group(1)
     variables = tuple(VARIABLE_NAMES.index(x) for x in names.split(", "))
     if max(variables) >= n or len(set(variables)) != len(variables):
         raise DeltalensError(f"line {lineno}: prints a variable the trace never initialised, or one twice.")

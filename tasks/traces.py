@@ -37,7 +37,9 @@ import random
 import re
 import unicodedata
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Union
+from typing import Any, Generic, Union
+
+from typing_extensions import TypeVar  # a TypeVar with a default (PEP 696; typing's has one from 3.13)
 
 from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import (
@@ -208,11 +210,14 @@ class Reveal:
     values: tuple[int, ...]  # s_t[v] for each of them, 1..n
 
 
+SpecT = TypeVar("SpecT", default="TraceSpec")  # Trace is Trace[TraceSpec]; a ProbTrace's spec is a ProbTraceSpec
+
+
 @dataclass
-class Trace:
+class Trace(Generic[SpecT]):
     """One REPL transcript with its ground truth."""
 
-    spec: TraceSpec
+    spec: SpecT
     seed: int
     lines: list[str]  # each ends with "\n"; "".join(lines) == text
     line_info: list[LineInfo]

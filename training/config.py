@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -222,7 +223,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)

@@ -13,6 +13,7 @@ import torch
 from deltalens.core.errors import DeltalensError
 from deltalens.tasks import TraceSpec, generate_trace, make_tokenizer
 from deltalens.tasks.dataset import collate, trace_seed
+from deltalens.tasks.prob_spec import check_mix
 from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
 from deltalens.training.config import TaskConfig
 
@@ -43,7 +44,7 @@ class TrainingData:
             group=task.group,
             action_set=task.action_set,
             actions=actions,
-            mix=tuple(task.mix),
+            mix=check_mix(tuple(task.mix)),  # as the spec keeps it (the tuple: the same refusal)
             swap_prob=float(task.swap_prob),
             choice_size=task.choice_size,
             spacing=spacing,

@@ -21,6 +21,7 @@ from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.models.lm.chunked import argmax_in_chunks
 from deltalens.tasks.dataset import make_batch
+from deltalens.tasks.prob_spec import ProbTraceSpec
 from deltalens.tasks.tokenizers import TokenKind
 from deltalens.tasks.traces import Trace, TraceSpec, parse_trace
 
@@ -116,7 +117,13 @@ def summarise(scores: list[dict[str, torch.Tensor]], bucket: int = 8) -> EvalRes
 
 
 def evaluate(
-    model, tokenizer, spec: TraceSpec, n_traces: int = 256, seed: int = 0, batch_size: int = 64, bar=None
+    model,
+    tokenizer,
+    spec: TraceSpec | ProbTraceSpec,
+    n_traces: int = 256,
+    seed: int = 0,
+    batch_size: int = 64,
+    bar=None,
 ) -> EvalResult:
     """Accuracy on `n_traces` fresh held-out traces drawn from `spec` (`bar`: a progress bar to advance
     by one per batch).

@@ -210,7 +210,7 @@ class _Run:
             n_traces=config.run.eval_traces,
             seed=validation_seed(config),
         )
-        entry = {
+        entry: dict[str, Any] = {
             "step": self.step,
             "reveal_accuracy": result.reveal_accuracy,
             "trace_accuracy": result.trace_accuracy,
@@ -221,7 +221,7 @@ class _Run:
 
             by_length = {1: result.reveal_accuracy}
             for multiple in LENGTHS[1:]:
-                longer = self.data.eval_spec(actions=multiple * self.data.eval_spec().actions)
+                longer = self.data.eval_spec(actions=multiple * self.data.task.actions[1])  # eval_spec's length
                 score = evaluate(
                     self.model, self.data.tokenizer, longer, config.run.eval_traces, validation_seed(config)
                 )

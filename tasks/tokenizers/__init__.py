@@ -111,7 +111,7 @@ def make_tokenizer(
         raise DeltalensError(f"make_tokenizer needs a TraceSpec, a group or n, got {task!r}.")
     if kind in ("code", "code-prob"):
         n = group.n if group is not None else task
-        return TOKENIZERS[kind](n)  # type: ignore[call-arg, arg-type]
+        return TOKENIZERS[kind](n)  # type: ignore[arg-type]
     if group is None:
         raise DeltalensError("a statement tokenizer needs a group and an action set, not just n.")
     if action_set is None:

@@ -48,6 +48,7 @@ from typing import Any, ClassVar
 
 from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import MAX_N, MIN_N, VARIABLE_NAMES, lex_rank
+from deltalens.tasks.prob_spec import ProbTraceSpec
 from deltalens.tasks.traces import LINE_ACTION, LINE_OUTPUT, PROMPT, Trace, TraceSpec
 
 TOKENIZER_KINDS = ("code", "statement", "code-prob", "statement-prob")  # *-prob: probabilistic traces
@@ -182,7 +183,7 @@ class Tokenizer:
     def describe(self) -> str:
         raise NotImplementedError
 
-    def check_spec(self, spec: TraceSpec) -> None:
+    def check_spec(self, spec: TraceSpec | ProbTraceSpec) -> None:
         """Raise DeltalensError unless every trace of ``spec`` encodes with this tokenizer."""
         raise NotImplementedError
 
@@ -237,7 +238,7 @@ class Tokenizer:
         """Concatenate the token strings; <pad> and <bos> decode to nothing."""
         return "".join(self.token_of(int(i)) for i in ids if int(i) not in (PAD_ID, BOS_ID))
 
-    def encode_trace(self, trace: Trace, add_bos: bool = True) -> EncodedTrace:
+    def encode_trace(self, trace: Trace[Any], add_bos: bool = True) -> EncodedTrace:
         """Ids of ``trace.text`` with their labels (see the module docstring)."""
         ids: list[int] = []
         kinds: list[int] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from deltalens.core.errors import DeltalensError
+from deltalens.tasks.prob_spec import ProbTraceSpec
 from deltalens.tasks.tokenizers.base import Tokenizer, code_vocabulary
 from deltalens.tasks.traces import TraceSpec
 
@@ -40,7 +41,7 @@ class CodeTokenizer(Tokenizer):
     def _encode_line(self, line: str, lineno: int) -> tuple[int, ...]:
         return self._piece_ids(line, self._ids, lineno)
 
-    def check_spec(self, spec: TraceSpec) -> None:
+    def check_spec(self, spec: TraceSpec | ProbTraceSpec) -> None:
         if spec.n > self.n:
             raise DeltalensError(
                 f"{spec.group} traces use {spec.n} variables but the code tokenizer knows only {self.n}; "

@@ -22,10 +22,11 @@ import hashlib
 import json
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import MAX_N
+from deltalens.tasks.prob_spec import ProbTraceSpec
 from deltalens.tasks.text_traces import AlignedTrace, TextFormat, align, render
 from deltalens.tasks.tokenizers.base import SPEC_FORMAT, SPEC_VERSION, Tokenizer
 from deltalens.tasks.traces import Trace, TraceSpec
@@ -176,7 +177,7 @@ class HFTokenizer(Tokenizer):
     def describe(self) -> str:
         return f"hf ({Path(self.source).name or 'in memory'}, {self._size} tokens)"
 
-    def check_spec(self, spec: TraceSpec) -> None:
+    def check_spec(self, spec: TraceSpec | ProbTraceSpec) -> None:
         self.text_format.check(spec.n)
 
     def encode(self, text: str) -> list[int]:
@@ -186,7 +187,7 @@ class HFTokenizer(Tokenizer):
         keep = [int(i) for i in ids if int(i) not in self._specials]
         return self.hf.decode(keep, clean_up_tokenization_spaces=False)
 
-    def encode_trace(self, trace: Trace, add_bos: bool = True) -> AlignedTrace:
+    def encode_trace(self, trace: Trace[Any], add_bos: bool = True) -> AlignedTrace:
         rendered = render(trace, self.text_format)
         found = self._tokenize(rendered.text, return_offsets_mapping=True)
         return align(rendered, found["input_ids"], found["offset_mapping"], self.bos_id if add_bos else None)
@@ -251,7 +252,7 @@ def load_hf_tokenizer(path, text_format: TextFormat | dict | None = None) -> HFT
     return HFTokenizer.from_file(path, text_format)
 
 
-def spec_is_hf(spec: Any) -> bool:
+def spec_is_hf(spec: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(spec, dict) and spec.get("kind") == HF_KIND
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from deltalens.core.errors import DeltalensError
 from deltalens.tasks.groups import ActionSet, PermutationGroup, get_action_set, get_group, read_assignment
+from deltalens.tasks.prob_spec import ProbTraceSpec
 from deltalens.tasks.tokenizers.base import Tokenizer, statement_fixed_vocabulary
 from deltalens.tasks.traces import PROMPT, TraceSpec
 
@@ -60,7 +61,7 @@ class StatementTokenizer(Tokenizer):
             return (self.action_offset + self.actions.index(p),)
         return self._piece_ids(line, self._fixed_ids, lineno)  # an output line
 
-    def check_spec(self, spec: TraceSpec) -> None:
+    def check_spec(self, spec: TraceSpec | ProbTraceSpec) -> None:
         if (spec.group, spec.action_set) != (self.group_name, self.action_set_name):
             raise DeltalensError(
                 f"the {self.describe()} tokenizer cannot encode {spec.group} {spec.action_set} traces; "
