@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,7 @@ def _apply_umask(directory: Path) -> None:
         os.chmod(entry, (0o777 if entry.is_dir() else 0o666) & ~umask)
 
 
-def is_replaceable(target: Path, rewritten: set[str] = frozenset()) -> bool:
+def is_replaceable(target: Path, rewritten: Collection[str] = frozenset()) -> bool:
     """Only a checkpoint directory may be replaced, or a folder holding nothing but files this save
     rewrites (e.g. the train.toml a checkpoint is exported beside); never a file or other folder."""
     if not target.is_dir():

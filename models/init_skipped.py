@@ -42,10 +42,9 @@ def _skippable(original):
             return tensor
         return original(tensor, *args, **kwargs)
 
-    init.__wrapped__ = original
     init.__name__ = init.__qualname__ = original.__name__
     init.__doc__ = original.__doc__
-    init.skippable = True
+    init.__dict__.update(__wrapped__=original, skippable=True)  # through __dict__: not attributes of its type
     return init
 
 

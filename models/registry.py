@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from deltalens.core.errors import DeltalensError
 
@@ -101,7 +101,7 @@ class Family:
     probes: str = "linear probes"
     interventions: str = ""
     model_types: tuple[str, ...] = ()
-    settings: type | None = None
+    settings: SettingsClass | None = None
     extension_keys: tuple[str, ...] = ()
     vocab_field: str = "vocab_size"
     weights: Callable[[dict[str, Any]], float] | None = field(default=None, repr=False)
@@ -118,6 +118,8 @@ class Family:
     def make_config(self, config: dict[str, Any]):
         """The config object `model` is built from (unknown keys refused with one sentence)."""
         if self.settings is None:
+            if self.config is None:  # register() refuses such a record; one built by hand reaches here
+                raise DeltalensError(f"{self.arch!r}: give its config factory (`config`) or its fla settings class")
             return _resolve(self.config)(config)
         known = self.config_keys() or []
         unknown = sorted(set(config) - set(known))
@@ -137,6 +139,18 @@ class Family:
         return self.resolve_model()(self.make_config(config))
 
 
+class SettingsClass(Protocol):
+    """What the registry and the folder writers read of an fla settings class (a FlaSettings subclass,
+    models/io/configs.py, which imports this module: hence a protocol, not that class)."""
+
+    defaults: dict[str, Any]  # field -> fla's default
+    model_type: str
+    fla_config: str
+    fla_model: str
+
+    def __call__(self, **values: Any) -> Any: ...
+
+
 _FAMILIES: dict[str, Family] = {}
 _loaded = False
 
@@ -145,7 +159,7 @@ def _resolve(target: Callable | str) -> Callable:
     if not isinstance(target, str):
         return target
     module, _, path = target.partition(":")  # "module:name" or "module:Class.method"
-    found = importlib.import_module(module)
+    found: Any = importlib.import_module(module)
     for name in path.split("."):
         found = getattr(found, name)
     return found

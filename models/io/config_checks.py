@@ -29,9 +29,10 @@ MAY_BE_ZERO = frozenset(
 ANY_SIGN = frozenset({"lower_bound"})
 
 
-def check_fields(config, what: str) -> None:
+def check_fields(config: object, what: str) -> None:
     """Raise a DeltalensError naming the first known field of `config` whose value is of the wrong kind."""
-    for name, (rule, accepts) in _rules(type(config)).items():
+    # a class is hashable; mypy's Hashable check misreads a class's __hash__ (python/mypy#11470)
+    for name, (rule, accepts) in _rules(type(config)).items():  # type: ignore[arg-type]
         value = getattr(config, name)
         if not accepts(value):
             raise DeltalensError(f"{what} config field {name} must be {rule}, got {value!r}")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from deltalens.core.errors import DeltalensError
 
-C = TypeVar("C")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+C = TypeVar("C", bound="DataclassInstance")
 
 
 def config_from_dict(cls: type[C], config: dict[str, Any], what: str) -> C:

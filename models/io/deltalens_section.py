@@ -82,6 +82,10 @@ def _model_config_of(model, arch: str) -> dict[str, Any]:
     config = getattr(model, "model_config", None)
     if config is None and family(arch).settings is not None:
         config = fla_model_config(model.config, arch)
+    if config is None:  # a model class outside the registry's two kinds: nothing says what its config is
+        raise DeltalensError(
+            f"a {arch} model without a model_config cannot be saved: give it one (the dict it is built from)"
+        )
     return dict(config)
 
 

@@ -64,7 +64,8 @@ def number(config: dict[str, Any], key: str, default: float) -> float:
 def size_fields(config: dict[str, Any]) -> str:
     """'hidden_size=3840, num_hidden_layers=32, ...' from the config and its text tower (multimodal configs
     keep the language model's sizes under text_config): the fields a too-big model is told to check."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    inner = config.get("text_config")
+    text = inner if isinstance(inner, dict) else {}
     pairs = [(k, config[k]) for k in SIZE_FIELDS if config.get(k) is not None]
     pairs += [(f"text_config.{k}", text[k]) for k in SIZE_FIELDS if text.get(k) is not None]
     return ", ".join(f"{k}={v}" for k, v in pairs) or "no size field found"
@@ -182,15 +183,15 @@ def check_fits(
     if need is None:
         estimate = estimate or WeightsEstimate(weights_lower_bound(arch, config, 1))
         need = estimate.bytes(dtype)
-    budget, source = memory_budget() if budget is None else budget
-    if budget is None or need <= budget:
+    allowed, source = memory_budget() if budget is None else budget
+    if allowed is None or need <= allowed:
         return
     sizes = size_fields(config)
-    limit = f"more than the {gigabytes(max(budget, 0))} GB {source}"
+    limit = f"more than the {gigabytes(max(allowed, 0))} GB {source}"
     others = [name for name in DTYPE_BYTES if name != dtype] if estimate is not None else []
     # another precision is offered only for weights that can be loaded (not a config beyond its file)
-    loadable = estimate is not None and estimate.source != BEYOND_FILE
-    smaller = [name for name in others if loadable and estimate.bytes(name) <= budget]
+    loadable = estimate if estimate is not None and estimate.source != BEYOND_FILE else None
+    smaller = [name for name in others if loadable is not None and loadable.bytes(name) <= allowed]
     if estimate is not None and smaller:
         raise DeltalensError(
             f"its weights would take {gigabytes(need)} GB ({sizes}) in {dtype}, {limit}, but "

@@ -103,12 +103,17 @@ def hub_folder(repo_id: str, revision: str | None = None, check: Callable[[Path]
     unreachable = None if offline else hub_unreachable()
     if unreachable:  # read the cache alone: huggingface_hub would retry for ~25 s before saying the same
         offline = True
-    options = {"revision": revision, "cache_dir": str(cache), "local_files_only": offline}
     try:
-        config_file = Path(hf_hub_download(repo_id, CONFIG_NAME, **options))
+        config_file = Path(
+            hf_hub_download(repo_id, CONFIG_NAME, revision=revision, cache_dir=str(cache), local_files_only=offline)
+        )
         if check is not None:
             check(config_file.parent)
-        folder = Path(snapshot_download(repo_id, allow_patterns=FETCHED, **options))
+        folder = Path(
+            snapshot_download(
+                repo_id, allow_patterns=FETCHED, revision=revision, cache_dir=str(cache), local_files_only=offline
+            )
+        )
     except LocalEntryNotFoundError:
         if unreachable:
             raise DeltalensError(

@@ -94,7 +94,8 @@ def _auto(folder: ModelFolder, estimate, budget: int | None) -> tuple[torch.dtyp
 
 def _width(config: dict[str, Any]) -> int:
     """The model's hidden size (a multimodal config's text tower's), the width of its projections."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    inner = config.get("text_config")
+    text = inner if isinstance(inner, dict) else config
     for key in ("hidden_size", "d_model"):
         value = text.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:

@@ -39,8 +39,8 @@ def _wrap_register_parameter() -> None:
                 moved = param.detach().to("meta")
                 module._parameters[name] = type(param)(moved, requires_grad=param.requires_grad)
 
-        register_parameter.meta_aware = True
-        register_parameter.__wrapped__ = current
+        # through __dict__: a function's own attributes are not attributes of its type
+        register_parameter.__dict__.update(meta_aware=True, __wrapped__=current)
         torch.nn.Module.register_parameter = register_parameter
 
 

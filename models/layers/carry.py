@@ -41,7 +41,7 @@ def conv_with_carry(conv: nn.Module, x: torch.Tensor, carry: Optional[Carry], na
 def conv_qkv(mixer: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A mixer's q, k, v projections through its short convolutions (`q_conv1d`, ...), carried on from a chunk
     before where the mixer has a carry: the step every delta-rule mixer with `use_short_conv` shares."""
-    return tuple(  # type: ignore[return-value]
+    return tuple(
         conv_with_carry(getattr(mixer, f"{n}_conv1d"), getattr(mixer, f"{n}_proj")(x), mixer.carry, n) for n in "qkv"
     )
 

@@ -109,7 +109,7 @@ class CombaMixer(_GatedDeltaMixer):
         C = self.chunk_size
         S0 = start_state(self.carry, self.state_edit)
 
-        def reference(edit: StateEdit):
+        def reference(edit: StateEdit | None):
             o, _, states = comba_recurrence(q, k, v, p, beta, g, initial_state=S0, edit=edit)
             return o, states
 

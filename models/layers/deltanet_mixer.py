@@ -175,7 +175,7 @@ class DeltaNetMixer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin, nn.M
         R, C = self.state_norm_every, self.chunk_size
         S0 = start_state(self.carry, self.state_edit, R)
 
-        def reference(edit: StateEdit):
+        def reference(edit: Optional[StateEdit]):
             o, _, states = delta_rule_recurrence(q, k, v, beta, edit=edit, renorm_every=R)
             return o, states
 

@@ -200,10 +200,9 @@ class _GatedDeltaMixer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin, n
         qi, ki, vi, bi, gi = interleave(q, k, v, beta, g)  # one sub-token per factor
         S0 = start_state(self.carry, self.state_edit)
 
-        def reference(edit: StateEdit):  # a per-token edit on the sub-token recurrence
-            o, _, states = gated_delta_rule_recurrence(
-                qi, ki, vi, bi, gi, edit=lambda s, S: edit(s // n, S) if s % n == n - 1 else S
-            )
+        def reference(edit: Optional[StateEdit]):  # a per-token edit on the sub-token recurrence
+            per_token = None if edit is None else (lambda s, S: edit(s // n, S) if s % n == n - 1 else S)
+            o, _, states = gated_delta_rule_recurrence(qi, ki, vi, bi, gi, edit=per_token)
             return deinterleave(o, n), deinterleave(states, n)
 
         def with_states(kernel):  # states (B, T, H, d_k, d_v): after each token's last factor

@@ -51,7 +51,7 @@ class Recurrence:
 
     select(**flags) -> KernelChoice: `select_kernel_for` on the layer's inputs, given wants_states,
         state_edit and hook_edited.
-    reference(edit) -> (o, states): token by token with `edit` after every token.
+    reference(edit) -> (o, states): token by token with `edit` after every token (None: no edit).
     fast(kernel) -> o: the chosen fast path. with_states(kernel) -> (o, states): the chosen states path.
     replay(original, edited) -> o: continue from every state `edited` changed.
     read_out(states) -> o: o_t = S_t^T (scale q_t) from the hooked states, so that backward hooks on
@@ -59,7 +59,7 @@ class Recurrence:
     """
 
     select: Callable[..., KernelChoice]
-    reference: Callable[[StateEdit], tuple[Tensor, Tensor]]
+    reference: Callable[[Optional[StateEdit]], tuple[Tensor, Tensor]]
     fast: Callable[[KernelChoice], Tensor]
     with_states: Callable[[KernelChoice], tuple[Tensor, Tensor]]
     replay: Callable[[Tensor, Tensor], Tensor]

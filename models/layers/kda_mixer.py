@@ -120,7 +120,7 @@ class KDARecurrenceMixin(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin)
         C = self.chunk_size
         S0 = start_state(self.carry, self.state_edit)
 
-        def reference(edit: StateEdit):
+        def reference(edit: Optional[StateEdit]):
             o, _, states = kda_recurrence(q, k, v, beta, g, initial_state=S0, edit=edit)
             return o, states
 

@@ -116,7 +116,7 @@ class SoftmaxAttention(HeadWeightViews, nn.Module):
         k = self.hook_rot_k(apply_rotary(k, cos, sin))
         keys_from = past
         if self.carry is not None:
-            k, v, keys_from = self._with_carried(k, v, past)
+            k, v, keys_from = self._with_carried(self.carry, k, v, past)
         allowed = self._allowed(T, past, x.device)[:, keys_from:]  # (T, T_k)
         qh, kh, vh = (rearrange(t, "b t h d -> b h t d") for t in (q, k, v))
         if self.num_kv_heads != self.num_heads:  # grouped heads: each kv head serves num_heads / H_kv
@@ -137,9 +137,10 @@ class SoftmaxAttention(HeadWeightViews, nn.Module):
         del x  # no output gate
         return self.o_proj(rearrange(z, "... h d -> ... (h d)"))
 
-    def _with_carried(self, k: torch.Tensor, v: torch.Tensor, past: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _with_carried(
+        self, carry: Carry, k: torch.Tensor, v: torch.Tensor, past: int
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """This chunk's keys and values after the carried ones; the carry keeps what later chunks can see."""
-        carry = self.carry
         kept_k, kept_v = carry.state if carry.state is not None else (k[:, :0], v[:, :0])
         k, v = torch.cat([kept_k, k], dim=1), torch.cat([kept_v, v], dim=1)
         keys_from = past - kept_k.shape[1]  # the position of the first key held

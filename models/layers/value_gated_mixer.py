@@ -69,7 +69,7 @@ class ValueGatedDeltaNetMixer(DeltaNetMixer):
         C = self.chunk_size
         S0 = start_state(self.carry, self.state_edit)
 
-        def reference(edit: StateEdit):
+        def reference(edit: StateEdit | None):
             o, _, states = value_gated_delta_rule_recurrence(q, k, v, beta, g, initial_state=S0, edit=edit)
             return o, states
 

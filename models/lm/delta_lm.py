@@ -132,7 +132,7 @@ class HookedDeltaLM(LensModel, HookedRootModule):
 
     mixer_class: type = nn.Module
     arch: str = ""
-    settings: type = FlaSettings  # fla-free config class (its fla_model / model_type name fla's classes)
+    settings: type[FlaSettings] = FlaSettings  # fla-free config class (its fla_model / model_type name fla's classes)
     backbone_class: type = DeltaBackbone  # fla's *Model module tree (RWKV-7 has its own block: models/lm/rwkv7.py)
 
     def __init__(self, config) -> None:

@@ -117,7 +117,7 @@ class LSTMBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (B, T, d_model) -> h: (B, T, d_model)
         if self.carry is not None:
-            return self._continue(x)
+            return self._continue(x, self.carry)
         watch_cell = self.hook_cell.has_hooks()
         h_raw, _ = self.lstm(x)  # fused recurrence; it returns h_t of every step but only the last c_t
         c_raw = self._cells_from_hidden(x, h_raw) if watch_cell else None
@@ -127,7 +127,7 @@ class LSTMBlock(nn.Module):
         h_carried, c_carried = h_raw, c_raw
         n_steps = x.shape[1]
         for _ in range(2 * n_steps + 2):
-            c_hooked = self.hook_cell(c_raw.clone()) if watch_cell else None
+            c_hooked = self.hook_cell(c_raw.clone()) if watch_cell and c_raw is not None else None
             h_hooked = self.hook_hidden(h_raw.clone())
             off = _changed(h_hooked, h_carried)  # (B, T)
             if watch_cell:
@@ -151,14 +151,14 @@ class LSTMBlock(nn.Module):
             f"{2 * n_steps + 2} passes; hooks on LSTM states must be deterministic and act position by position"
         )
 
-    def _continue(self, x: torch.Tensor) -> torch.Tensor:
+    def _continue(self, x: torch.Tensor, carry: Carry) -> torch.Tensor:
         """The fused recurrence from the (h, c) the previous chunk left (models/lm/chunked.py)."""
         if self.hook_cell.has_hooks() or self.hook_hidden.has_hooks():
             raise DeltalensError(
                 "hooks on an LSTM's hidden and cell states replay the whole sequence: run it whole, not in chunks"
             )
-        h, state = self.lstm(x, self.carry.state)
-        self.carry.state = tuple(s.detach() for s in state)
+        h, state = self.lstm(x, carry.state)
+        carry.state = tuple(s.detach() for s in state)
         return self.hook_hidden(h)
 
     def _cells_from_hidden(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -200,6 +200,8 @@ class LSTMBlock(nn.Module):
         # Input projections of all steps at once: (B, T, 4d); only the h-dependent part is sequential.
         x_proj = x @ lstm.weight_ih_l0.T + lstm.bias_ih_l0 + lstm.bias_hh_l0
         if start > 0:
+            if prefix is None:
+                raise DeltalensError(f"the LSTM recurrence from step {start} needs the earlier run (prefix)")
             h_prev, c_prev = prefix[2][:, start - 1], prefix[3][:, start - 1]
         else:
             h_prev = x.new_zeros(batch, d)
@@ -219,7 +221,11 @@ class LSTMBlock(nn.Module):
 
         def stack(steps: list[torch.Tensor], earlier: Optional[torch.Tensor]) -> torch.Tensor:
             tail = torch.stack(steps, dim=1) if steps else x.new_zeros(batch, 0, d)
-            return torch.cat([earlier[:, :start], tail], dim=1) if start > 0 else tail
+            if start == 0:
+                return tail
+            if earlier is None:
+                raise DeltalensError(f"the LSTM recurrence from step {start} needs the earlier run (prefix)")
+            return torch.cat([earlier[:, :start], tail], dim=1)
 
         if pin_h is None and pin_c is None:
             return stack(h_raws, None), stack(c_raws, None)

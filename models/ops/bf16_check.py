@@ -118,7 +118,8 @@ def bf16_check(shape: tuple[int, int, int] = (TOKENS, 2048, 2048), refresh: bool
     native = tuple(flag for flag in NATIVE_FLAGS if flag in flags.split())
     capability = torch.backends.cpu.get_cpu_capability()
     threads = torch.get_num_threads()
-    shape = tuple(int(x) for x in shape)
+    M, K, N = (int(x) for x in shape)  # plain ints in the cache key (numpy's or torch's print otherwise)
+    shape = (M, K, N)
     key = f"{name}|{','.join(native)}|{capability}|torch {torch.__version__}|{threads} threads|{shape}"
     path = _cache_file()
     try:

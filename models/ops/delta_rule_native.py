@@ -34,6 +34,14 @@ def _kernels() -> Optional[ctypes.CDLL]:
     return lib
 
 
+def _loaded() -> ctypes.CDLL:
+    """The kernels, for a caller past `_checked_inputs` (which refuses a machine without them)."""
+    lib = _kernels()
+    if lib is None:
+        raise RuntimeError(f"the C delta-rule kernel is not available: {native_kernel_error()}")
+    return lib
+
+
 def native_kernel_available() -> bool:
     """True when the C delta-rule kernel builds (or is built) and loads on this machine."""
     return _kernels() is not None
@@ -53,10 +61,10 @@ class _NativeDeltaRule(torch.autograd.Function):
         alpha = None if alpha is None else alpha.contiguous()
         S = S0.clone(memory_format=torch.contiguous_format)
         o = q.new_empty(B, T, H, V)
-        block = _kernels().delta_rule_block()
+        block = _loaded().delta_rule_block()
         # every block-th state, for the backward pass (which recomputes the states in between)
         ckpt = q.new_empty(B, -(-T // block), H, K, V) if any(ctx.needs_input_grad) else None
-        _kernels().delta_rule_forward(*map(pointer, (q, k, v, beta, alpha, S, o, ckpt)), B, T, H, K, V)
+        _loaded().delta_rule_forward(*map(pointer, (q, k, v, beta, alpha, S, o, ckpt)), B, T, H, K, V)
         if ckpt is not None:
             ctx.save_for_backward(q, k, v, beta, ckpt, alpha)
         return o, S
@@ -75,8 +83,8 @@ class _NativeDeltaRule(torch.autograd.Function):
         )  # in: dL/dS_T; out: dL/dS_0
         dq, dk, dv, dbeta = (torch.empty_like(x) for x in (q, k, v, beta))
         dalpha = None if alpha is None else torch.empty_like(alpha)
-        scratch = q.new_empty(_kernels().delta_rule_block(), H, K, V)
-        _kernels().delta_rule_backward(
+        scratch = q.new_empty(_loaded().delta_rule_block(), H, K, V)
+        _loaded().delta_rule_backward(
             *map(pointer, (q, k, v, beta, alpha, ckpt, dO, dS, dq, dk, dv, dbeta, dalpha, scratch)), B, T, H, K, V
         )
         return dq, dk, dv, dbeta, dS, dalpha
@@ -151,7 +159,7 @@ def native_delta_rule_with_states(
     o = q.new_empty(B, T, H, V)
     if rows is None:
         states = q.new_empty(B, T // stride, H, K, V)
-        _kernels().delta_rule_forward_states(*map(pointer, (q, k, v, beta, alpha, S, o, states)), stride, B, T, H, K, V)
+        _loaded().delta_rule_forward_states(*map(pointer, (q, k, v, beta, alpha, S, o, states)), stride, B, T, H, K, V)
         return o, S, states
     b_idx, step_idx = (torch.as_tensor(x, dtype=torch.long).cpu() for x in rows)
     slots = torch.full((B, T // stride), -1, dtype=torch.long)
@@ -159,7 +167,5 @@ def native_delta_rule_with_states(
     if int((slots >= 0).sum()) != len(b_idx):
         raise ValueError("rows must name each (batch, step) once.")
     states = q.new_empty(len(b_idx), H, K, V)
-    _kernels().delta_rule_forward_rows(
-        *map(pointer, (q, k, v, beta, alpha, S, o, states, slots)), stride, B, T, H, K, V
-    )
+    _loaded().delta_rule_forward_rows(*map(pointer, (q, k, v, beta, alpha, S, o, states, slots)), stride, B, T, H, K, V)
     return o, S, states

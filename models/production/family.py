@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deltalens.core.errors import DeltalensError
+
+if TYPE_CHECKING:  # transformers is imported when a model is built, not when a record is declared
+    from transformers import PretrainedConfig
 
 __all__ = ["Footprint", "LAYERS_3_1", "ProductionFamily", "check_config", "footprint", "tiny_gdn_fields"]
 
@@ -25,7 +28,7 @@ class ProductionFamily:
 
     arch: str  # deltalens' name for it (model.arch): the registry record's key
     lm_class: type  # transformers' causal LM class, built from `config_class`
-    config_class: type
+    config_class: type[PretrainedConfig]
     linear_mixer: type  # our hooked subclass of the family's delta-rule layer
     layer_types: tuple[str, ...]  # the layer kinds the family's config may list
     neg_eigval: Callable[[Any], bool] = lambda config: False  # beta in [0, 2]?

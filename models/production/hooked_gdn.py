@@ -20,6 +20,7 @@ each input comes from (`_mixed_qkv`, `_beta_logit`, an `a_proj` for the decay, `
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Optional
 
 import torch
@@ -43,9 +44,27 @@ class HookedGatedDeltaNetLayer(HeadWeightViews, BetaRangeMixin, HookedRecurrence
     use_decay = True
     allow_neg_eigval = False  # a family whose config allows beta in [0, 2] sets it per layer
 
-    # the recurrence and the gate are our Gated DeltaNet's, shared rather than rewritten
-    _delta_rule = _GatedDeltaMixer._delta_rule
-    _log_decay = _GatedDeltaMixer._log_decay
+    # what the transformers layer this is mixed into provides, and the hooks `adopt` adds (declared for the
+    # type checker; transformers is read as Any)
+    conv1d: Any
+    activation: str
+    key_dim: int
+    value_dim: int
+    head_k_dim: int
+    head_v_dim: int
+    num_k_heads: int
+    num_v_heads: int
+    hook_q: HookPoint
+    hook_k: HookPoint
+    hook_v: HookPoint
+    hook_beta_logit: HookPoint
+    hook_beta: HookPoint
+    hook_z: HookPoint
+
+    # the recurrence and the gate are our Gated DeltaNet's, shared rather than rewritten (its methods need only
+    # the attributes above, which this layer has too: typed as plain callables, as the classes are unrelated)
+    _delta_rule: Callable[..., torch.Tensor] = _GatedDeltaMixer._delta_rule
+    _log_decay: Callable[..., Optional[torch.Tensor]] = _GatedDeltaMixer._log_decay
     set_gate_range = _GatedDeltaMixer.set_gate_range
     reset_gate_range = _GatedDeltaMixer.reset_gate_range
 

@@ -9,6 +9,8 @@ in_proj_a(x).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as modeling
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5Config, Qwen3_5TextConfig
@@ -22,6 +24,15 @@ __all__ = ["FAMILY", "HookedQwen3_5", "HookedQwen3_5GatedDeltaNet", "Qwen3_5Inpu
 
 class Qwen3_5Inputs:
     """Where Qwen3.5's delta-rule layer keeps each input (Qwen3.5-MoE's layer is the same layer)."""
+
+    # the transformers layer's modules this reads (declared for the type checker; transformers is read as Any)
+    in_proj_qkv: Any
+    in_proj_z: Any
+    in_proj_a: Any
+    in_proj_b: Any
+    norm: Any
+    out_proj: Any
+    head_v_dim: int
 
     conv_forward = staticmethod(modeling.causal_conv1d_forward)
     mask_padding = staticmethod(modeling.apply_mask_to_padding_states)
