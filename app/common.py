@@ -107,8 +107,9 @@ def _rows_of(source: str) -> pd.DataFrame:
     if path.is_dir():  # one model folder; a run's checkpoint is named by its run (RUN/last)
         name = f"{path.parent.name}/{path.name}" if path.name == "last" else path.name
         return pd.DataFrame([{**checkpoint_row(path, name=name), "folder": str(path)}])
-    if split_hub_id(source) is not None and not path.is_absolute():
-        folder = hub_model_folder(*split_hub_id(source)).path  # the snapshot in the HF cache, config checked first
+    hub_id = split_hub_id(source)
+    if hub_id is not None and not path.is_absolute():
+        folder = hub_model_folder(*hub_id).path  # the snapshot in the HF cache, config checked first
         return pd.DataFrame([{**checkpoint_row(folder, name=source), "folder": str(folder), "id": source}])
     raise DeltalensError(
         f"checkpoint folder {source} does not exist (nor is it a Hub id org/name); start the app with "

@@ -24,7 +24,7 @@ from deltalens.interp.capture import capture
 from deltalens.loading.opened import Checkpoint
 from deltalens.models.architecture import is_delta_rule
 from deltalens.tasks.probabilistic import ProbTraceSpec, generate_prob_trace
-from deltalens.tasks.traces import generate_trace
+from deltalens.tasks.traces import Trace, generate_trace
 
 STEPS = {  # what each step measures, as the progress bar names it
     "eigenvalues": "beta and the transition eigenvalues of every head",
@@ -80,7 +80,8 @@ class _Bar:
     """A progress bar drawn only once something is computed (a cached page shows none)."""
 
     def __init__(self, name: str, total: int):
-        self.name, self.total, self.done, self.bar = name, total, 0, None
+        self.name, self.total, self.done = name, total, 0
+        self.bar: Any | None = None  # st.progress's bar, made on the first step
 
     def step(self, text: str) -> None:
         if self.bar is None:
@@ -188,8 +189,11 @@ def one_trace_beta(path: str, seed: int) -> tuple[list[str], dict[int, Any]]:
     """(token pieces, layer -> beta (T, H[, n_h])) on the held-out trace of `seed`."""
     checkpoint = opened(path)
     spec = checkpoint.spec
-    trace = generate_prob_trace(spec, seed, posteriors=False) if isinstance(spec, ProbTraceSpec) else None
-    trace = trace or generate_trace(spec, seed)
+    trace: Trace[Any] = (
+        generate_prob_trace(spec, seed, posteriors=False)
+        if isinstance(spec, ProbTraceSpec)
+        else generate_trace(spec, seed)
+    )
     model = checkpoint.model
     tokens = model.to_tokens(trace.text)
     with torch.no_grad(), model_lock(path):

@@ -94,7 +94,7 @@ def _view(model, tokenizer, fed: Trace, queries: list[Query], rows: pd.DataFrame
         at = rows[(rows["line"] == query.line) & rows["is_reveal"]]
         asked = answers.get(query.line)
         model_says = " ".join(str(a.value) for a in asked) if asked else " ".join(map(str, at["predicted"]))
-        given = "(asked)" if asked else " ".join(map(str, query.given))
+        given = "(asked)" if query.given is None else " ".join(map(str, query.given))  # None: the model answered
         truth = " ".join(map(str, query.values))
         table.append(
             {

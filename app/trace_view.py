@@ -5,6 +5,7 @@ optional note at the end of a line (the model's answer to a question, or next to
 from __future__ import annotations
 
 import html
+from collections.abc import Collection
 
 import pandas as pd
 
@@ -18,7 +19,7 @@ def state_text(state: tuple[int, ...]) -> str:
 
 
 def trace_html(
-    rows: pd.DataFrame, notes: dict[int, str] | None = None, asked: set[int] | None = None, struck: set[int] = ()
+    rows: pd.DataFrame, notes: dict[int, str] | None = None, asked: set[int] | None = None, struck: Collection[int] = ()
 ) -> str:
     """`rows`: training.evaluate.trace_predictions' frame (its `correct` judged against the true
     value); `notes`: line -> text written after that line; `asked`: lines the model wrote itself

@@ -225,7 +225,7 @@ def attribution_patching(
         _check_site(model, site)
     if "state" in sites:  # its adjoint scan runs the transitions alpha (I - beta k k^T) backwards
         require_householder(model, "attribution patching of 'state'")
-    if "state" in sites and getattr(model, "state_norm_every", 0):  # its estimates anti-correlate (-0.97)
+    if "state" in sites and bool(getattr(model, "state_norm_every", 0)):  # its estimates anti-correlate (-0.97)
         raise DeltalensError(
             "attribution patching of 'state' is wrong on a model that renormalises its state (state_norm_every > 0): "
             "the norm is not linear, so the first-order estimate misleads; use sites=('z',) or activation patching "

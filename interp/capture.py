@@ -134,20 +134,17 @@ def capture(
         sizes = _row_sizes(model, tokens, names_filter, wanted)
         n_vars = batch["states"].shape[-1] if "states" in batch else 0
         plan = _plan(model, sizes, len(trace), (B, T), n_vars, with_logits, batch_size, max_bytes, to is not None)
-        if to is None:
-            sink = _InMemory(list(sizes), plan)
-        else:
-            sink = CaptureWriter(to, list(sizes), len(trace), plan.result_bytes, with_logits, overwrite=overwrite)
+        sink = _sink(to, list(sizes), len(trace), plan, with_logits, overwrite)
         try:
             _streamed(model, tokens, lengths, keep, list(sizes), hooks, with_logits, plan, sink)
         except BaseException:
-            if to is not None:
+            if isinstance(sink, CaptureWriter):  # to= given
                 sink.abandon()
             raise
     finally:
         model.train(was_training)
     labels, states = _labels(batch, trace, position)
-    if to is not None:
+    if isinstance(sink, CaptureWriter):  # to= given
         return _finished_on_disk(model, sink, plan, labels, states, lengths, to)
     acts, logits = sink.result()
     return Capture(
@@ -180,6 +177,15 @@ def _plan(model, sizes, rows: int, shape, n_vars: int, with_logits: bool, batch_
         max_bytes=max_bytes,
         on_disk=on_disk,
     )
+
+
+def _sink(
+    to, names: list[str], rows: int, plan: CapturePlan, with_logits: bool, overwrite: bool
+) -> _InMemory | CaptureWriter:
+    """Where the kept rows go: kept in memory, or written to the folder `to`."""
+    if to is None:
+        return _InMemory(names, plan)
+    return CaptureWriter(to, names, rows, plan.result_bytes, with_logits, overwrite=overwrite)
 
 
 def _finished_on_disk(model, sink, plan, labels, states, lengths, to) -> Capture:
@@ -226,7 +232,7 @@ def _name_filter(model, names, layers):
     layers = None if layers is None else _checked_layers(layers, model)
     if wanted is not None and layers is not None:
         wanted = [name for name in wanted if _in_layers(name, layers)]
-    base_filter = names if callable(names) else (lambda name: name in wanted)
+    base_filter = names if wanted is None else wanted.__contains__  # None: names is the filter
     return wanted, base_filter if layers is None else (lambda n: base_filter(n) and _in_layers(n, layers))
 
 
@@ -363,7 +369,11 @@ def _slices(model, tokens, lengths, keep, names, hooks, with_logits, plan, sink,
                 sink.add(hook.name, _rows(tensor, hook.name, t, p, T))
 
             for name, mixer in tapped.items():
-                mixer.state_tap = StateTap((t, p), lambda rows, name=name: sink.add(name, rows.detach().float().cpu()))
+
+                def deliver(rows: torch.Tensor, name: str = name) -> None:
+                    sink.add(name, rows.detach().float().cpu())
+
+                mixer.state_tap = StateTap((t, p), deliver)
             gathered = [(name, gather) for name in names if name not in tapped]
             with model.hooks(fwd_hooks=[*hooks, *gathered]):
                 skip_head = not with_logits and is_delta_rule(architecture_of(model))

@@ -31,6 +31,7 @@ import os
 import shutil
 import struct
 from collections.abc import Iterator, Mapping
+from io import BufferedWriter
 from pathlib import Path
 
 import torch
@@ -56,12 +57,12 @@ class _Shard:
 
     def __init__(self, path: Path, key: str, rows: int, capture_id: str = ""):
         self.path, self.key, self.rows, self.capture_id = path, key, rows, capture_id
-        self.handle = None
+        self.handle: BufferedWriter | None = None  # open from the first slice (or close) on
         self.written = 0  # rows so far
         self.row_bytes = 0
         self.shape: tuple[int, ...] = ()
 
-    def _open(self, trailing: tuple[int, ...]) -> None:
+    def _open(self, trailing: tuple[int, ...]) -> BufferedWriter:
         self.shape = (self.rows, *trailing)
         self.row_bytes = 4 * math.prod(trailing)
         size = self.rows * self.row_bytes
@@ -71,14 +72,15 @@ class _Shard:
         }
         text = json.dumps(header, separators=(",", ":")).encode()
         text += b" " * (-len(text) % 8)  # safetensors pads the header with spaces to 8-byte alignment
-        self.handle = open(self.path, "wb")  # noqa: SIM115 (closed in close(); one handle per hook for the run)
-        self.handle.write(struct.pack("<Q", len(text)) + text)
+        handle = open(self.path, "wb")  # noqa: SIM115 (closed in close(); one handle per hook for the run)
+        self.handle = handle
+        handle.write(struct.pack("<Q", len(text)) + text)
         self.data_start = 8 + len(text)
-        self.handle.truncate(self.data_start + size)
+        handle.truncate(self.data_start + size)
+        return handle
 
     def write(self, block: torch.Tensor) -> None:
-        if self.handle is None:
-            self._open(tuple(block.shape[1:]))
+        handle = self.handle if self.handle is not None else self._open(tuple(block.shape[1:]))
         if tuple(block.shape[1:]) != self.shape[1:]:
             raise DeltalensError(
                 f"{self.key} changed shape between slices ({tuple(block.shape[1:])} after {self.shape[1:]}); "
@@ -86,14 +88,14 @@ class _Shard:
             )
         if self.written + block.shape[0] > self.rows:
             raise RuntimeError(f"{self.key}: more rows than the plan kept ({self.rows})")
-        self.handle.seek(self.data_start + self.written * self.row_bytes)
-        self.handle.write(block.detach().to(torch.float32).contiguous().numpy().tobytes())
+        handle.seek(self.data_start + self.written * self.row_bytes)
+        handle.write(block.detach().to(torch.float32).contiguous().numpy().tobytes())
         self.written += block.shape[0]
 
     def close(self) -> None:
-        if self.handle is None:  # never fired: an empty (0, ...) tensor keeps the name readable
-            self._open(())
-        self.handle.close()
+        # never fired: an empty (0, ...) tensor keeps the name readable
+        handle = self.handle if self.handle is not None else self._open(())
+        handle.close()
         if self.written != self.rows:
             raise RuntimeError(f"{self.key}: {self.written} rows written, {self.rows} planned")
 
@@ -164,6 +166,8 @@ class CaptureWriter:
         self._writing(self.shards[name].write, rows)
 
     def add_logits(self, rows: torch.Tensor) -> None:
+        if self.logits is None:
+            raise DeltalensError("this capture keeps no logits (with_logits=False); add_logits has nowhere to write")
         self._writing(self.logits.write, rows)
 
     def finish(self, labels: dict, states: torch.Tensor, lengths: torch.Tensor, meta: dict) -> Path:

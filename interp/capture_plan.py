@@ -140,7 +140,7 @@ def plan_capture(
     per_row = sum(row_sizes.values()) + extra_row_bytes
     result = rows * per_row
     if result > limit and not on_disk:
-        largest = max(row_sizes, key=row_sizes.get) if row_sizes else "the labels"
+        largest = max(row_sizes, key=lambda name: row_sizes[name]) if row_sizes else "the labels"
         raise DeltalensError(
             f"this capture would keep {_gb(result)} ({rows:,} tokens x {per_row:,} bytes over {len(row_sizes)} "
             f"hooks, the largest {largest}), more than the {_gb(limit)} limit ({source}); keep fewer layers "

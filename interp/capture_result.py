@@ -3,7 +3,7 @@ takes them; interp/capture_disk.py reads a capture written to disk back into one
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -33,7 +33,7 @@ class Capture(Summary):
     """
 
     arch: str
-    acts: dict[str, torch.Tensor]
+    acts: Mapping[str, torch.Tensor]
     labels: dict[str, torch.Tensor]
     states: torch.Tensor  # (N, n)
     n_traces: int

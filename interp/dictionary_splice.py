@@ -63,9 +63,11 @@ def splice_sae(model, dictionary, drop: Sequence[int] | None = None) -> Interven
     `model.blocks[layer].attn.state_edit = None`.)"""
     _check_site(dictionary)
     layer, site = dictionary.layer, dictionary.site
-    dropped = None if drop is None else torch.as_tensor(list(drop), dtype=torch.long)
-    if dropped is not None and len(dropped) and (dropped.min() < 0 or dropped.max() >= dictionary.num_latents):
-        raise DeltalensError(f"latents to drop must be 0 .. {dictionary.num_latents - 1}; got {list(drop)}.")
+    dropped = None
+    if drop is not None:
+        dropped = torch.as_tensor(list(drop), dtype=torch.long)
+        if len(dropped) and (dropped.min() < 0 or dropped.max() >= dictionary.num_latents):
+            raise DeltalensError(f"latents to drop must be 0 .. {dictionary.num_latents - 1}; got {list(drop)}.")
     head, rebuild = _reconstructor(dictionary, dropped)
     where = f"L{layer}" + ("" if head is None else f"H{head}")
     label = f"splice {site} {where}" + (f" without latents {list(drop)}" if drop else "")

@@ -127,7 +127,7 @@ def _position_mask(positions: Positions, B: int, T: int, device) -> torch.Tensor
         return None
     if isinstance(positions, int):
         positions = [positions]
-    if torch.is_tensor(positions) and positions.dtype == torch.bool:
+    if isinstance(positions, torch.Tensor) and positions.dtype == torch.bool:
         mask = positions.to(device)
         if mask.ndim == 1:
             mask = mask[None, :].expand(B, -1)
@@ -215,14 +215,14 @@ def rescale_beta(
         if not math.isfinite(multiplier) or multiplier < 0:
             raise DeltalensError(f"the beta scale must be a finite number >= 0 (beta stays >= 0), got {scale}.")
 
-        def hook(beta, hook):  # (B, T, H[, n])
+        def multiply(beta, hook):  # (B, T, H[, n])
             out = beta.clone()
             out[where_index] = beta[where_index] * multiplier
             return out
 
-        return Intervention(f"{where} beta x{multiplier:g}", [(name, hook)], layer, head)
+        return Intervention(f"{where} beta x{multiplier:g}", [(name, multiply)], layer, head)
     new_lo, new_hi = (0.0, 1.0) if to is None else (float(to[0]), float(to[1]))
-    if not 0.0 <= new_lo <= new_hi <= 2.0:  # NaN fails too
+    if to is not None and not 0.0 <= new_lo <= new_hi <= 2.0:  # NaN fails too; the default range passes
         raise DeltalensError(
             f"the beta range needs 0 <= lo <= hi <= 2 (eigenvalues 1 - beta in [-1, 1]), got [{to[0]}, {to[1]}]."
         )

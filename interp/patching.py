@@ -30,7 +30,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from deltalens.core.colour_scales import scale_for
+from deltalens.core.colour_scales import KINDS
 from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
@@ -365,7 +365,8 @@ def path_patch(
     finally:
         model.train(was_training)
     if sender is not None:
-        return results[tuple(sender)]
+        s_layer, s_head = sender
+        return results[(s_layer, s_head)]
     values = torch.full((L, H), float("nan"), dtype=torch.float64)
     for (layer, head), value in results.items():
         values[layer, head] = value
@@ -400,7 +401,7 @@ def patch_grid_figure(
     z = values.numpy()
     colour = {"zmid": 0.0} if scale is None else {"zmin": scale[0], "zmax": scale[1]}
     if scale is None and normalise:  # a fraction of the clean-corrupt difference: -1..1 on every grid
-        colour = {k: v for k, v in scale_for("restored").items() if k in ("zmin", "zmid", "zmax")}
+        colour = {k: v for k, v in KINDS["restored"].items() if k in ("zmin", "zmid", "zmax")}
     text = {"texttemplate": "%{z:.3f}", "textfont": {"size": 13}} if numbers else {}
     fig = go.Figure(
         go.Heatmap(

@@ -296,6 +296,8 @@ def fit_head(
             # (within TIE) keep the earlier irrep: faithful ones, the standard first.
             if best is None or candidate.fit_residual < best.fit_residual - TIE:
                 best = candidate
+    if best is None:
+        raise DeltalensError("no representation to fit the products to: give fit_head at least one")
     accuracy = float((best.decoded[held] == element_index[held]).mean()) if held.any() else float("nan")
     agree = np.array([s[0] == t for s, t in zip(spectral, true_types)])
     implements = bool(
@@ -408,7 +410,10 @@ def product_decoding_figure(report: ProductReport, layer: int | None = None, hea
     True
     """
     if layer is None or head is None:
-        layer, head = report.tracking_head()
+        found = report.tracking_head()
+        if found is None:
+            raise DeltalensError("no head was probed: the product report has no actions to draw")
+        layer, head = found
     rows = report.actions[(report.actions["layer"] == layer) & (report.actions["head"] == head)]
     table = pd.crosstab(rows["cycle_type"], rows["spectral_cycle_type"])
     fig = go.Figure(

@@ -135,8 +135,8 @@ if sweep_claims.waiting(key):
 else:
     section = attempt(sweep_section, key)
     if section is not None:
-        caption, claims, shown = section
+        caption, claims, sweep_figures = section  # (not `shown`: that is the table helper imported above)
         st.caption(caption)
         st.table(claims, hide_index=True)  # wrapped, not cut: the measured column is the evidence
-        for fig in shown:
+        for fig in sweep_figures:
             st.plotly_chart(fig, width="stretch")

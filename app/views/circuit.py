@@ -10,6 +10,7 @@ A section that does not apply to the checkpoint (no delta rule, no heads, random
 """
 
 from collections.abc import Callable
+from typing import Any
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -34,7 +35,8 @@ class Bar:
     """A progress bar naming the checkpoint and the step, drawn only once something is computed."""
 
     def __init__(self, checkpoint, what: str):
-        self.text, self.bar = f"{checkpoint.path.name}: {what}", None
+        self.text = f"{checkpoint.path.name}: {what}"
+        self.bar: Any | None = None  # st.progress's bar, made on the first call
 
     def __call__(self, fraction: float, detail: str = "") -> None:
         if self.bar is None:
@@ -97,7 +99,8 @@ def grid_of(checkpoint, n_pairs: int, seed: int, site: str):
             done.append(1)
             bar(len(done) / total, f", head L{layer}H{head} ({len(done)} of {total})")
 
-        return patch_grid(checkpoint.model, *pair_of(checkpoint, n_pairs, seed), site, progress=False, on_head=on_head)
+        clean, corrupt = pair_of(checkpoint, n_pairs, seed)
+        return patch_grid(checkpoint.model, clean, corrupt, site, progress=False, on_head=on_head)
 
     what = f"activation patching of hook_{site}, one forward per head on {n_pairs} trace pairs"
     return measured(checkpoint, "grid", f"{n_pairs}/{seed}/{site}", what, compute)

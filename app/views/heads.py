@@ -229,7 +229,9 @@ def residual_probes_only(checkpoint, controls: Controls) -> None:
         "the stream after each layer?"
     )
     cols = st.columns(2)
-    n_traces = controls.widget(cols[0].select_slider, "n", "held-out traces", TRACES, default=64, valid=TRACES.count)
+    n_traces = controls.widget(
+        cols[0].select_slider, "n", "held-out traces", TRACES, default=64, valid=lambda n: n in TRACES
+    )
     seed = controls.widget(cols[1].number_input, "seed", "seed", default=0, min_value=0, max_value=10**6, step=1)
     controls.show_notes()
     probes_tab(checkpoint, controls, int(n_traces), int(seed), "resid_probes")
@@ -237,7 +239,9 @@ def residual_probes_only(checkpoint, controls: Controls) -> None:
 
 def delta_rule_page(checkpoint, controls: Controls) -> None:
     cols = st.columns(3)
-    n_traces = controls.widget(cols[0].select_slider, "n", "held-out traces", TRACES, default=64, valid=TRACES.count)
+    n_traces = controls.widget(
+        cols[0].select_slider, "n", "held-out traces", TRACES, default=64, valid=lambda n: n in TRACES
+    )
     seed = int(controls.widget(cols[1].number_input, "seed", "seed", default=0, min_value=0, max_value=10**6, step=1))
     eig = measure(checkpoint, int(n_traces), seed, ["eigenvalues"])["eigenvalues"]
     heads = [(int(layer), int(head)) for layer, head in zip(eig.heads["layer"], eig.heads["head"])]

@@ -114,11 +114,12 @@ def ranked_sweep(checkpoint, kind: str, options, slot):
 
     def on_head(layer: int, head: int) -> None:
         done.append((layer, head))
-        bar.progress(
-            (len(done) - 1) / total,
-            text=f"{checkpoint.path.name}: the {setting} sweep (computed once, then kept on disk), "
-            f"head L{layer}H{head}, {len(done)} of {total}, on {SWEEP_TRACES} held-out traces ...",
-        )
+        if bar is not None:  # always: on_head is passed on only with a bar (below)
+            bar.progress(
+                (len(done) - 1) / total,
+                text=f"{checkpoint.path.name}: the {setting} sweep (computed once, then kept on disk), "
+                f"head L{layer}H{head}, {len(done)} of {total}, on {SWEEP_TRACES} held-out traces ...",
+            )
 
     with model_lock(str(checkpoint.path)):
         result = attempt(

@@ -207,6 +207,7 @@ elif checkpoint is not None:
     rows = view = None
     text = generated.text if generated is not None else ""
     if source == "paste":
+        model_name = checkpoint.path.name  # (a name the lambda below reads: `checkpoint` is not narrowed there)
         text = controls.widget(
             st.text_area,
             "text",
@@ -215,7 +216,7 @@ elif checkpoint is not None:
             default=text,
             carry=lambda pasted: fits(checkpoint, pasted),
             why=lambda pasted, other: (
-                f"The transcript pasted on {other} does not fit {checkpoint.path.name} "
+                f"The transcript pasted on {other} does not fit {model_name} "
                 "(another group or tokenizer): the box holds a trace of its own task."
             ),
             height=240,
