@@ -339,9 +339,9 @@ class ActionSet:
 
     def contains(self, p: Sequence[int]) -> bool:
         p = tuple(p)
-        if self._perms is None:
+        if self._index is None:  # None exactly when _perms is: the whole group
             return self.group.contains(p)
-        return p in self._index  # type: ignore[operator]
+        return p in self._index
 
     def sample(self, rng: random.Random) -> Permutation:
         if self._perms is None:
@@ -352,7 +352,7 @@ class ActionSet:
     def index(self, p: Permutation) -> int:
         if not self.contains(p):
             raise KeyError(p)
-        return self.group.rank(p) if self._perms is None else self._index[tuple(p)]  # type: ignore[index]
+        return self.group.rank(p) if self._index is None else self._index[tuple(p)]
 
     def element(self, index: int) -> Permutation:
         if self._perms is None:

@@ -174,8 +174,10 @@ def _draw_action(
     """(the statement's REPL line, its kernel delta, the permutation it realises) for one action of
     `kind`: `rng` writes the statement, `hidden` draws the outcome as the transcript's own call will."""
     if kind == "det":
-        p = det_set.sample(rng)  # type: ignore[union-attr]
-        return det_set.line(p), Action.deterministic(p), p  # type: ignore[union-attr]
+        if det_set is None:  # the caller builds it whenever mix weights deterministic actions
+            raise DeltalensError(f"a deterministic action of {spec.group} needs the spec's action set; none was given")
+        p = det_set.sample(rng)
+        return det_set.line(p), Action.deterministic(p), p
     if kind == "swap":
         i, j = sorted(rng.sample(range(n), 2))
         line = f"{PROMPT}{swap_statement(i, j, spec.swap_prob)}\n"

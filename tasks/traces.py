@@ -264,11 +264,11 @@ def generate_trace(spec: TraceSpec, seed: int) -> Trace:
     m = spec.actions if isinstance(spec.actions, int) else rng.randint(*spec.actions)
     actions = [action_set.sample(rng) for _ in range(m)]
 
-    schedule, spacing, prob = spec.schedule, spec.spacing, spec.reveal_prob
-    if schedule == "every":
-        reveal_after = [t % spacing == 0 for t in range(1, m + 1)]  # type: ignore[operator]
-    elif schedule == "prob":
-        reveal_after = [rng.random() < prob for _ in range(m)]  # type: ignore[operator]
+    spacing, prob = spec.spacing, spec.reveal_prob  # spec.schedule: "every", "prob" or "never", in this order
+    if spacing is not None:
+        reveal_after = [t % spacing == 0 for t in range(1, m + 1)]
+    elif prob is not None:
+        reveal_after = [rng.random() < prob for _ in range(m)]
     else:
         reveal_after = [False] * m
 
