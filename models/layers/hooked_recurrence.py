@@ -19,9 +19,13 @@ One forward of the recurrence, after the kernel selector (models/ops/kernel_sele
 A capture that keeps S_t at some positions only (interp/capture.py) sets `mixer.state_tap`, a
 `StateTap` naming the (batch, position) rows and where to deliver them, instead of hooking hook_state:
 with no hook on hook_state and no state_edit, the layer runs `with_state_rows`, whose C kernel writes
-only those rows (a reveal-position capture never holds the layer's (B, T, H, d_k, d_v) states);
-otherwise the tap receives the kept rows of whatever states the path above computed (under a hook, the
-states the hook returned: what o read).
+only those rows (a reveal-position capture never holds the layer's (B, T, H, d_k, d_v) states); on CUDA
+with fla's kernels and no gradient wanted (the selector's `fla_rows`), the plain forward's fla kernel
+gives o and the kept rows are rebuilt from its chunk-start states and WY factors
+(models/ops/fla_state_rows.py): a capture there costs the plain forward plus the rows. Otherwise the
+tap receives the kept rows of whatever states the path above computed (under a hook, the states the hook
+returned: what o read). State edits (state_edit, a hook that changes hook_state) keep the reference and
+replay paths above: an edited S_t is what the recurrence continues from.
 
 Each mixer supplies its kernels as a `Recurrence` of closures over its prepared inputs, and records
 the path that ran as `mixer.last_kernel` (a KernelChoice), also logged on "deltalens.kernels".
@@ -37,7 +41,7 @@ from typing import Any, Optional
 from torch import Tensor
 
 from deltalens.models.ops.common import StateEdit
-from deltalens.models.ops.kernel_select import FLA_CHUNK, FLA_RECURRENT, REFERENCE, KernelChoice
+from deltalens.models.ops.kernel_select import FLA_CHUNK, FLA_RECURRENT, FLA_ROWS, REFERENCE, KernelChoice
 
 __all__ = ["Recurrence", "HookedRecurrenceMixin", "StateTap", "logger"]
 
@@ -143,7 +147,12 @@ class HookedRecurrenceMixin:
 
     def _tapped(self, kernels: Recurrence, tap: StateTap) -> Tensor:
         """o, with only the tapped rows' S_t computed (module docstring)."""
-        choice = self._record(kernels.select(wants_states=True, state_edit=False))
+        rows_only = {"rows_only": True} if kernels.with_state_rows is not None else {}  # may run fla_rows
+        choice = self._record(kernels.select(wants_states=True, state_edit=False, **rows_only))
+        if kernels.with_state_rows is not None and choice.path == FLA_ROWS:  # o is the plain forward's already
+            o, rows = kernels.with_state_rows(choice, tap.rows)
+            tap.deliver(rows)
+            return o
         if not choice.gives_states:  # no states kernel here: the reference gives them all
             o, states = kernels.reference(None)
             tap.take(states)

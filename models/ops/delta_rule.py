@@ -70,12 +70,14 @@ from deltalens.models.ops.common import (
 from deltalens.models.ops.delta_rule_chunked import chunk_forward
 from deltalens.models.ops.delta_rule_native import native_delta_rule, native_delta_rule_with_states
 from deltalens.models.ops.fla_kernels import fla_delta_rule, fla_delta_rule_renorm, fla_kernels_available
+from deltalens.models.ops.fla_state_rows import fla_state_rows
 from deltalens.models.ops.kernel_select import (
     C_STATES,
     CHUNKED,
     CHUNKED_STATES,
     FLA_CHUNK,
     FLA_RECURRENT,
+    FLA_ROWS,
     C,
     KernelChoice,
     select_kernel_for,
@@ -235,7 +237,6 @@ def chunk_delta_rule(
     return o.to(out_dtype), (S if output_final_state else None)
 
 
-@fp32_recurrence
 def chunk_delta_rule_with_states(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -263,12 +264,33 @@ def chunk_delta_rule_with_states(
     native None: without gradients on a CPU the C kernel copies each kept state out as it passes
     (about the cost of the forward, and o equals `chunk_delta_rule`'s to the bit); otherwise (and with
     native=False) the chunked torch kernel, vectorised chunk by chunk and differentiable. kernel:
-    c_states or chunked_states as `select_kernel` chose it (None = choose here).
+    c_states, chunked_states or fla_rows (with rows) as `select_kernel` chose it (None = choose here).
 
     rows = (b, step) index tensors: only those states, [len(b), H, K, V]. The C kernel writes just
-    those rows (no [B, T, H, K, V] tensor exists); the chunked kernel builds every state and indexes.
+    those rows (no [B, T, H, K, V] tensor exists); the chunked kernel builds every state and indexes;
+    kernel fla_rows (CUDA) runs fla's forward and rebuilds just those rows (models/ops/fla_state_rows.py).
     """
     check_shapes(q, k, v, beta, initial_state)
+    if kernel is not None and kernel.path == FLA_ROWS:  # under the caller's autocast: fla's dtype rule
+        check_state_every(state_every, q.shape[1])
+        if check_renorm_every(renorm_every):
+            raise ValueError("the fla_rows path does not renormalise (the selector runs renorm_every > 0 elsewhere).")
+        return fla_state_rows(
+            q, k, v, beta, None, scale, initial_state, output_final_state, chunk_size, rows, state_every,
+            use_qk_l2norm_in_kernel,
+        )  # fmt: skip
+    return _with_states_fp32(
+        q, k, v, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, chunk_size, renorm_every,
+        state_every, native, kernel, rows,
+    )  # fmt: skip
+
+
+@fp32_recurrence
+def _with_states_fp32(
+    q, k, v, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, chunk_size, renorm_every,
+    state_every, native, kernel, rows,
+):  # fmt: skip
+    """`chunk_delta_rule_with_states`'s C and chunked torch paths, autocast off."""
     renorm_every = check_renorm_every(renorm_every)
     check_state_every(state_every, q.shape[1])
     if kernel is None:

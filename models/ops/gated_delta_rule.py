@@ -52,12 +52,14 @@ from deltalens.models.ops.common import StateEdit, check_shapes, check_state_eve
 from deltalens.models.ops.delta_rule import chunk_delta_rule, chunk_delta_rule_with_states
 from deltalens.models.ops.delta_rule_native import native_delta_rule, native_delta_rule_with_states
 from deltalens.models.ops.fla_kernels import fla_gated_delta_rule
+from deltalens.models.ops.fla_state_rows import fla_state_rows
 from deltalens.models.ops.kernel_select import (
     C_STATES,
     CHUNKED,
     CHUNKED_STATES,
     FLA_CHUNK,
     FLA_RECURRENT,
+    FLA_ROWS,
     GATED_FLA_NEEDS,
     C,
     KernelChoice,
@@ -198,7 +200,8 @@ def chunk_gated_delta_rule(
     decay, when it builds here; False = the chunked torch kernel). kernel: the path to run, as
     `select_kernel` chose it for these inputs (None = choose here); g None runs the plain delta rule's
     entry points, which choose (or take `kernel`) the same way. rows = (b, step) with with_states: only
-    those states, [len(b), H, K, V] (the C kernel writes only them; the chunked one indexes).
+    those states, [len(b), H, K, V] (the C kernel writes only them; the chunked one indexes; kernel
+    fla_rows, CUDA: fla's forward, only those rows rebuilt from its chunk states).
     Returns (o in q's dtype, S_T or None, states or None).
     """
     _check(q, k, v, beta, g, initial_state)
@@ -220,9 +223,12 @@ def chunk_gated_delta_rule(
             q, k, v, beta, g, initial_state, wants_states=with_states, use_fla=use_fla, native=native
         )
     kernel.require(
-        (C_STATES, CHUNKED_STATES) if with_states else (FLA_CHUNK, FLA_RECURRENT, C, CHUNKED),
+        (C_STATES, CHUNKED_STATES, FLA_ROWS) if with_states else (FLA_CHUNK, FLA_RECURRENT, C, CHUNKED),
         f"chunk_gated_delta_rule(with_states={with_states})",
     )
+    if kernel.path == FLA_ROWS:  # fla's forward for o, the kept rows rebuilt (models/ops/fla_state_rows.py)
+        args = (q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size)
+        return fla_state_rows(*args, rows, state_every)
     if kernel.path in (FLA_CHUNK, FLA_RECURRENT):
         recurrent = kernel.path == FLA_RECURRENT
         o, S = fla_gated_delta_rule(q, k, v, beta, g, scale, initial_state, output_final_state, recurrent=recurrent)

@@ -15,6 +15,12 @@ replay          a hook on hook_state changed a state (returned another tensor, o
                 re-run from each changed step; between edits DeltaNet runs the chunked torch kernel,
                 Gated DeltaNet / DeltaProduct `chunk_gated_delta_rule`'s states path (chosen by these rules).
                 Pinned by test_a_hook_edit_replays, test_rules[replay-*].
+fla_rows        the states of some rows only (a StateTap: `rows_only`), no gradient wanted, CUDA with fla
+                importable (use_fla None or True), fp32 / bf16 / fp16, renorm_every = 0, T > 0: o from the
+                fla kernel the plain forward runs, S_t at the kept rows rebuilt from the chunk-start states
+                and WY factors (bf16 / fp16: fla's own chunk forward, piece by piece; fp32: fla's fused
+                recurrent kernel for o, our chunked fp32 factors), models/ops/fla_state_rows.py.
+                Pinned by test_rules[fla_rows-*], tests/models/test_emulated_cuda_rows.py.
 c_states        states wanted (a hook on hook_state; with_states=True), CPU (the initial state too),
                 no gradient wanted (or native=True), renorm_every = 0, T > 0, the C kernel builds here.
                 Pinned by test_hook_state_without_grad_runs_c_states, test_rules[c_states-*].
@@ -46,7 +52,8 @@ Errors, raised by the selector: use_fla=True where fla cannot run (not CUDA, or 
 native=True where the C kernel cannot (not CPU, renorm_every > 0, T = 0, or it does not build; a gated
 empty sequence runs chunked even then); a gated use_fla=True together with with_states=True is
 refused by `chunk_gated_delta_rule` itself.
-use_fla does not apply where states are wanted (fla's kernels return no S_t).
+use_fla does not apply where every S_t is wanted (fla's kernels return no S_t); use_fla=False keeps a
+StateTap's rows off fla_rows.
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ __all__ = [
     "CHUNKED_STATES",
     "REFERENCE",
     "REPLAY",
+    "FLA_ROWS",
 ]
 
 FLA_CHUNK = "fla_chunk"  # fla's Triton chunk kernel (CUDA)
@@ -83,7 +91,8 @@ C_STATES = "c_states"  # the C kernel copying every S_t out (CPU, inference)
 CHUNKED_STATES = "chunked_states"  # the chunked torch kernel with every S_t (differentiable)
 REFERENCE = "reference"  # the token-by-token recurrence with a state_edit
 REPLAY = "replay"  # re-run from the states a hook_state hook edited
-PATHS = (FLA_CHUNK, FLA_RECURRENT, C, CHUNKED, C_STATES, CHUNKED_STATES, REFERENCE, REPLAY)
+FLA_ROWS = "fla_rows"  # fla's forward for o, the kept rows' S_t rebuilt from its chunk states (CUDA)
+PATHS = (FLA_CHUNK, FLA_RECURRENT, C, CHUNKED, C_STATES, CHUNKED_STATES, REFERENCE, REPLAY, FLA_ROWS)
 STATE_PATHS = (C_STATES, CHUNKED_STATES)
 
 FLA_NEEDS = (
@@ -127,6 +136,7 @@ def select_kernel(
     wants_states: bool = False,
     state_edit: bool = False,
     hook_edited: bool = False,
+    rows_only: bool = False,
     renorm_every: int = 0,
     use_fla: Optional[bool] = None,
     native: Optional[bool] = None,
@@ -143,6 +153,7 @@ def select_kernel(
     gated: a decay g is given.
     wants_states: every S_t is asked for (a hook on hook_state; with_states=True). state_edit: a
     state_edit callback is set. hook_edited: a hook on hook_state changed the states it was shown.
+    rows_only: with wants_states, only some rows' states are wanted (a StateTap) and the caller runs fla_rows.
     renorm_every: R of the renormalised delta rule (0 = off). use_fla, native: the callers'
     overrides (None = automatic, True = require, False = never). state_device: the initial state's
     device type (None: no initial state). devices_agree: q, k, v and beta share one device.
@@ -153,7 +164,13 @@ def select_kernel(
         return KernelChoice(REFERENCE, "a state_edit is set: token by token, edit(t, S) after every step")
     if hook_edited:
         return KernelChoice(REPLAY, "hook_state changed states: re-run from each changed step, with states between")
+    fla_here = _Memo(fla_available, fla_kernels_available)
     if wants_states:
+        rows_on_fla = rows_only and not (needs_grad or renorm_every) and length > 0 and use_fla is not False
+        rows_on_fla = rows_on_fla and dtype in (torch.float32, torch.bfloat16, torch.float16)
+        if rows_on_fla and device == "cuda" and fla_here():
+            how = "fla's fused recurrent kernel, chunk states ours" if dtype == torch.float32 else "fla's chunk forward"
+            return KernelChoice(FLA_ROWS, f"CUDA, {dtype}, kept rows only: o from {how}; S_t rebuilt at the rows")
         if gated and length == 0:
             return KernelChoice(CHUNKED_STATES, "an empty sequence: nothing to run")
         if native is None and needs_grad:
@@ -163,7 +180,6 @@ def select_kernel(
             why = "CPU, no gradient: the C kernel copies each S_t out as it passes"
         return KernelChoice(C_STATES if use_c else CHUNKED_STATES, why)
 
-    fla_here = _Memo(fla_available, fla_kernels_available)
     if use_fla is None:
         use_fla = device == "cuda" and fla_here()
     if use_fla:

@@ -327,3 +327,65 @@ def test_cuda_shipped_checkpoints_match_cpu():
         assert err_ratio(ref, got) <= 1e-3, name
         same = (ref[:, :-1].argmax(-1) == got[:, :-1].argmax(-1))[reveal].float().mean()
         assert same >= 0.99, name
+
+
+# ---- issue 56: S_t at kept rows rebuilt from fla's chunk forward (the fla_rows path) ---------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("gated", [False, True], ids=["delta", "gated"])
+def test_fla_rows_match_the_reference_and_the_plain_forward(gated, dtype):
+    """fla's real kernels: the kept rows against the token-by-token recurrence, o equal to the plain forward's."""
+    from deltalens.models.ops.gated_delta_rule import chunk_gated_delta_rule, gated_delta_rule_recurrence
+    from deltalens.models.ops.kernel_select import FLA_ROWS, select_kernel_for
+
+    g = torch.Generator().manual_seed(0)
+    B, T, H, D = 2, 300, 2, 64
+    q, v = torch.randn(B, T, H, D, generator=g), torch.randn(B, T, H, D, generator=g)
+    k = F.normalize(torch.randn(B, T, H, D, generator=g), dim=-1)
+    q, k, v = (x.to("cuda", dtype) for x in (q, k, v))
+    beta, h0 = (torch.rand(B, T, H, generator=g) * 2).cuda(), (torch.randn(B, H, D, D, generator=g) * 0.3).cuda()
+    log_decay = (-torch.rand(B, T, H, generator=g) * 0.3).cuda() if gated else None
+    rows = (torch.tensor([0, 1, 1, 0], device="cuda"), torch.tensor([0, 63, 64, T - 1], device="cuda"))
+    with torch.no_grad():
+        _, _, states = gated_delta_rule_recurrence(q, k, v, beta, log_decay, initial_state=h0)
+        kernel = select_kernel_for(q, k, v, beta, log_decay, h0, wants_states=True, rows_only=True)
+        o, _, kept = chunk_gated_delta_rule(
+            q, k, v, beta, log_decay, initial_state=h0, with_states=True, kernel=kernel, rows=rows
+        )
+        plain, _, _ = chunk_gated_delta_rule(q, k, v, beta, log_decay, initial_state=h0)
+    assert kernel.path == FLA_ROWS
+    assert err_ratio(states[rows], kept) <= (0.01 if dtype == torch.bfloat16 else 1e-5)
+    from deltalens.models.ops.fla_state_rows import fla_backend
+
+    if fla_backend(gated) == "triton" or dtype == torch.float32:  # another backend's o is not fla's Triton o
+        assert torch.equal(o, plain)
+
+
+def test_a_reveal_capture_runs_fla_rows_with_the_plain_forward_logits():
+    """A capture at the reveal positions on fla (bf16 autocast): the fla_rows path, the CPU's states, and (a
+    StateTap on the same batch) the plain forward's logits to the bit."""
+    import deltalens as dl
+    from deltalens.interp.capture import capture
+    from deltalens.models.layers.hooked_recurrence import StateTap
+    from deltalens.tasks import TokenKind
+
+    model = dl.load("s3-deltanet-neg-statement", device="cuda")
+    batch = model.checkpoint.batch(16)
+    ref = capture(dl.load("s3-deltanet-neg-statement"), batch, names=("state",), kinds=TokenKind.REVEAL)
+    tokens = batch["tokens"].cuda()
+    rows = tuple(x.cuda() for x in (batch["reveal_mask"]).nonzero(as_tuple=True))
+    kept = []
+    with torch.autocast("cuda", dtype=torch.bfloat16), torch.no_grad():
+        cap = capture(model, batch, names=("state",), kinds=TokenKind.REVEAL)
+        paths = {block.attn.last_kernel.path for block in model.blocks}
+        plain = model(tokens)
+        model.blocks[1].attn.state_tap = StateTap(rows, kept.append)
+        try:
+            tapped = model(tokens)
+        finally:
+            model.blocks[1].attn.state_tap = None
+    assert paths == {"fla_rows"} and model.blocks[1].attn.last_kernel.path == "fla_rows"
+    for name in ref.acts:
+        assert err_ratio(ref[name], cap[name]) <= 0.02, name
+    assert torch.equal(tapped, plain) and kept[0].shape[0] == len(rows[0])

@@ -60,6 +60,13 @@ RULES = [
     ("chunked_states", dict(wants_states=True, state_device="cuda", **CPU_C)),
     ("chunked_states", dict(wants_states=True, use_fla=True, **CUDA_FLA)),  # fla gives no states
     ("chunked_states", dict(wants_states=True, gated=True, length=0, native=True, native_available=False)),
+    # fla_rows: a StateTap's rows only, CUDA with fla, no gradient, no renormalisation, T > 0
+    ("fla_rows", dict(wants_states=True, rows_only=True, **CUDA_FLA)),
+    ("fla_rows", dict(wants_states=True, rows_only=True, dtype=torch.bfloat16, gated=True, **CUDA_FLA)),
+    ("chunked_states", dict(wants_states=True, rows_only=True, needs_grad=True, **CUDA_FLA)),
+    ("chunked_states", dict(wants_states=True, rows_only=True, renorm_every=3, **CUDA_FLA)),
+    ("chunked_states", dict(wants_states=True, rows_only=True, use_fla=False, **CUDA_FLA)),
+    ("c_states", dict(wants_states=True, rows_only=True, fla_available=True, **CPU_C)),  # fla_rows: CUDA only
     # fla_recurrent: CUDA, fla importable, fp32 (gated: without gradients)
     ("fla_recurrent", dict(**CUDA_FLA)),
     ("fla_recurrent", dict(needs_grad=True, **CUDA_FLA)),
