@@ -1,9 +1,9 @@
 """The first-GPU check: one command, a few minutes, one JSON object out.
 
-    python3 scripts/device_check.py --json              # on a machine with a CUDA GPU (about 3-5 minutes)
+    python3 scripts/device_check.py --json              # on a machine with a CUDA GPU (about 6 minutes)
     python3 scripts/device_check.py --dry-run --json    # what it would run and skip (automatic without CUDA)
 
-What it runs, each part under its own time limit so the whole stays under `--budget` seconds (300):
+What it runs, each part under its own time limit so the whole stays under `--budget` seconds (360):
 
 1. tests    `pytest -m cuda tests/models/test_cuda.py`: counts of passed / failed / skipped and the
             failures' names and first lines.
@@ -15,6 +15,9 @@ What it runs, each part under its own time limit so the whole stays under `--bud
 3. bench    tokens/s of forward + backward, capture (run_with_cache of hook_state) and one AdamW step,
             with fla's kernels and with the torch kernels, in fp32 and bf16 autocast, at one moderate
             shape (batch 8, 512 tokens, hidden 256, 4 layers, 4 heads).
+4. gpu      benchmarks/gpu.py in its own process (issue 56: machine TFLOP/s and GB/s, fla's DeltaNet and
+            transformers' Qwen3.5 against deltalens on the same folders, capture at reveal positions, the
+            shipped recipe's training time), under its share of the budget; its JSON under "gpu".
 
 Every part reports its own error instead of stopping the others.
 """
@@ -51,7 +54,9 @@ PLAN = {
     "edits, ranges, autocast, train loop, baselines, shipped checkpoints)",
     "parity": f"CUDA vs CPU, fp32 and bf16, for {', '.join(FAMILY)} and every shipped checkpoint",
     "bench": f"fwd+bwd / capture / train step tokens/s, fla vs torch kernels, fp32 and bf16, at {BENCH}",
+    "gpu": "benchmarks/gpu.py --json (issue 56; its plan: benchmarks/gpu.py --dry-run)",
 }
+GPU_SHARE = 0.4  # of the budget, for benchmarks/gpu.py (its first calls compile and autotune fla's kernels)
 
 
 def err_ratio(ref, got) -> float:
@@ -262,6 +267,24 @@ def run_bench(limit_s: float) -> dict:
     return {"shape": BENCH, "rows": rows, "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
 
 
+# ---- 4. benchmarks/gpu.py -------------------------------------------------------------------------------
+
+
+def run_gpu_bench(limit_s: float, dry_run: bool = False) -> dict:
+    """benchmarks/gpu.py in a fresh process (its models and their memory go with it): its one JSON object."""
+    command = [sys.executable, "benchmarks/gpu.py", "--json", "--budget", f"{max(limit_s - 20, 30):.0f}"]
+    command += ["--dry-run"] if dry_run else []
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"benchmarks/gpu.py ran past {limit_s:.0f} s"}
+    lines = done.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"error": f"benchmarks/gpu.py exited {done.returncode}", "tail": done.stderr[-2000:]}
+
+
 # ---- main -----------------------------------------------------------------------------------------------
 
 
@@ -302,6 +325,7 @@ def dry_run(facts: dict, reason: str) -> dict:
         "would_run": PLAN,
         "skipped": {part: reason for part in PLAN},
         "cuda_tests": {"count": len(tests), "ids": tests},
+        "gpu_plan": run_gpu_bench(120, dry_run=True),
         "command": "python3 scripts/device_check.py --json",
     }
 
@@ -312,7 +336,7 @@ def main(argv=None) -> int:
         "--json", action="store_true", help="one JSON object on stdout (the default prints it indented)"
     )
     parser.add_argument("--dry-run", action="store_true", help="say what would run and what is skipped; run nothing")
-    parser.add_argument("--budget", type=float, default=300.0, help="seconds for the whole check (default 300)")
+    parser.add_argument("--budget", type=float, default=360.0, help="seconds for the whole check (default 360)")
     parser.add_argument("--skip", nargs="*", default=[], choices=sorted(PLAN), help="parts to leave out")
     parser.add_argument("--out", help="also write the JSON to this file")
     args = parser.parse_args(argv)
@@ -326,14 +350,18 @@ def main(argv=None) -> int:
     else:
         started = time.perf_counter()
         report = {"dry_run": False, "facts": facts, "budget_s": args.budget}
-        # shares of the budget: tests 45%, parity 25%, bench what is left
+        # shares of the budget: tests 30%, parity as long as it takes (about 10%), gpu 40%, bench what is left
+        gpu_share = GPU_SHARE * args.budget if "gpu" not in args.skip else 0.0
         if "tests" not in args.skip:
-            report["tests"] = timed(lambda: run_tests(0.45 * args.budget))
+            report["tests"] = timed(lambda: run_tests(0.3 * args.budget))
         if "parity" not in args.skip:
             report["parity"] = timed(run_parity)
         if "bench" not in args.skip:
-            left = args.budget - (time.perf_counter() - started) - 10
+            left = args.budget - (time.perf_counter() - started) - gpu_share - 10
             report["bench"] = timed(lambda: run_bench(max(left, 20.0)))
+        if "gpu" not in args.skip:
+            left = args.budget - (time.perf_counter() - started) - 5
+            report["gpu"] = timed(lambda: run_gpu_bench(max(left, 60.0)))
         report["skipped"] = {part: "--skip" for part in args.skip}
         report["wall_s"] = round(time.perf_counter() - started, 1)
     text = json.dumps(report) if args.json else json.dumps(report, indent=2)

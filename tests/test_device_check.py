@@ -15,7 +15,9 @@ def test_dry_run_lists_the_cuda_tests_and_what_it_skips(capsys):
     spec.loader.exec_module(module)
     assert module.main(["--dry-run", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["dry_run"] is True and set(report["skipped"]) == {"tests", "parity", "bench"}
+    assert report["dry_run"] is True and set(report["skipped"]) == {"tests", "parity", "bench", "gpu"}
+    gpu = report["gpu_plan"]  # benchmarks/gpu.py --dry-run, run by the check
+    assert gpu["dry_run"] is True and set(gpu["would_run"]) == {"machine", "deltanet", "qwen3_5", "recipe"}
     assert report["facts"]["cuda"] == torch.cuda.is_available()
     ids = report["cuda_tests"]["ids"]
     assert report["cuda_tests"]["count"] == len(ids) >= 40
