@@ -25,7 +25,8 @@ def weights(config: dict[str, Any]) -> float:
     """Embeddings (twice unless tied) and each layer's MLP, the text tower's fields where there is one. A
     mixture-of-experts layer counts all its routed experts (an 80B MoE model is 80B in memory, not the
     size of one expert per layer); which layers are MoE follows transformers' rules (`_moe_layers`)."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    tower = config.get("text_config")
+    text: dict[str, Any] = tower if isinstance(tower, dict) else config
     hidden, vocab = number(text, "hidden_size", 0), number(text, "vocab_size", 0)
     layers = number(text, "num_hidden_layers", 0)  # number() refuses JSON's Infinity / NaN in one sentence
     dense = 3 * hidden * number(text, "intermediate_size", 0)

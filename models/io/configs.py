@@ -73,7 +73,7 @@ class FlaSettings:
         named = family_of_model_type(self.model_type)
         check_fields(self, named.arch if named is not None else type(self).__name__)
         # hybrids: fla's defaults filled in fla's way, so the config.json written equals fla's
-        self.attn = parse_attention(self.attn, self.num_hidden_layers)
+        self.attn = parse_attention(self.attn, vars(self)["num_hidden_layers"])  # every family's settings have it
 
     def to_dict(self) -> dict[str, Any]:
         """The config.json fields (fla's arguments, extensions, and the model type)."""
@@ -91,12 +91,12 @@ class FlaSettings:
         return f"{type(self).__name__}({changed})"
 
 
-S = TypeVar("S", bound=type)
+S = TypeVar("S", bound=type[FlaSettings])
 
 
 def settings_class(cls: S) -> S:
     """Make `cls` (a FlaSettings subclass declaring fla's fields) a settings dataclass with its `defaults`."""
-    cls = dataclass(init=False, eq=False, repr=False)(cls)
+    dataclass(init=False, eq=False, repr=False)(cls)  # in place: dataclass returns the class it was given
     cls.defaults = {known.name: known.default for known in fields(cls)}
     return cls
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+from transformer_lens.hook_points import HookPoint
 
 from deltalens.models.layers.carry import Carry
 from deltalens.models.layers.kda_mixer import KDARecurrenceMixin, select_kda_kernel
@@ -41,6 +42,19 @@ class HookedKimiDeltaAttention(KDARecurrenceMixin):
     shared KDA layer's (models/layers/kda_mixer.py), as fla's `kda` family has them."""
 
     allow_neg_eigval = False
+
+    # what the transformers layer this is mixed into provides, and the hooks `adopt` adds (declared for the
+    # type checker; transformers is read as Any)
+    conv1d: Any
+    activation: str
+    head_k_dim: int
+    head_v_dim: int
+    hook_q: HookPoint
+    hook_k: HookPoint
+    hook_v: HookPoint
+    hook_beta_logit: HookPoint
+    hook_beta: HookPoint
+    hook_z: HookPoint
 
     @classmethod
     def adopt(cls, layer: torch.nn.Module, allow_neg_eigval: bool = False) -> torch.nn.Module:

@@ -131,7 +131,10 @@ class HookedKimiLinear(HookedProductionLM):
     MoE layers: blocks.{l}.mlp.gate.hook_router_logits / hook_router_weights."""
 
     family = FAMILY
-    check = staticmethod(_check_kimi)
+
+    @classmethod
+    def check(cls, fields: dict) -> None:
+        _check_kimi(fields)
 
     def __init__(self, hf_model: torch.nn.Module, family: ProductionFamily) -> None:
         super().__init__(hf_model, family)
