@@ -30,7 +30,7 @@ from typing import Optional
 
 import torch
 
-from deltalens.models.ops.common import StateEdit, check_shapes
+from deltalens.models.ops.common import StateEdit, check_shapes, scan_chunks
 from deltalens.models.ops.precision import fp32_recurrence
 from deltalens.models.ops.replay import replay_segments
 
@@ -131,18 +131,7 @@ def chunk_comba(
     heads_first = lambda x: x.float().transpose(1, 2)  # noqa: E731  (B, H, T, ...)
     qh, kh, vh, ph = heads_first(q * scale), heads_first(k), heads_first(v), heads_first(p)
     bh, gh = heads_first(beta), heads_first(g)
-    outs, states = [], []
-    for start in range(0, T, chunk_size):
-        piece = slice(start, start + chunk_size)
-        o, S, st = _chunk(qh[:, :, piece], kh[:, :, piece], vh[:, :, piece], ph[:, :, piece], bh[:, :, piece],
-                          gh[:, :, piece], S, with_states)  # fmt: skip
-        outs.append(o)
-        if st is not None:
-            states.append(st)
-    o = torch.cat(outs, 2).transpose(1, 2) if outs else v.new_zeros(B, 0, H, V, dtype=torch.float32)
-    all_states = None
-    if with_states:
-        all_states = torch.cat(states, 2).transpose(1, 2) if states else v.new_zeros(B, 0, H, K, V).float()
+    o, S, all_states = scan_chunks(_chunk, (qh, kh, vh, ph, bh, gh), S, chunk_size, with_states)
     return o.to(q.dtype), S, all_states
 
 

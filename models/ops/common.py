@@ -102,3 +102,21 @@ def prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel):
     if use_qk_l2norm_in_kernel:
         q, k = l2_normalize(q), l2_normalize(k)
     return q * scale, k, v, beta
+
+
+def scan_chunks(step: Callable, inputs: tuple[torch.Tensor, ...], S: torch.Tensor, chunk_size: int, with_states: bool):
+    """Run `step(*pieces, S, with_states) -> (o, S, states or None)` over the chunks of the time axis (dim 2) of
+    the heads-first `inputs` (B, H, T, ...), S (B, H, K, V) carried from chunk to chunk: (o (B, T, H, V), the
+    final S, every S_t (B, T, H, K, V) or None), all fp32. The chunked loop of the KDA, Comba and RWKV-7 kernels."""
+    outs, states = [], []
+    for start in range(0, inputs[0].shape[2], chunk_size):
+        piece = slice(start, start + chunk_size)
+        o, S, st = step(*(x[:, :, piece] for x in inputs), S, with_states)
+        outs.append(o)
+        if st is not None:
+            states.append(st)
+    B, H, K, V = S.shape
+    o_all = torch.cat(outs, 2).transpose(1, 2) if outs else S.new_zeros(B, 0, H, V)
+    if not with_states:
+        return o_all, S, None
+    return o_all, S, torch.cat(states, 2).transpose(1, 2) if states else S.new_zeros(B, 0, H, K, V)

@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-from deltalens.models.ops.common import StateEdit
+from deltalens.models.ops.common import StateEdit, scan_chunks
 from deltalens.models.ops.precision import fp32_recurrence
 from deltalens.models.ops.replay import replay_segments
 
@@ -143,18 +143,7 @@ def chunk_rwkv7(
     rh, wh, kh, vh = heads_first(r.float() * scale), heads_first(w), heads_first(k), heads_first(v)
     kkh = heads_first(kk)
     bh = kkh * heads_first(a)
-    outs, states = [], []
-    for start in range(0, T, chunk_size):
-        piece = slice(start, start + chunk_size)
-        o, S, st = _chunk(rh[:, :, piece], wh[:, :, piece], kh[:, :, piece], vh[:, :, piece], kkh[:, :, piece],
-                          bh[:, :, piece], S, with_states)  # fmt: skip
-        outs.append(o)
-        if st is not None:
-            states.append(st)
-    o = torch.cat(outs, 2).transpose(1, 2) if outs else v.new_zeros(B, 0, H, V, dtype=torch.float32)
-    all_states = None
-    if with_states:
-        all_states = torch.cat(states, 2).transpose(1, 2) if states else v.new_zeros(B, 0, H, K, V).float()
+    o, S, all_states = scan_chunks(_chunk, (rh, wh, kh, vh, kkh, bh), S, chunk_size, with_states)
     return o.to(r.dtype), S, all_states
 
 
