@@ -28,6 +28,10 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
+# the rooms, lowest first (a room imports only rooms before it; cli and app import every room below them):
+# the one list that scripts/import_graph.py, the layout tests and the symlinks under deltalens/ are checked against
+ROOMS = ("core", "tasks", "models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli", "app")
+
 # THE list of public names: one import per name, eager for static tools (Pyright, jedi, IDEs) and read
 # by `_public_names` below for the lazy table (add a public name here, and to docs/api.md's table)
 if TYPE_CHECKING:

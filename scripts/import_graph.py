@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = ("core", "tasks", "models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli", "app")
+sys.path.insert(0, str(ROOT))  # the repository root holds the import root, deltalens/
+from deltalens import ROOMS  # noqa: E402  (the one list of the rooms, lowest first)
+
 TOP = {"cli", "app"}  # import every room below them; imported by nothing
 # models/ in tiers, lowest first; models/__init__.py is the room's face and may import any of them
 TIERS = ("architecture", "ops", "layers", "io", "lm", "build", "checkpoint")

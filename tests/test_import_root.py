@@ -7,14 +7,25 @@ from pathlib import Path
 import jedi  # a test dependency (pyproject's [test] extra): the static view of an editor
 import pytest
 
+from deltalens import ROOMS
+
 REPO = Path(__file__).resolve().parents[1]
-ROOMS = ("core", "tasks", "models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli", "app")
 
 
 @pytest.mark.parametrize("room", ROOMS)
 def test_each_room_is_a_symlink_under_the_root(room):
     link = REPO / "deltalens" / room
     assert link.is_symlink() and link.resolve() == (REPO / room).resolve()
+
+
+def test_the_symlinks_and_pyprojects_packages_are_the_rooms():
+    """deltalens.ROOMS is the one list: the symlinks under deltalens/ and pyproject's packages follow it."""
+    import tomllib
+
+    links = {p.name for p in (REPO / "deltalens").iterdir() if p.is_symlink()}
+    assert links == set(ROOMS)
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert {name.split(".")[1] for name in packages if name.count(".") == 1} == set(ROOMS)
 
 
 def _init_tree():

@@ -8,9 +8,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from deltalens import ROOMS
+
 REPO = Path(__file__).resolve().parents[1]
 # under deltalens
-ROOMS = ("core", "tasks", "models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli", "app")
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 80
 
