@@ -406,9 +406,11 @@ def test_group_on_a_shipped_checkpoint_and_typos_get_sentences(capsys):
 
 
 def test_a_folder_of_another_family_is_told_which_are_supported(tmp_path):
-    folder = copy_with(CKPT, tmp_path / "rwkv7", "config.json", model_type="rwkv7", deltalens=None)
+    folder = copy_with(CKPT, tmp_path / "gla", "config.json", model_type="gla", deltalens=None)
     config = json.loads((folder / "config.json").read_text())
     config.pop("deltalens")
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(DeltalensError, match=r"type 'rwkv7', which deltalens does not open: it reads fla folders of"):
+    refusal = r"type 'gla', which deltalens does not open: it reads fla folders of"
+    with pytest.raises(DeltalensError, match=refusal) as err:
         dl.load(str(folder))
+    assert "rwkv7" in str(err.value) and "comba" in str(err.value)  # the supported fla types are named
