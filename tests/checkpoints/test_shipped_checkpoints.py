@@ -51,6 +51,8 @@ def test_checkpoint_is_small_and_records_how_it_was_made(name):
     if meta["training"]["step"] != run["steps"]:  # stopped early: only once validation reached the bar
         assert 0 < run.get("early_stop_accuracy", 0) <= meta["metrics"]["reveal_accuracy"]
     assert (path / "train.toml").is_file() and (path / "CARD.md").is_file()
+    history = meta["training"].get("history") or []  # what the Checkpoints page draws as training curves
+    assert len(history) >= 2 and history[-1]["step"] <= meta["training"]["step"], name
 
 
 @pytest.mark.parametrize("name", TRACKERS)
