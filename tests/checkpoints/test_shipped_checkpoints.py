@@ -136,7 +136,7 @@ def test_two_reflections_per_token_cover_every_a5_element_but_the_five_cycles():
 
 
 def test_example_finds_a_tracking_head_whose_rescale_collapses_accuracy(capsys):
-    from examples.find_tracking_head import main
+    from notebooks.find_tracking_head import main
 
     assert main([str(CHECKPOINTS / "s3-deltanet-neg-statement"), "--n-traces", "32"]) == 0
     out = capsys.readouterr().out

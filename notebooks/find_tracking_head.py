@@ -1,6 +1,6 @@
 """Find the state-tracking head of a trained DeltaNet and show that it carries the task.
 
-    python examples/find_tracking_head.py [CHECKPOINT] [--n-traces N]
+    python notebooks/find_tracking_head.py [CHECKPOINT] [--n-traces N]
 
 Default checkpoint: checkpoints/s3-deltanet-neg-statement (DeltaNet, beta in [0, 2], S3 swaps).
 Steps, each a call you can make in a notebook:
