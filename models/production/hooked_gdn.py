@@ -21,22 +21,21 @@ each input comes from (`_mixed_qkv`, `_beta_logit`, an `a_proj` for the decay, `
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 from transformer_lens.hook_points import HookPoint
 
 from deltalens.models.layers.beta_range import BetaRangeMixin
-from deltalens.models.layers.carry import Carry
 from deltalens.models.layers.gated_delta_mixer import _GatedDeltaMixer
 from deltalens.models.layers.head_results import HeadWeightViews
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin
-from deltalens.models.ops.common import l2_normalize
+from deltalens.models.production.delta_layer import TransformersDeltaLayer
 
 __all__ = ["HookedGatedDeltaNetLayer"]
 
 
-class HookedGatedDeltaNetLayer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin):
+class HookedGatedDeltaNetLayer(TransformersDeltaLayer, HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin):
     """Mixin placed before a transformers Gated DeltaNet class in the bases."""
 
     factor_axis = False
@@ -44,14 +43,10 @@ class HookedGatedDeltaNetLayer(HeadWeightViews, BetaRangeMixin, HookedRecurrence
     use_decay = True
     allow_neg_eigval = False  # a family whose config allows beta in [0, 2] sets it per layer
 
-    # what the transformers layer this is mixed into provides, and the hooks `adopt` adds (declared for the
-    # type checker; transformers is read as Any)
-    conv1d: Any
-    activation: str
+    # what the transformers layer this is mixed into provides, and the hooks `adopt` adds, beyond
+    # TransformersDeltaLayer's (declared for the type checker; transformers is read as Any)
     key_dim: int
     value_dim: int
-    head_k_dim: int
-    head_v_dim: int
     num_k_heads: int
     num_v_heads: int
     hook_q: HookPoint
@@ -59,7 +54,6 @@ class HookedGatedDeltaNetLayer(HeadWeightViews, BetaRangeMixin, HookedRecurrence
     hook_v: HookPoint
     hook_beta_logit: HookPoint
     hook_beta: HookPoint
-    hook_z: HookPoint
 
     # the recurrence and the gate are our Gated DeltaNet's, shared rather than rewritten (its methods need only
     # the attributes above, which this layer has too: typed as plain callables, as the classes are unrelated)
@@ -91,43 +85,13 @@ class HookedGatedDeltaNetLayer(HeadWeightViews, BetaRangeMixin, HookedRecurrence
         layer.last_kernel = None
         return layer
 
-    # ---- what a family supplies ------------------------------------------------------------------
-
-    def _mixed_qkv(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, 2 key_dim + value_dim), before the conv
-        raise NotImplementedError
-
-    def _beta_logit(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, H)
-        raise NotImplementedError
-
-    def _read_out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # (B, T, H, d_v) -> (B, T, d_model)
-        raise NotImplementedError
-
-    conv_forward: Any = None  # the family's causal_conv1d_forward (reads and updates the conv cache)
-    mask_padding: Any = None  # the family's apply_mask_to_padding_states
+    def _qkv_widths(self) -> list[int]:
+        return [self.key_dim, self.key_dim, self.value_dim]
 
     # ---- forward ---------------------------------------------------------------------------------
 
     def forward(self, hidden_states: torch.Tensor, cache=None, attention_mask=None, **kwargs) -> torch.Tensor:
-        x = type(self).mask_padding(hidden_states, attention_mask)
-        B, T, _ = x.shape
-        kwargs.pop("cu_seq_lens_q", None)
-        mixed = (
-            type(self)
-            .conv_forward(
-                self.conv1d,
-                self._mixed_qkv(x).transpose(1, 2),
-                cache,
-                self.layer_idx,
-                activation=self.activation,
-                **kwargs,
-            )
-            .transpose(1, 2)
-        )
-        q, k, v = torch.split(mixed, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        # transformers normalises q and k in fp32 inside its kernel (use_qk_l2norm_in_kernel); so do we
-        q = l2_normalize(q.reshape(B, T, -1, self.head_k_dim).float())
-        k = l2_normalize(k.reshape(B, T, -1, self.head_k_dim).float())
-        v = v.reshape(B, T, -1, self.head_v_dim).float()
+        x, q, k, v = self.inputs(hidden_states, cache, attention_mask, kwargs)
         repeat = self.num_v_heads // self.num_k_heads
         if repeat > 1:  # grouped value heads: every hook has the recurrence's heads on its head axis
             q, k = q.repeat_interleave(repeat, dim=2), k.repeat_interleave(repeat, dim=2)
@@ -136,14 +100,5 @@ class HookedGatedDeltaNetLayer(HeadWeightViews, BetaRangeMixin, HookedRecurrence
         beta = self.hook_beta(self.beta_lo + (self.beta_hi - self.beta_lo) * torch.sigmoid(logit.float()))
         g = self._log_decay(x)  # (B, T, H) fp32, through hook_gate
 
-        start = None if cache is None else cache.get_recurrent_state(self.layer_idx, state_idx=0)
-        self.carry = None if cache is None else Carry(state=None if start is None else start.float())
-        try:
-            o = self._delta_rule(q, k[:, :, :, None], v[:, :, :, None], beta[..., None], g)
-            final: Optional[torch.Tensor] = None if self.carry is None else self.carry.state
-        finally:
-            self.carry = None
-        if cache is not None:
-            cache.update_recurrent_state(final, self.layer_idx)
-        o = self.hook_z(o.to(hidden_states.dtype))  # (B, T, H, d_v)
-        return self._read_out(o, x)
+        run = lambda: self._delta_rule(q, k[:, :, :, None], v[:, :, :, None], beta[..., None], g)  # noqa: E731
+        return self.finish(run, cache, x, hidden_states.dtype)
