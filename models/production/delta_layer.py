@@ -21,7 +21,7 @@ from transformer_lens.hook_points import HookPoint
 from deltalens.models.layers.carry import Carry
 from deltalens.models.ops.common import l2_normalize
 
-__all__ = ["TransformersDeltaLayer"]
+__all__ = ["SeparateProjections", "TransformersDeltaLayer"]
 
 
 class TransformersDeltaLayer:
@@ -81,3 +81,19 @@ class TransformersDeltaLayer:
         if cache is not None:
             cache.update_recurrent_state(final, self.layer_idx)
         return self._read_out(self.hook_z(o.to(dtype)), x)
+
+
+class SeparateProjections:
+    """Inputs of a layer with one projection each for q, k, v and beta (OLMo-Hybrid's Gated DeltaNet, Kimi Linear's
+    and GLM-5 Next's KDA); Qwen3.5's fused in_proj_qkv says its own."""
+
+    q_proj: Any
+    k_proj: Any
+    v_proj: Any
+    b_proj: Any
+
+    def _mixed_qkv(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+
+    def _beta_logit(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b_proj(x)

@@ -19,6 +19,7 @@ from transformers.models.kimi_linear import modeling_kimi_linear as modeling
 from transformers.models.kimi_linear.configuration_kimi_linear import KimiLinearConfig
 
 from deltalens.core.errors import DeltalensError
+from deltalens.models.production.delta_layer import SeparateProjections
 from deltalens.models.production.family import LAYERS_3_1, ProductionFamily, check_config
 from deltalens.models.production.hooked_kda import HookedKimiDeltaAttention
 from deltalens.models.production.lm import HookedProductionLM
@@ -26,14 +27,10 @@ from deltalens.models.production.lm import HookedProductionLM
 __all__ = ["FAMILY", "HookedKimiLinear", "HookedKimiLinearDeltaAttention", "KimiLinearInputs", "hook_router"]
 
 
-class KimiLinearInputs:
+class KimiLinearInputs(SeparateProjections):
     """Where Kimi Linear's KDA layer keeps each input (GLM-5 Next's KDA layer has the same names)."""
 
     # the library layer's modules (declared for the type checker)
-    q_proj: Any
-    k_proj: Any
-    v_proj: Any
-    b_proj: Any
     forget_gate: Any
     g_a_proj: Any
     g_b_proj: Any
@@ -43,12 +40,6 @@ class KimiLinearInputs:
 
     conv_forward = staticmethod(modeling.causal_conv1d_forward)
     mask_padding = staticmethod(modeling.apply_mask_to_padding_states)
-
-    def _mixed_qkv(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
-
-    def _beta_logit(self, x: torch.Tensor) -> torch.Tensor:
-        return self.b_proj(x)
 
     def _raw_log_decay(self, x: torch.Tensor) -> torch.Tensor:
         return self.forget_gate(x)  # transformers' own: -exp(A_log) * softplus(f_b(f_a(x)) + dt_bias)

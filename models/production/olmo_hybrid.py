@@ -13,6 +13,7 @@ import torch
 from transformers.models.olmo_hybrid import modeling_olmo_hybrid as modeling
 from transformers.models.olmo_hybrid.configuration_olmo_hybrid import OlmoHybridConfig
 
+from deltalens.models.production.delta_layer import SeparateProjections
 from deltalens.models.production.family import ProductionFamily, tiny_gdn_fields
 from deltalens.models.production.hooked_gdn import HookedGatedDeltaNetLayer
 from deltalens.models.production.lm import HookedProductionLM
@@ -20,15 +21,9 @@ from deltalens.models.production.lm import HookedProductionLM
 __all__ = ["FAMILY", "HookedOlmoHybrid", "HookedOlmoHybridGatedDeltaNet"]
 
 
-class HookedOlmoHybridGatedDeltaNet(HookedGatedDeltaNetLayer, modeling.OlmoHybridGatedDeltaNet):
+class HookedOlmoHybridGatedDeltaNet(SeparateProjections, HookedGatedDeltaNetLayer, modeling.OlmoHybridGatedDeltaNet):
     conv_forward = staticmethod(modeling.causal_conv1d_forward)
     mask_padding = staticmethod(modeling.apply_mask_to_padding_states)
-
-    def _mixed_qkv(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
-
-    def _beta_logit(self, x: torch.Tensor) -> torch.Tensor:
-        return self.b_proj(x)
 
     def _read_out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         B, T = x.shape[:2]
