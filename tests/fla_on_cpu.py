@@ -132,15 +132,45 @@ class _NoBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
-        raise NotImplementedError("Backward pass is not implemented yet (fla's fused_recurrent_gated_delta_rule).")
+        raise NotImplementedError("Backward pass is not implemented (fla's fused recurrent gated / KDA kernels).")
+
+
+def _kda_stand_ins(calls):
+    """fla.ops.kda's chunk_kda / fused_recurrent_kda as fla's naive_recurrent_kda, behind what fla 0.6 checks
+    (kda/chunk.py: chunk_size 32 / 64, K <= 256, g [B, T, HV, K], beta [B, T, HV], an fp32 initial state for
+    the chunk kernel; allow_neg_eigval only with the in-kernel sigmoid). The fused recurrent kernel is no
+    autograd Function: a gradient through it fails here loudly instead of stopping silently as on a GPU."""
+    from fla.ops.kda.naive import naive_recurrent_kda
+
+    def kda(name, q, k, v, g, beta, scale, initial_state, output_final_state, kwargs, chunk):
+        _check_like_fla(name, q, k, v, beta, initial_state, chunk=None)
+        assert q.shape[-1] <= 256 and g.shape == k.shape, f"{name}: K <= 256 and g [B, T, HV, K]"
+        assert not kwargs.get("use_gate_in_kernel") and not kwargs.get("use_qk_l2norm_in_kernel"), name
+        assert not kwargs.get("allow_neg_eigval") or kwargs.get("use_beta_sigmoid_in_kernel"), name
+        if chunk:
+            assert kwargs.get("chunk_size", 64) in (32, 64), f"{name}: chunk_size must be 32 or 64"
+            assert initial_state is None or initial_state.dtype == torch.float32, "initial_state must be in float32."
+        calls.append((name, q.dtype, q.shape[1]))
+        o, S = naive_recurrent_kda(q, k, v, g, beta, scale, initial_state, output_final_state)
+        return o.to(q.dtype), S
+
+    def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, **kwargs):
+        return kda("chunk_kda", q, k, v, g, beta, scale, initial_state, output_final_state, kwargs, chunk=True)
+
+    def fused_recurrent_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, **kwargs):
+        o, S = kda("fused_recurrent_kda", q, k, v, g, beta, scale, initial_state, output_final_state, kwargs, False)
+        return _NoBackward.apply(o), S
+
+    return chunk_kda, fused_recurrent_kda
 
 
 @contextlib.contextmanager
 def fla_kernels_on_cpu():
-    """fla.ops.delta_rule / gated_delta_rule's chunk and fused recurrent entry points as fla's naive torch
-    recurrences, with fla's dtype, chunk-size and layout checks; yields the list of calls made."""
+    """fla.ops.delta_rule / gated_delta_rule / kda's chunk and fused recurrent entry points as fla's naive
+    torch recurrences, with fla's dtype, chunk-size and layout checks; yields the list of calls made."""
     import fla.ops.delta_rule as fla_delta
     import fla.ops.gated_delta_rule as fla_gated
+    import fla.ops.kda as fla_kda
     from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 
     calls = FlaCalls()
@@ -182,6 +212,7 @@ def fla_kernels_on_cpu():
             (fla_delta, fused_recurrent_delta_rule),
             (fla_gated, chunk_gated_delta_rule),
             (fla_gated, fused_recurrent_gated_delta_rule),
+            *((fla_kda, function) for function in _kda_stand_ins(calls)),
         ):
             stack.enter_context(mock.patch.object(module, function.__name__, function))
         yield calls

@@ -2,7 +2,8 @@
 `fla.layers.KimiDeltaAttention` (fla's `kda` model) with its parameters and our forward.
 
 KDA is the gated delta rule with a decay per key channel (kernels: models/ops/kda.py, one copy for every
-KDA layer here). One layer of fla's, paper notation:
+KDA layer here; on CUDA the plain forward runs fla's chunk_kda / fused_recurrent_kda: `select_kda_kernel`).
+One layer of fla's, paper notation:
 
     x                 (B, T, d_model)   the attn_norm'ed residual stream
     q_t, k_t          q_proj / k_proj -> short conv + SiLU -> heads -> L2 norm         (B, T, H, d_k)
@@ -41,24 +42,47 @@ from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, Rec
 from deltalens.models.layers.rms_norm import RMSNormGated
 from deltalens.models.layers.short_conv import ShortConvolution
 from deltalens.models.ops.common import StateEdit, l2_normalize
+from deltalens.models.ops.fla_kernels import fla_kda
 from deltalens.models.ops.kda import chunk_kda, kda_recurrence, replay_kda_with_state_edits
-from deltalens.models.ops.kernel_select import CHUNKED, CHUNKED_STATES, REFERENCE, REPLAY, KernelChoice
+from deltalens.models.ops.kernel_select import (
+    CHUNKED,
+    CHUNKED_STATES,
+    FLA_CHUNK,
+    FLA_RECURRENT,
+    REFERENCE,
+    REPLAY,
+    KernelChoice,
+    select_kernel_for,
+)
 
 __all__ = ["KDAMixer", "KDARecurrenceMixin", "select_kda_kernel"]
 
 KDA_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_beta_logit", "hook_beta", "hook_gate", "hook_state", "hook_z")
 
 
-def select_kda_kernel(wants_states: bool = False, state_edit: bool = False, hook_edited: bool = False) -> KernelChoice:
-    """KDA's path: the kernel selector's rules (models/ops/kernel_select.py) where KDA has a kernel; the
-    chunked torch kernel everywhere else (no C or fla KDA path here yet)."""
-    if state_edit:
-        return KernelChoice(REFERENCE, "a state_edit is set: token by token, edit(t, S) after every step")
-    if hook_edited:
-        return KernelChoice(REPLAY, "hook_state changed states: re-run from each changed step, with states between")
-    if wants_states:
-        return KernelChoice(CHUNKED_STATES, "KDA (per-channel decay): the chunked torch kernel with every S_t")
-    return KernelChoice(CHUNKED, "KDA (per-channel decay): the chunked torch kernel")
+def select_kda_kernel(
+    q, k, v, beta, g, initial_state=None, use_fla=None, wants_states=False, state_edit=False, hook_edited=False
+) -> KernelChoice:
+    """KDA's path: the kernel selector's rules (models/ops/kernel_select.py, gated) with KDA's kernels. On CUDA
+    with fla (use_fla None or True), the plain forward runs fla's KDA: its chunk kernel for bf16 / fp16 and
+    for fp32 with a gradient, its fused recurrent kernel for fp32 inference and, as fla's own KDA layer does,
+    for inference on T <= 64 tokens. States (fla's kernels return none), edits and replays, and every device
+    without fla, run our chunked torch kernel (no C kernel of KDA)."""
+    if state_edit or hook_edited or wants_states:
+        paths = {REFERENCE: "a state_edit is set: token by token, edit(t, S) after every step",
+                 REPLAY: "hook_state changed states: re-run from each changed step, with states between",
+                 CHUNKED_STATES: "KDA (per-channel decay): the chunked torch kernel with every S_t"}  # fmt: skip
+        path = REFERENCE if state_edit else REPLAY if hook_edited else CHUNKED_STATES
+        return KernelChoice(path, paths[path])
+    if q.shape[1] == 0:
+        return KernelChoice(CHUNKED, "an empty sequence: nothing to run")
+    choice = select_kernel_for(q, k, v, beta, g, initial_state=initial_state, use_fla=use_fla, native=False)
+    if choice.path not in (FLA_CHUNK, FLA_RECURRENT):
+        return KernelChoice(CHUNKED, "KDA (per-channel decay): the chunked torch kernel")
+    needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, beta, g))
+    if choice.path == FLA_CHUNK and not needs_grad and q.shape[1] <= 64:
+        return KernelChoice(FLA_RECURRENT, f"CUDA, T = {q.shape[1]} <= 64, no gradient: as fla's KDA layer")
+    return KernelChoice(choice.path, f"fla's KDA: {choice.reason}")
 
 
 class KDARecurrenceMixin(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin):
@@ -73,6 +97,7 @@ class KDARecurrenceMixin(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin)
     # what the layer provides (declared for the type checker)
     num_heads: int
     chunk_size: int
+    use_fla: Optional[bool]  # None: fla's KDA kernels on CUDA when importable; True: require them; False: never
     carry: Optional[Carry]
     gate_lo: torch.Tensor
     gate_hi: torch.Tensor
@@ -125,7 +150,12 @@ class KDARecurrenceMixin(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin)
             return o, states
 
         def fast(kernel: KernelChoice):
-            o, final, _ = chunk_kda(q, k, v, beta, g, initial_state=S0, chunk_size=C)
+            if kernel.path in (FLA_CHUNK, FLA_RECURRENT):  # CUDA: fla's Triton KDA
+                recurrent = kernel.path == FLA_RECURRENT
+                wants_final = self.carry is not None
+                o, final = fla_kda(q, k, v, beta, g, q.shape[-1] ** -0.5, S0, wants_final, C, recurrent=recurrent)
+            else:
+                o, final, _ = chunk_kda(q, k, v, beta, g, initial_state=S0, chunk_size=C)
             return keep_final(self.carry, o, final)
 
         def with_states(kernel: KernelChoice):
@@ -134,7 +164,7 @@ class KDARecurrenceMixin(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin)
 
         return self._run_recurrence(
             Recurrence(
-                select=lambda **flags: select_kda_kernel(**flags),
+                select=lambda **flags: select_kda_kernel(q, k, v, beta, g, S0, use_fla=self.use_fla, **flags),
                 reference=reference,
                 fast=fast,
                 with_states=with_states,

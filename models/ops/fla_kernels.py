@@ -7,6 +7,7 @@ Which of them runs (the chunk kernel or the fused recurrent one) is the kernel s
     fla_delta_rule_renorm  the same with the state renormalised after every R-th token: one fla call
                            for all segments at once (below), a short loop over segments in torch
     fla_gated_delta_rule   fla.ops.gated_delta_rule: chunk_gated_delta_rule / fused_recurrent_gated_delta_rule
+    fla_kda                fla.ops.kda: chunk_kda / fused_recurrent_kda (KDA, a log-decay per key channel)
 
 Every call takes q, k, v and beta in one dtype (fla asserts q, k, v agree and picks its kernel from
 q's): `fla_dtype` (models/ops/precision.py) names it, the same rule the kernel selector reads, and o
@@ -30,7 +31,7 @@ from einops import rearrange
 from deltalens.models.ops.common import renorm_denominator
 from deltalens.models.ops.precision import fla_dtype, no_autocast
 
-__all__ = ["fla_kernels_available", "fla_delta_rule", "fla_delta_rule_renorm", "fla_gated_delta_rule"]
+__all__ = ["fla_kernels_available", "fla_delta_rule", "fla_delta_rule_renorm", "fla_gated_delta_rule", "fla_kda"]
 
 
 def fla_kernels_available() -> bool:
@@ -159,4 +160,30 @@ def fla_gated_delta_rule(q, k, v, beta, g, scale, initial_state, output_final_st
         initial_state=_fp32_state(initial_state),
         output_final_state=output_final_state,
     )
+    return o.to(out_dtype), S
+
+
+def fla_kda(q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size=64, recurrent=False):
+    """fla's KDA (q, k already normalised, one head of q and k per value head): the fused recurrent kernel if
+    `recurrent` (inference only: it is no autograd Function, a gradient would silently stop), else the chunk
+    kernel (chunk size 32 or 64; anything else runs as 64). g is the natural-log decay per key channel
+    (B, T, H, K) in fp32: fla's kernels turn it into log2 units themselves (use_gate_in_kernel=False).
+    beta goes in as computed, any range ([0, 2] too): fla's allow_neg_eigval only scales an in-kernel
+    sigmoid, which is not used here. o in q's dtype."""
+    from fla.ops.kda import chunk_kda as fla_chunk
+    from fla.ops.kda import fused_recurrent_kda as fla_recurrent
+
+    out_dtype = q.dtype
+    q, k, v, beta = _one_dtype(q, k, v, beta)
+    common = dict(
+        g=g.float(),
+        beta=beta,
+        scale=scale,
+        initial_state=_fp32_state(initial_state),
+        output_final_state=output_final_state,
+    )
+    if recurrent:
+        o, S = fla_recurrent(q, k, v, **common)
+    else:
+        o, S = fla_chunk(q, k, v, chunk_size=chunk_size if chunk_size in (32, 64) else 64, **common)
     return o.to(out_dtype), S

@@ -2,10 +2,10 @@
 
 As hooked_gdn.py for Gated DeltaNet: the layer keeps transformers' parameters, projections, short
 convolution (with its cache), forget gate, gated norm and output projection; only the recurrence is
-ours (models/ops/kda.py), run through the shared capture / edit / replay logic
-(models/layers/hooked_recurrence.py) by the gate and recurrence every KDA layer shares (fla's `kda`
-family too: models/layers/kda_mixer.py's KDARecurrenceMixin). The decay is per key channel, which Gated
-DeltaNet's kernels (one alpha per head) cannot take. Paper notation, one layer:
+ours (models/ops/kda.py; on CUDA the plain forward calls fla's KDA kernels), run through the shared
+capture / edit / replay logic (models/layers/hooked_recurrence.py) by the gate and recurrence every KDA
+layer shares (fla's `kda` family too: models/layers/kda_mixer.py's KDARecurrenceMixin). The decay is per
+key channel, which Gated DeltaNet's kernels (one alpha per head) cannot take. Paper notation, one layer:
 
     q_t, k_t        conv + SiLU -> heads -> L2 norm (fp32)                                    hook_q, hook_k
     v_t             conv + SiLU -> heads                                                      hook_v

@@ -153,6 +153,7 @@ FAMILY = {
     "deltaproduct": dict(
         arch="deltaproduct", hidden_size=64, num_heads=2, head_dim=32, num_householder=2, use_forget_gate=True
     ),
+    "kda": dict(arch="kda", hidden_size=64, num_heads=2, head_dim=32, allow_neg_eigval=True),  # fla's chunk_kda
 }
 
 
@@ -389,3 +390,74 @@ def test_a_reveal_capture_runs_fla_rows_with_the_plain_forward_logits():
     for name in ref.acts:
         assert err_ratio(ref[name], cap[name]) <= 0.02, name
     assert torch.equal(tapped, plain) and kept[0].shape[0] == len(rows[0])
+
+
+# ---- issue 56 item 2: KDA on fla's chunk_kda / fused_recurrent_kda ------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("recurrent", [False, True], ids=["chunk", "fused_recurrent"])
+def test_fla_kda_matches_the_torch_kernel(dtype, recurrent):
+    """fla's KDA kernels on the same (rounded) inputs as our chunked fp32 kernel: o and the final state; the chunk
+    kernel's gradients too (the fused recurrent one has none). beta in [0, 2], a natural-log decay per channel."""
+    from deltalens.models.ops.fla_kernels import fla_kda
+    from deltalens.models.ops.kda import chunk_kda
+
+    B, T, H, D = 2, 300, 2, 64
+    g = torch.Generator().manual_seed(0)
+    q, k = (F.normalize(torch.randn(B, T, H, D, generator=g), dim=-1) for _ in range(2))
+    v, beta = torch.randn(B, T, H, D, generator=g), torch.rand(B, T, H, generator=g) * 2
+    decay, h0 = -torch.rand(B, T, H, D, generator=g) * 0.3, torch.randn(B, H, D, D, generator=g) * 0.3
+    lowp = [x.to("cuda", dtype).requires_grad_(not recurrent) for x in (q, k, v)]
+    rest = [x.cuda().requires_grad_(not recurrent) for x in (beta, decay, h0)]
+    inputs = lowp + rest
+    o, S = fla_kda(*lowp, rest[0], rest[1], D**-0.5, rest[2], True, recurrent=recurrent)
+    same = [x.detach().float().requires_grad_(not recurrent) for x in inputs]
+    same[3] = same[3].to(dtype).float().detach().requires_grad_(not recurrent)  # fla takes beta in q's dtype
+    o_ref, S_ref, _ = chunk_kda(*same[:3], same[3], same[4], initial_state=same[5])
+    limit = 0.006 if dtype == torch.bfloat16 else 1e-3
+    assert o.dtype == dtype and S.dtype == torch.float32
+    assert err_ratio(o_ref, o) <= limit and err_ratio(S_ref, S) <= limit
+    if not recurrent:
+        do, dS = torch.randn_like(o_ref), torch.randn_like(S_ref)
+        grads = torch.autograd.grad((o.float() * do).sum() + (S * dS).sum(), inputs)
+        refs = torch.autograd.grad((o_ref * do).sum() + (S_ref * dS).sum(), same)
+        for i, (got, ref) in enumerate(zip(grads, refs)):
+            assert err_ratio(ref, got) <= (0.008 if dtype == torch.bfloat16 else 2e-2), i
+
+
+def test_kimi_linear_standin_on_cuda_matches_cpu(tmp_path):
+    """A Kimi Linear stand-in (scripts/production_standin.py) on CUDA: its KDA layers run fla's kernels, the
+    logits, the cache's recurrent states and a decode step from them equal the CPU model's."""
+    import sys
+    from pathlib import Path
+
+    import deltalens as dl
+    from deltalens.models.production.hooked_kda import HookedKimiDeltaAttention
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from production_standin import put_standin
+
+    repo, _ = put_standin("kimi_linear", tmp_path / "hub")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HF_HOME", str(tmp_path))
+        env.delenv("HF_HUB_CACHE", raising=False)
+        env.setenv("HF_HUB_OFFLINE", "1")
+        cpu, gpu = dl.load(repo), dl.load(repo, device="cuda")
+    toks = torch.randint(0, cpu.hf.config.vocab_size, (2, 150), generator=torch.Generator().manual_seed(3))
+
+    def run(model, t):
+        out = model.hf(t[:, :-1], use_cache=True)
+        states = [out.past_key_values.get_recurrent_state(i, state_idx=0) for i in model.delta_layers]
+        step = model.hf(t[:, -1:], past_key_values=out.past_key_values, use_cache=True).logits
+        return [model(t).float().cpu(), torch.stack(states).cpu(), step.float().cpu()]
+
+    with torch.no_grad():
+        ref, got = run(cpu, toks), run(gpu, toks.cuda())
+    layers = [m for m in gpu.hf.modules() if isinstance(m, HookedKimiDeltaAttention)]
+    assert {m.last_kernel.path for m in layers} == {"fla_recurrent"}  # fp32 inference
+    for want, have in zip(ref, got):
+        assert err_ratio(want, have) <= 1e-3
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        bf16 = gpu(toks.cuda())
+    assert {m.last_kernel.path for m in layers} == {"fla_chunk"} and err_ratio(ref[0], bf16.float().cpu()) <= 5e-2

@@ -21,9 +21,8 @@ from deltalens.models.ops.gated_delta_rule import chunk_gated_delta_rule
 from deltalens.models.ops.kernel_select import FLA_RECURRENT
 from tests.conftest import DELTA_RULE_ARCHS, build_tiny
 
-# KDA runs our chunked torch kernel on every device: fla's Triton KDA kernels are not wired in
-# (docs/guide/production-models.md)
-FAMILY = [*(arch for arch in DELTA_RULE_ARCHS if arch != "kda"), "deltanet-renorm"]
+# KDA (fla's chunk_kda / fused_recurrent_kda) too; its kernel table: tests/models/test_emulated_cuda_kda.py
+FAMILY = [*DELTA_RULE_ARCHS, "deltanet-renorm"]
 
 
 def _model(name, seed=0):
