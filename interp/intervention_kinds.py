@@ -92,10 +92,11 @@ class Intervention:
         return self.builder()(model, layer, head, **self.arguments(values or {}, factor))
 
 
-def _range(what: str, default_hi: float = 1.0) -> tuple[Setting, Setting]:
+def _range(what: str) -> tuple[Setting, Setting]:
+    prefix = "t-" if what.startswith("transition") else ""  # the page's keys: "lo" / "hi", "t-lo" / "t-hi"
     return (
-        Setting("lo", "LO", f"{what}lo", 0.0, 0.0, 2.0, key="t-lo" if what else "lo"),
-        Setting("hi", "HI", f"{what}hi", default_hi, 0.0, 2.0, key="t-hi" if what else "hi"),
+        Setting("lo", "LO", f"{what}lo", 0.0, 0.0, 2.0, key=f"{prefix}lo"),
+        Setting("hi", "HI", f"{what}hi", 1.0, 0.0, 2.0, key=f"{prefix}hi"),
     )
 
 
@@ -179,7 +180,7 @@ KINDS: tuple[Intervention, ...] = (
     ),
     Intervention(
         "state-patch", "state patching", "replace the head's S_t by a donor trace's", ("state",),
-        "interventions.patch_state", cli=False,
+        "interventions.patch_state", cli=False,  # patch_state(layer, head, donor cache): the page builds it
     ),
 )
 # fmt: on
