@@ -44,8 +44,8 @@ PAGES = {  # file -> (title, what the page shows: drawn before its first import)
     ),
     "interventions.py": (
         "Interventions",
-        "Rescale, ablate or patch chosen heads and see the reveal accuracy before and after, the trace "
-        "under the intervention, and the paper's beta-range sweep over every head.",
+        "Rescale, clip, ablate or patch chosen heads and see the reveal accuracy before and after, the trace "
+        "under the intervention, and the same kind's sweep over every head (the paper's: the beta range).",
     ),
     "circuit.py": (
         "Circuit",

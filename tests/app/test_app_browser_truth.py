@@ -72,6 +72,9 @@ def test_interventions_sweep_is_the_chosen_kind(server, laptop, shots):  # noqa:
     pick(laptop, "stSelectbox", "intervention", "transition clip")
     assert any(h.startswith("Transition beta clipped at 1, write kept on each head") for h in headers(laptop))
     laptop.save_screenshot(str(shots / "truth_interventions.png"))
+    pick(laptop, "stSelectbox", "intervention", "beta clip")  # a kind the page gained from the intervention records
+    assert any(h.startswith("Beta clipped at 1 on each head") for h in headers(laptop))
+    laptop.save_screenshot(str(shots / "truth_interventions_beta_clip.png"))
 
 
 def test_circuit_warns_where_clean_and_corrupt_barely_differ(server, laptop, shots):  # noqa: F811
