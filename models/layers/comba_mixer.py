@@ -26,34 +26,22 @@ change what follows.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 from transformer_lens.hook_points import HookPoint
 
-from deltalens.models.layers.carry import conv_qkv, keep_final, keep_last, replay_kept, start_state
+from deltalens.models.layers.carry import conv_qkv, start_state
+from deltalens.models.layers.chunked_recurrence import chunked_recurrence
 from deltalens.models.layers.gated_delta_mixer import _GatedDeltaMixer
-from deltalens.models.layers.hooked_recurrence import Recurrence
 from deltalens.models.ops.comba import chunk_comba, comba_recurrence, replay_comba_with_state_edits
-from deltalens.models.ops.common import StateEdit, l2_normalize
-from deltalens.models.ops.kernel_select import CHUNKED, CHUNKED_STATES, REFERENCE, REPLAY, KernelChoice
+from deltalens.models.ops.common import l2_normalize
+from deltalens.models.ops.kernel_select import select_torch_chunked
 
-__all__ = ["CombaMixer", "select_comba_kernel"]
-
-
-def select_comba_kernel(
-    wants_states: bool = False, state_edit: bool = False, hook_edited: bool = False
-) -> KernelChoice:
-    """Comba's path: the reference under an edit, a replay after a hook edited states, the chunked torch kernel
-    otherwise (there is no C or fla Comba path here)."""
-    if state_edit:
-        return KernelChoice(REFERENCE, "a state_edit is set: token by token, edit(t, S) after every step")
-    if hook_edited:
-        return KernelChoice(REPLAY, "hook_state changed states: re-run from each changed step, with states between")
-    if wants_states:
-        return KernelChoice(CHUNKED_STATES, "Comba: the chunked torch kernel with every S_t")
-    return KernelChoice(CHUNKED, "Comba: the chunked torch kernel")
+__all__ = ["CombaMixer"]
 
 
 class CombaMixer(_GatedDeltaMixer):
@@ -106,29 +94,15 @@ class CombaMixer(_GatedDeltaMixer):
 
     def _comba(self, q, k, v, p, beta, g) -> torch.Tensor:
         """o (B, T, H, d_v); the per-token states only when a hook or an edit asks for them."""
-        C = self.chunk_size
-        S0 = start_state(self.carry, self.state_edit)
-
-        def reference(edit: StateEdit | None):
-            o, _, states = comba_recurrence(q, k, v, p, beta, g, initial_state=S0, edit=edit)
-            return o, states
-
-        def fast(kernel: KernelChoice):
-            o, final, _ = chunk_comba(q, k, v, p, beta, g, initial_state=S0, chunk_size=C)
-            return keep_final(self.carry, o, final)
-
-        def with_states(kernel: KernelChoice):
-            o, _, states = chunk_comba(q, k, v, p, beta, g, initial_state=S0, chunk_size=C, with_states=True)
-            return o, keep_last(self.carry, states)
-
         return self._run_recurrence(
-            Recurrence(
-                select=lambda **flags: select_comba_kernel(**flags),
-                reference=reference,
-                fast=fast,
-                with_states=with_states,
-                replay=lambda original, seen: replay_kept(
-                    self.carry, *replay_comba_with_state_edits(q, k, v, p, beta, g, original, seen, chunk_size=C)
-                ),
+            chunked_recurrence(
+                (q, k, v, p, beta, g),
+                carry=self.carry,
+                initial_state=start_state(self.carry, self.state_edit),
+                chunk_size=self.chunk_size,
+                recurrence=comba_recurrence,
+                chunked=chunk_comba,
+                replay=replay_comba_with_state_edits,
+                select=partial(select_torch_chunked, "Comba"),
             )
         )

@@ -35,28 +35,28 @@ from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.layers.beta_range import BetaRangeMixin
-from deltalens.models.layers.carry import Carry, conv_qkv, keep_final, keep_last, replay_kept, start_state
+from deltalens.models.layers.carry import Carry, conv_qkv, start_state
+from deltalens.models.layers.chunked_recurrence import chunked_recurrence
 from deltalens.models.layers.gated_delta_mixer import _GatedDeltaMixer
 from deltalens.models.layers.head_results import HeadWeightViews
-from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, Recurrence
+from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin
 from deltalens.models.layers.rms_norm import RMSNormGated
 from deltalens.models.layers.short_conv import ShortConvolution
-from deltalens.models.ops.common import StateEdit, l2_normalize
+from deltalens.models.ops.common import l2_normalize
 from deltalens.models.ops.fla_kernels import fla_kda
 from deltalens.models.ops.kda import chunk_kda, kda_recurrence, replay_kda_with_state_edits
 from deltalens.models.ops.kernel_select import (
     CHUNKED,
-    CHUNKED_STATES,
     FLA_CHUNK,
     FLA_RECURRENT,
-    REFERENCE,
-    REPLAY,
     KernelChoice,
     select_kernel_for,
+    select_torch_chunked,
 )
 
 __all__ = ["KDAMixer", "KDARecurrenceMixin", "select_kda_kernel"]
 
+KDA_TORCH = "KDA (per-channel decay)"  # how the chunked path's reason names it
 KDA_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_beta_logit", "hook_beta", "hook_gate", "hook_state", "hook_z")
 
 
@@ -69,16 +69,12 @@ def select_kda_kernel(
     for inference on T <= 64 tokens. States (fla's kernels return none), edits and replays, and every device
     without fla, run our chunked torch kernel (no C kernel of KDA)."""
     if state_edit or hook_edited or wants_states:
-        paths = {REFERENCE: "a state_edit is set: token by token, edit(t, S) after every step",
-                 REPLAY: "hook_state changed states: re-run from each changed step, with states between",
-                 CHUNKED_STATES: "KDA (per-channel decay): the chunked torch kernel with every S_t"}  # fmt: skip
-        path = REFERENCE if state_edit else REPLAY if hook_edited else CHUNKED_STATES
-        return KernelChoice(path, paths[path])
+        return select_torch_chunked(KDA_TORCH, wants_states, state_edit, hook_edited)
     if q.shape[1] == 0:
         return KernelChoice(CHUNKED, "an empty sequence: nothing to run")
     choice = select_kernel_for(q, k, v, beta, g, initial_state=initial_state, use_fla=use_fla, native=False)
     if choice.path not in (FLA_CHUNK, FLA_RECURRENT):
-        return KernelChoice(CHUNKED, "KDA (per-channel decay): the chunked torch kernel")
+        return select_torch_chunked(KDA_TORCH)
     needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, beta, g))
     if choice.path == FLA_CHUNK and not needs_grad and q.shape[1] <= 64:
         return KernelChoice(FLA_RECURRENT, f"CUDA, T = {q.shape[1]} <= 64, no gradient: as fla's KDA layer")
@@ -145,32 +141,21 @@ class KDARecurrenceMixin(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin)
         C = self.chunk_size
         S0 = start_state(self.carry, self.state_edit)
 
-        def reference(edit: Optional[StateEdit]):
-            o, _, states = kda_recurrence(q, k, v, beta, g, initial_state=S0, edit=edit)
-            return o, states
-
-        def fast(kernel: KernelChoice):
-            if kernel.path in (FLA_CHUNK, FLA_RECURRENT):  # CUDA: fla's Triton KDA
-                recurrent = kernel.path == FLA_RECURRENT
-                wants_final = self.carry is not None
-                o, final = fla_kda(q, k, v, beta, g, q.shape[-1] ** -0.5, S0, wants_final, C, recurrent=recurrent)
-            else:
-                o, final, _ = chunk_kda(q, k, v, beta, g, initial_state=S0, chunk_size=C)
-            return keep_final(self.carry, o, final)
-
-        def with_states(kernel: KernelChoice):
-            o, _, states = chunk_kda(q, k, v, beta, g, initial_state=S0, chunk_size=C, with_states=True)
-            return o, keep_last(self.carry, states)
+        def fla(kernel: KernelChoice):  # CUDA: fla's Triton KDA
+            recurrent, wants_final = kernel.path == FLA_RECURRENT, self.carry is not None
+            return fla_kda(q, k, v, beta, g, q.shape[-1] ** -0.5, S0, wants_final, C, recurrent=recurrent)
 
         return self._run_recurrence(
-            Recurrence(
+            chunked_recurrence(
+                (q, k, v, beta, g),
+                carry=self.carry,
+                initial_state=S0,
+                chunk_size=C,
+                recurrence=kda_recurrence,
+                chunked=chunk_kda,
+                replay=replay_kda_with_state_edits,
                 select=lambda **flags: select_kda_kernel(q, k, v, beta, g, S0, use_fla=self.use_fla, **flags),
-                reference=reference,
-                fast=fast,
-                with_states=with_states,
-                replay=lambda original, seen: replay_kept(
-                    self.carry, *replay_kda_with_state_edits(q, k, v, beta, g, original, seen, chunk_size=C)
-                ),
+                fla=fla,
             )
         )
 

@@ -31,6 +31,7 @@ Edits to a, the decay, kk, k, v or a state change what follows; layer 0's hook_v
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Optional
 
 import torch
@@ -40,30 +41,18 @@ from einops import rearrange
 from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
-from deltalens.models.layers.carry import keep_final, keep_last, replay_kept, start_state
-from deltalens.models.layers.hooked_recurrence import Recurrence
+from deltalens.models.layers.carry import start_state
+from deltalens.models.layers.chunked_recurrence import chunked_recurrence
 from deltalens.models.layers.kda_mixer import KDARecurrenceMixin
 from deltalens.models.layers.token_shift import shifted
-from deltalens.models.ops.common import StateEdit, l2_normalize
-from deltalens.models.ops.kernel_select import CHUNKED, CHUNKED_STATES, REFERENCE, REPLAY, KernelChoice
+from deltalens.models.ops.common import l2_normalize
+from deltalens.models.ops.kernel_select import select_torch_chunked
 from deltalens.models.ops.rwkv7 import chunk_rwkv7, replay_rwkv7_with_state_edits, rwkv7_recurrence
 
-__all__ = ["LoRA", "RWKV7Mixer", "select_rwkv7_kernel"]
+__all__ = ["LoRA", "RWKV7Mixer"]
 
 LOG_DECAY_FLOOR = -math.exp(-0.5)  # fla's -0.6065...: w_t in [this, 0], the decay exp(w_t) in [0.545, 1]
 MIXES = ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g")
-
-
-def select_rwkv7_kernel(wants_states: bool = False, state_edit: bool = False, hook_edited: bool = False):
-    """RWKV-7's path: the reference under an edit, a replay after a hook edited states, else the chunked torch
-    kernel (no C or fla RWKV-7 path here)."""
-    if state_edit:
-        return KernelChoice(REFERENCE, "a state_edit is set: token by token, edit(t, S) after every step")
-    if hook_edited:
-        return KernelChoice(REPLAY, "hook_state changed states: re-run from each changed step, with states between")
-    if wants_states:
-        return KernelChoice(CHUNKED_STATES, "RWKV-7: the chunked torch kernel with every S_t")
-    return KernelChoice(CHUNKED, "RWKV-7: the chunked torch kernel")
 
 
 class LoRA(nn.Module):
@@ -213,30 +202,16 @@ class RWKV7Mixer(KDARecurrenceMixin, nn.Module):
 
     def _recurrence(self, r, g, k, v, kk, a) -> torch.Tensor:
         """o (B, T, H, d_v); the per-token states only when a hook or an edit asks for them."""
-        C = self.chunk_size
-        S0 = start_state(self.carry, self.state_edit)
-
-        def reference(edit: Optional[StateEdit]):
-            o, _, states = rwkv7_recurrence(r, g, k, v, kk, a, initial_state=S0, edit=edit)
-            return o, states
-
-        def fast(kernel: KernelChoice):
-            o, final, _ = chunk_rwkv7(r, g, k, v, kk, a, initial_state=S0, chunk_size=C)
-            return keep_final(self.carry, o, final)
-
-        def with_states(kernel: KernelChoice):
-            o, _, states = chunk_rwkv7(r, g, k, v, kk, a, initial_state=S0, chunk_size=C, with_states=True)
-            return o, keep_last(self.carry, states)
-
         return self._run_recurrence(
-            Recurrence(
-                select=lambda **flags: select_rwkv7_kernel(**flags),
-                reference=reference,
-                fast=fast,
-                with_states=with_states,
-                replay=lambda original, seen: replay_kept(
-                    self.carry, *replay_rwkv7_with_state_edits(r, g, k, v, kk, a, original, seen, chunk_size=C)
-                ),
+            chunked_recurrence(
+                (r, g, k, v, kk, a),
+                carry=self.carry,
+                initial_state=start_state(self.carry, self.state_edit),
+                chunk_size=self.chunk_size,
+                recurrence=rwkv7_recurrence,
+                chunked=chunk_rwkv7,
+                replay=replay_rwkv7_with_state_edits,
+                select=partial(select_torch_chunked, "RWKV-7"),
                 read_out=lambda states: torch.einsum("bthkv,bthk->bthv", states, r.to(states.dtype)).to(r.dtype),
             )
         )

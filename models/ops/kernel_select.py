@@ -71,6 +71,7 @@ __all__ = [
     "KernelChoice",
     "select_kernel",
     "select_kernel_for",
+    "select_torch_chunked",
     "PATHS",
     "FLA_CHUNK",
     "FLA_RECURRENT",
@@ -160,10 +161,9 @@ def select_kernel(
     fla_available, native_available: None = ask this machine (only when the answer matters); a
     bool stands in for it (tests pin the CUDA paths on a CPU this way).
     """
-    if state_edit:
-        return KernelChoice(REFERENCE, "a state_edit is set: token by token, edit(t, S) after every step")
-    if hook_edited:
-        return KernelChoice(REPLAY, "hook_state changed states: re-run from each changed step, with states between")
+    edited = _edit_path(state_edit, hook_edited)
+    if edited is not None:
+        return edited
     fla_here = _Memo(fla_available, fla_kernels_available)
     if wants_states:
         rows_on_fla = rows_only and not (needs_grad or renorm_every) and length > 0 and use_fla is not False
@@ -213,6 +213,29 @@ def select_kernel_for(q, k, v, beta, g=None, initial_state=None, **options) -> K
         devices_agree=k.device == v.device == beta.device == q.device,
         **options,
     )
+
+
+def select_torch_chunked(
+    family: str, wants_states: bool = False, state_edit: bool = False, hook_edited: bool = False
+) -> KernelChoice:
+    """The path of a family whose only fast kernel is our chunked torch one (Comba, RWKV-7; KDA off fla):
+    the reference under an edit, a replay after a hook edited states, else the chunked kernel, with every
+    S_t where they are wanted. `family` names it in the reason, e.g. "Comba"."""
+    edited = _edit_path(state_edit, hook_edited)
+    if edited is not None:
+        return edited
+    if wants_states:
+        return KernelChoice(CHUNKED_STATES, f"{family}: the chunked torch kernel with every S_t")
+    return KernelChoice(CHUNKED, f"{family}: the chunked torch kernel")
+
+
+def _edit_path(state_edit: bool, hook_edited: bool) -> Optional[KernelChoice]:
+    """The two paths an edit forces, whatever the kernels (the table's first two rows), or None."""
+    if state_edit:
+        return KernelChoice(REFERENCE, "a state_edit is set: token by token, edit(t, S) after every step")
+    if hook_edited:
+        return KernelChoice(REPLAY, "hook_state changed states: re-run from each changed step, with states between")
+    return None
 
 
 class _Memo:
