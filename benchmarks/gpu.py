@@ -39,6 +39,8 @@ from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # timing.py, also when this file is imported from elsewhere
+from timing import Budget, print_report, timed  # noqa: E402
 
 RECIPE = ROOT / "checkpoints" / "s3-deltanet-neg-statement" / "train.toml"
 SIZES = {  # the GPU shapes of issue 56; the smoke's toy ones
@@ -104,17 +106,6 @@ def seconds_per_call(fn, device: str, limit_s: float, max_calls: int = 10) -> fl
         _sync(device)
         best, calls = min(best, time.perf_counter() - t0), calls + 1
     return best
-
-
-def timed(part, *args) -> dict:
-    """part(*args) -> dict with its wall time; an exception becomes {"error": ...} (the other parts still run)."""
-    started = time.perf_counter()
-    try:
-        result = part(*args)
-    except Exception as err:  # reported, not raised: one JSON with every part
-        result = {"error": f"{type(err).__name__}: {err}"}
-    result["wall_s"] = round(time.perf_counter() - started, 1)
-    return result
 
 
 def err(ref, got) -> dict:
@@ -362,15 +353,15 @@ def run(budget: float, smoke: bool) -> dict:
         for name in ("chunk_delta_rule", "fused_recurrent_delta_rule"):  # fla's layer holds its own references
             stand_in = lambda *a, name=name, **k: getattr(fla_ops, name)(*a, **k)  # noqa: E731
             stack.enter_context(mock.patch.object(fla_layer, name, stand_in))
-    started = time.perf_counter()
+    clock = Budget(budget)
     with stack:
         for name, part in (("machine", machine), ("deltanet", deltanet), ("qwen3_5", qwen3_5), ("recipe", recipe)):
-            left = budget - (time.perf_counter() - started)
+            left = clock.left()
             if left < 5:
                 report[name] = {"skipped": "time budget"}
                 continue
             report[name] = timed(part, sizes, device, min(SHARES[name] * budget, left))
-    report["wall_s"] = round(time.perf_counter() - started, 1)
+    report["wall_s"] = round(clock.spent(), 1)
     return report
 
 
@@ -395,11 +386,7 @@ def main(argv=None) -> int:
                   "command": "python3 benchmarks/gpu.py --json"}  # fmt: skip
     else:
         report = run(args.budget, smoke=False)
-    text = json.dumps(report) if args.json else json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return 0
+    return print_report(report, args.json, args.out)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,14 @@
-"""The timer every speed benchmark here shares (run them as `python3 benchmarks/NAME.py`)."""
+"""The timer every speed benchmark here shares (run them as `python3 benchmarks/NAME.py`), and the time budget
+of a report made of parts (benchmarks/gpu.py, scripts/device_check.py): each part timed, a failing one reported
+in place of its figures, the seconds left counted from the start, one JSON object out."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
 
 
 def best_seconds(fn, budget_s: float = 1.0, max_calls: int = 20) -> float:
@@ -50,3 +56,38 @@ def linear_flops(model, tokens: int) -> int:
     import torch
 
     return sum(2 * tokens * m.in_features * m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def timed(part: Callable[..., dict], *args: Any) -> dict:
+    """part(*args) -> dict with its wall time added; an exception becomes {"error": ...}, so that the other
+    parts of the report still run."""
+    started = time.perf_counter()
+    try:
+        result = part(*args)
+    except Exception as err:  # reported, not raised: one JSON with every part
+        result = {"error": f"{type(err).__name__}: {err}"}
+    result["wall_s"] = round(time.perf_counter() - started, 1)
+    return result
+
+
+class Budget:
+    """A run's seconds, counted from when it is made."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.started = seconds, time.perf_counter()
+
+    def spent(self) -> float:
+        return time.perf_counter() - self.started
+
+    def left(self, reserve: float = 0.0) -> float:
+        """Seconds still to spend, keeping `reserve` back for what comes after."""
+        return self.seconds - self.spent() - reserve
+
+
+def print_report(report: dict, one_line: bool, out: Optional[str]) -> int:
+    """The report as one JSON object (one line, else indented) on stdout and in `out` if given; the exit code."""
+    text = json.dumps(report) if one_line else json.dumps(report, indent=2)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
+    return 0

@@ -39,6 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `deltalens` is the repository root (its rooms are symlinked under deltalens/)
+sys.path.insert(0, str(ROOT / "benchmarks"))  # timing.py: the parts' timer and budget, shared with gpu.py
+from timing import Budget, print_report, timed  # noqa: E402
 
 FAMILY = {
     "deltanet": dict(arch="deltanet", hidden_size=64, num_heads=2, allow_neg_eigval=True),
@@ -62,17 +64,6 @@ GPU_SHARE = 0.4  # of the budget, for benchmarks/gpu.py (its first calls compile
 def err_ratio(ref, got) -> float:
     ref, got = ref.detach().float().cpu(), got.detach().float().cpu()
     return float((ref - got).square().mean().sqrt() / (ref.square().mean().sqrt() + 1e-12))
-
-
-def timed(part):
-    """Run part() -> dict, adding its wall time; an exception becomes {"error": ...}."""
-    started = time.perf_counter()
-    try:
-        result = part()
-    except Exception as err:  # a part that fails is reported, the others still run
-        result = {"error": f"{type(err).__name__}: {err}"}
-    result["wall_s"] = round(time.perf_counter() - started, 1)
-    return result
 
 
 # ---- 1. the cuda tests ------------------------------------------------------------------------------
@@ -348,7 +339,7 @@ def main(argv=None) -> int:
             facts, "--dry-run" if args.dry_run else "no CUDA device here (torch.cuda.is_available() is False)"
         )
     else:
-        started = time.perf_counter()
+        clock = Budget(args.budget)
         report = {"dry_run": False, "facts": facts, "budget_s": args.budget}
         # shares of the budget: tests 30%, parity as long as it takes (about 10%), gpu 40%, bench what is left
         gpu_share = GPU_SHARE * args.budget if "gpu" not in args.skip else 0.0
@@ -357,18 +348,14 @@ def main(argv=None) -> int:
         if "parity" not in args.skip:
             report["parity"] = timed(run_parity)
         if "bench" not in args.skip:
-            left = args.budget - (time.perf_counter() - started) - gpu_share - 10
+            left = clock.left(reserve=gpu_share + 10)
             report["bench"] = timed(lambda: run_bench(max(left, 20.0)))
         if "gpu" not in args.skip:
-            left = args.budget - (time.perf_counter() - started) - 5
+            left = clock.left(reserve=5)
             report["gpu"] = timed(lambda: run_gpu_bench(max(left, 60.0)))
         report["skipped"] = {part: "--skip" for part in args.skip}
-        report["wall_s"] = round(time.perf_counter() - started, 1)
-    text = json.dumps(report) if args.json else json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return 0
+        report["wall_s"] = round(clock.spent(), 1)
+    return print_report(report, args.json, args.out)
 
 
 if __name__ == "__main__":
