@@ -1,5 +1,7 @@
 """What every delta-rule kernel shares: the `StateEdit` callback, input checks and preparation, and the
-renormalisation step S <- S / max(||S||_F, eps) of the renormalised delta rule (models/ops/delta_rule.py).
+renormalisation step S <- S / max(||S||_F, eps) of the renormalised delta rule (models/ops/delta_rule.py), and
+the two loops the kernels run their own step in: token by token (`scan_tokens`, every reference recurrence) and
+chunk by chunk (`scan_chunks`, the KDA, Comba and RWKV-7 chunked kernels).
 
 Tensors in fla's layout: q, k [B, T, H, K], v [B, T, H, V], beta [B, T, H], states [B, H, K, V].
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from typing import Optional
 
 import torch
 
@@ -21,6 +24,8 @@ __all__ = [
     "check_shapes",
     "check_state_every",
     "prepare",
+    "scan_chunks",
+    "scan_tokens",
 ]
 
 StateEdit = Callable[[int, torch.Tensor], torch.Tensor]
@@ -104,10 +109,47 @@ def prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel):
     return q * scale, k, v, beta
 
 
-def scan_chunks(step: Callable, inputs: tuple[torch.Tensor, ...], S: torch.Tensor, chunk_size: int, with_states: bool):
-    """Run `step(*pieces, S, with_states) -> (o, S, states or None)` over the chunks of the time axis (dim 2) of
-    the heads-first `inputs` (B, H, T, ...), S (B, H, K, V) carried from chunk to chunk: (o (B, T, H, V), the
-    final S, every S_t (B, T, H, K, V) or None), all fp32. The chunked loop of the KDA, Comba and RWKV-7 kernels."""
+def scan_tokens(
+    step: Callable[[int, torch.Tensor], torch.Tensor],
+    read: torch.Tensor,
+    initial_state: Optional[torch.Tensor],
+    d_v: int,
+    edit: Optional[StateEdit],
+    out_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The token loop of every reference recurrence: S_t = step(t, S_{t-1}), then S_t = edit(t, S_t) where an edit
+    is given, then o_t = S_t^T read_t, with read the scaled query (B, T, H, K) in fp32 and S_0 the initial state
+    (fp32) or zeros. Returns (o (B, T, H, d_v) in out_dtype, S_T, every S_t (B, T, H, K, d_v)), fp32 states."""
+    B, T, H, K = read.shape
+    S = read.new_zeros(B, H, K, d_v, dtype=torch.float32) if initial_state is None else initial_state.float()
+    outputs, states = [], []
+    for t in range(T):
+        S = step(t, S)
+        if edit is not None:
+            S = edit(t, S)
+        states.append(S)
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, read[:, t]))  # o_t = S_t^T (scale q_t)
+    if T == 0:
+        no_o = read.new_zeros(B, 0, H, d_v, dtype=torch.float32).to(out_dtype)
+        return no_o, S, read.new_zeros(B, 0, H, K, d_v, dtype=torch.float32)
+    return torch.stack(outputs, 1).to(out_dtype), S, torch.stack(states, 1)
+
+
+def scan_chunks(
+    step: Callable,
+    inputs: tuple[torch.Tensor, ...],
+    initial_state: Optional[torch.Tensor],
+    d_v: int,
+    chunk_size: int,
+    with_states: bool,
+):
+    """Run `step(*pieces, S, with_states) -> (o, S, states or None)` over the chunks of the time axis of `inputs`
+    (B, T, H, ...; the first the scaled query (B, T, H, K)), taken heads first (B, H, T, ...) in fp32, S (B, H, K,
+    d_v) carried from chunk to chunk from the initial state (or zeros): (o (B, T, H, d_v), the final S, every S_t
+    (B, T, H, K, d_v) or None), all fp32. The chunked loop of the KDA, Comba and RWKV-7 kernels."""
+    B, _, H, K = inputs[0].shape
+    S = inputs[0].new_zeros(B, H, K, d_v, dtype=torch.float32) if initial_state is None else initial_state.float()
+    inputs = tuple(x.float().transpose(1, 2) for x in inputs)
     outs, states = [], []
     for start in range(0, inputs[0].shape[2], chunk_size):
         piece = slice(start, start + chunk_size)
@@ -115,8 +157,7 @@ def scan_chunks(step: Callable, inputs: tuple[torch.Tensor, ...], S: torch.Tenso
         outs.append(o)
         if st is not None:
             states.append(st)
-    B, H, K, V = S.shape
-    o_all = torch.cat(outs, 2).transpose(1, 2) if outs else S.new_zeros(B, 0, H, V)
+    o_all = torch.cat(outs, 2).transpose(1, 2) if outs else S.new_zeros(B, 0, H, d_v)
     if not with_states:
         return o_all, S, None
-    return o_all, S, torch.cat(states, 2).transpose(1, 2) if states else S.new_zeros(B, 0, H, K, V)
+    return o_all, S, torch.cat(states, 2).transpose(1, 2) if states else S.new_zeros(B, 0, H, K, d_v)

@@ -66,6 +66,7 @@ from deltalens.models.ops.common import (
     l2_normalize,
     prepare,
     renormalise_state,
+    scan_tokens,
 )
 from deltalens.models.ops.delta_rule_chunked import chunk_forward
 from deltalens.models.ops.delta_rule_native import native_delta_rule, native_delta_rule_with_states
@@ -136,31 +137,21 @@ def delta_rule_recurrence(
     """
     check_shapes(q, k, v, beta, initial_state)
     renorm_every = check_renorm_every(renorm_every)
-    B, T, H, K = q.shape
-    V = v.shape[-1]
     out_dtype = q.dtype
     q, k, v, beta = prepare(q, k, v, beta, scale, use_qk_l2norm_in_kernel)
 
-    S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.float()
-    outputs, states = [], []
-    for t in range(T):
+    def step(t: int, S: torch.Tensor) -> torch.Tensor:
         k_t, v_t, b_t = k[:, t], v[:, t], beta[:, t, :, None]  # (B, H, K), (B, H, V), (B, H, 1)
         v_old = torch.einsum("bhkv,bhk->bhv", S, k_t)  # S^T k: what S stores under k_t now
         u_t = b_t * (v_t - v_old)  # (B, H, V)
         S = S + torch.einsum("bhk,bhv->bhkv", k_t, u_t)  # (B, H, K, V)
         if renorm_every and (t + 1) % renorm_every == 0:
             S = renormalise_state(S)  # the non-linear step: unit Frobenius norm per (batch, head)
-        if edit is not None:
-            S = edit(t, S)
-        states.append(S)
-        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))  # o_t = S_t^T (scale q_t)
-    if T == 0:
-        o = v.new_zeros(B, 0, H, V)
-        all_states = v.new_zeros(B, 0, H, K, V)
-    else:
-        o = torch.stack(outputs, dim=1)  # (B, T, H, V)
-        all_states = torch.stack(states, dim=1)  # (B, T, H, K, V)
-    return o.to(out_dtype), (S if output_final_state else None), all_states
+        return S
+
+    # then edit(t, S_t), then o_t = S_t^T (scale q_t)
+    o, S, states = scan_tokens(step, q, initial_state, v.shape[-1], edit, out_dtype)
+    return o, (S if output_final_state else None), states
 
 
 # --------------------------------------------------------------------------------------------

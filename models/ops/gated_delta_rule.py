@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from deltalens.models.ops.common import StateEdit, check_shapes, check_state_every
+from deltalens.models.ops.common import StateEdit, check_shapes, check_state_every, scan_tokens
 from deltalens.models.ops.delta_rule import chunk_delta_rule, chunk_delta_rule_with_states
 from deltalens.models.ops.delta_rule_native import native_delta_rule, native_delta_rule_with_states
 from deltalens.models.ops.fla_kernels import fla_gated_delta_rule
@@ -105,26 +105,18 @@ def gated_delta_rule_recurrence(
     `edit(t, S) -> S`, read. Returns (o [B, T, H, V] in q's dtype, S_T or None, states [B, T, H, K, V]).
     """
     _check(q, k, v, beta, g, initial_state)
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    scale = K**-0.5 if scale is None else scale
-    out_dtype = q.dtype
-    q, k, v, beta = q.float() * scale, k.float(), v.float(), beta.float()
-    S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.float()
-    outputs, states = [], []
-    for t in range(T):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    qs, k, v, beta = q.float() * scale, k.float(), v.float(), beta.float()
+
+    def step(t: int, S: torch.Tensor) -> torch.Tensor:
         if g is not None:
             S = S * g[:, t].float().exp()[..., None, None]  # alpha_t S_{t-1}
         k_t = k[:, t]
         u_t = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k_t))
-        S = S + torch.einsum("bhk,bhv->bhkv", k_t, u_t)
-        if edit is not None:
-            S = edit(t, S)
-        states.append(S)
-        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
-    if T == 0:
-        return v.new_zeros(B, 0, H, V).to(out_dtype), (S if output_final_state else None), v.new_zeros(B, 0, H, K, V)
-    return (torch.stack(outputs, 1).to(out_dtype), (S if output_final_state else None), torch.stack(states, 1))
+        return S + torch.einsum("bhk,bhv->bhkv", k_t, u_t)
+
+    o, S, states = scan_tokens(step, qs, initial_state, v.shape[-1], edit, q.dtype)
+    return o, (S if output_final_state else None), states
 
 
 def _chunk_gated(q, k, v, beta, g, S, chunk_size: int, with_states: bool):

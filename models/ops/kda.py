@@ -26,9 +26,9 @@ from typing import Optional
 
 import torch
 
-from deltalens.models.ops.common import StateEdit, check_shapes, scan_chunks
+from deltalens.models.ops.common import StateEdit, check_shapes, scan_chunks, scan_tokens
 from deltalens.models.ops.precision import fp32_recurrence
-from deltalens.models.ops.replay import replay_segments
+from deltalens.models.ops.replay import replay_chunked
 
 __all__ = ["kda_recurrence", "chunk_kda", "replay_kda_with_state_edits"]
 
@@ -54,23 +54,15 @@ def kda_recurrence(
     beta [B, T, H], g [B, T, H, K]; per step: decay, delta update, `edit(t, S) -> S`, read.
     Returns (o [B, T, H, V] in q's dtype, S_T [B, H, K, V], states [B, T, H, K, V])."""
     _check(q, k, v, beta, g, initial_state)
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    scale = K**-0.5 if scale is None else scale
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
     qs, k, v, beta, alpha = q.float() * scale, k.float(), v.float(), beta.float(), g.float().exp()
-    S = q.new_zeros(B, H, K, V, dtype=torch.float32) if initial_state is None else initial_state.float()
-    outputs, states = [], []
-    for t in range(T):
+
+    def step(t: int, S: torch.Tensor) -> torch.Tensor:
         S = alpha[:, t, :, :, None] * S  # Diag(alpha_t) S_{t-1}
         u = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t]))
-        S = S + k[:, t, :, :, None] * u[:, :, None, :]
-        if edit is not None:
-            S = edit(t, S)
-        states.append(S)
-        outputs.append(torch.einsum("bhkv,bhk->bhv", S, qs[:, t]))
-    if T == 0:
-        return v.new_zeros(B, 0, H, V).to(q.dtype), S, v.new_zeros(B, 0, H, K, V)
-    return torch.stack(outputs, 1).to(q.dtype), S, torch.stack(states, 1)
+        return S + k[:, t, :, :, None] * u[:, :, None, :]
+
+    return scan_tokens(step, qs, initial_state, v.shape[-1], edit, q.dtype)
 
 
 def _chunk(q, k, v, beta, g, S, with_states: bool):
@@ -116,13 +108,9 @@ def chunk_kda(
     """KDA, chunked (module docstring); arguments as `kda_recurrence`. Returns (o [B, T, H, V] in q's
     dtype, S_T [B, H, K, V] fp32, every S_t [B, T, H, K, V] fp32 with with_states, else None)."""
     _check(q, k, v, beta, g, initial_state)
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    scale = K**-0.5 if scale is None else scale
-    S = q.new_zeros(B, H, K, V, dtype=torch.float32) if initial_state is None else initial_state.float()
-    heads_first = lambda x: x.float().transpose(1, 2)  # noqa: E731  (B, H, T, ...)
-    qh, kh, vh, bh, gh = heads_first(q * scale), heads_first(k), heads_first(v), heads_first(beta), heads_first(g)
-    o, S, all_states = scan_chunks(_chunk, (qh, kh, vh, bh, gh), S, chunk_size, with_states)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    inputs = (q * scale, k, v, beta, g)
+    o, S, all_states = scan_chunks(_chunk, inputs, initial_state, v.shape[-1], chunk_size, with_states)
     return o.to(q.dtype), S, all_states
 
 
@@ -133,11 +121,5 @@ def replay_kda_with_state_edits(
     """Continue KDA from every state a hook changed (replacement semantics, as
     `replay_gated_with_state_edits`): (o [B, T, H, V] in q's dtype, the trajectory followed [B, T, H, K, V])."""
 
-    def run_segment(start: int, stop: int, S: torch.Tensor) -> torch.Tensor:
-        q_s, k_s, v_s, beta_s, g_s = (x[:, start:stop] for x in (q, k, v, beta, g))
-        return chunk_kda(q_s, k_s, v_s, beta_s, g_s, initial_state=S, chunk_size=chunk_size, with_states=True)[2]
-
-    states = replay_segments(original_states, edited_states, run_segment)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    o = torch.einsum("bthkv,bthk->bthv", states, q.float() * scale)
-    return o.to(q.dtype), states
+    return replay_chunked(chunk_kda, (q, k, v, beta, g), original_states, edited_states, q, scale, chunk_size)

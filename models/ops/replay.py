@@ -3,7 +3,8 @@
 `replay_segments` is the bookkeeping every mixer of the family shares (which (sequence, step) a hook
 changed, and the segments between them); `replay_with_state_edits` runs it with the plain delta
 rule's chunked kernel (models/ops/delta_rule_chunked.py). The Gated DeltaNet / DeltaProduct form is
-`replay_gated_with_state_edits` in models/ops/gated_delta_rule.py.
+`replay_gated_with_state_edits` in models/ops/gated_delta_rule.py; `replay_chunked` runs it for the families
+whose chunked kernels are called one way (KDA, Comba, RWKV-7, the value-gated delta rule).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from deltalens.models.ops.common import check_renorm_every, check_shapes
 from deltalens.models.ops.delta_rule_chunked import chunk_forward
 from deltalens.models.ops.precision import fp32_recurrence
 
-__all__ = ["replay_segments", "replay_with_state_edits"]
+__all__ = ["replay_chunked", "replay_segments", "replay_with_state_edits"]
 
 
 def replay_segments(
@@ -58,6 +59,28 @@ def replay_segments(
             seg_states = torch.cat([seg_states[:, :-1], current[:, None]], dim=1)
         pieces.append(seg_states)
     return torch.cat(pieces, dim=1)
+
+
+def replay_chunked(
+    chunked: Callable[..., tuple[torch.Tensor, ...]],
+    inputs: tuple[torch.Tensor, ...],
+    original_states: torch.Tensor,
+    edited_states: torch.Tensor,
+    query: torch.Tensor,
+    scale: float,
+    chunk_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`replay_segments` with a family's chunked kernel, `chunked(*inputs, initial_state=S, chunk_size=C,
+    with_states=True) -> (o, S_T, every S_t)`, run on each segment's slice of `inputs` (B, T, ...); the read-out
+    o_t = S_t^T (scale query_t). Returns (o [B, T, H, V] in query's dtype, the trajectory followed [B, T, H, K, V])."""
+
+    def run_segment(start: int, stop: int, S: torch.Tensor) -> torch.Tensor:
+        part = (x[:, start:stop] for x in inputs)
+        return chunked(*part, initial_state=S, chunk_size=chunk_size, with_states=True)[2]
+
+    states = replay_segments(original_states, edited_states, run_segment)
+    o = torch.einsum("bthkv,bthk->bthv", states, query.float() * scale)
+    return o.to(query.dtype), states
 
 
 @fp32_recurrence

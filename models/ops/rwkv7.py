@@ -31,9 +31,9 @@ from typing import Optional
 
 import torch
 
-from deltalens.models.ops.common import StateEdit, scan_chunks
+from deltalens.models.ops.common import StateEdit, scan_chunks, scan_tokens
 from deltalens.models.ops.precision import fp32_recurrence
-from deltalens.models.ops.replay import replay_segments
+from deltalens.models.ops.replay import replay_chunked
 
 __all__ = ["rwkv7_recurrence", "chunk_rwkv7", "replay_rwkv7_with_state_edits"]
 
@@ -66,22 +66,14 @@ def rwkv7_recurrence(
     step: S_t = Diag(exp(w_t)) S_{t-1} - (kk_t * a_t)(kk_t^T S_{t-1}) + k_t v_t^T, `edit(t, S) -> S`, read.
     Returns (o [B, T, H, V] in r's dtype, S_T [B, H, K, V], states [B, T, H, K, V])."""
     _check(r, w, k, v, kk, a, initial_state)
-    B, T, H, K = r.shape
-    V = v.shape[-1]
     rs, decay, k, v, kk, a = r.float() * scale, w.float().exp(), k.float(), v.float(), kk.float(), a.float()
-    S = r.new_zeros(B, H, K, V, dtype=torch.float32) if initial_state is None else initial_state.float()
-    outputs, states = [], []
-    for t in range(T):
+
+    def step(t: int, S: torch.Tensor) -> torch.Tensor:
         removed = torch.einsum("bhkv,bhk->bhv", S, kk[:, t])  # kk_t^T S_{t-1}, before the decay
         S = decay[:, t, :, :, None] * S - (kk[:, t] * a[:, t])[..., None] * removed[:, :, None, :]
-        S = S + k[:, t, :, :, None] * v[:, t, :, None, :]
-        if edit is not None:
-            S = edit(t, S)
-        states.append(S)
-        outputs.append(torch.einsum("bhkv,bhk->bhv", S, rs[:, t]))
-    if T == 0:
-        return v.new_zeros(B, 0, H, V).to(r.dtype), S, v.new_zeros(B, 0, H, K, V)
-    return torch.stack(outputs, 1).to(r.dtype), S, torch.stack(states, 1)
+        return S + k[:, t, :, :, None] * v[:, t, :, None, :]
+
+    return scan_tokens(step, rs, initial_state, v.shape[-1], edit, r.dtype)
 
 
 def _pairs(x, y, G_row, G_col, mask):
@@ -136,14 +128,8 @@ def chunk_rwkv7(
     """RWKV-7, chunked (module docstring); arguments as `rwkv7_recurrence`. Returns (o [B, T, H, V] in r's
     dtype, S_T [B, H, K, V] fp32, every S_t [B, T, H, K, V] fp32 with with_states, else None)."""
     _check(r, w, k, v, kk, a, initial_state)
-    B, T, H, K = r.shape
-    V = v.shape[-1]
-    S = r.new_zeros(B, H, K, V, dtype=torch.float32) if initial_state is None else initial_state.float()
-    heads_first = lambda x: x.float().transpose(1, 2)  # noqa: E731  (B, H, T, ...)
-    rh, wh, kh, vh = heads_first(r.float() * scale), heads_first(w), heads_first(k), heads_first(v)
-    kkh = heads_first(kk)
-    bh = kkh * heads_first(a)
-    o, S, all_states = scan_chunks(_chunk, (rh, wh, kh, vh, kkh, bh), S, chunk_size, with_states)
+    inputs = (r.float() * scale, w, k, v, kk, kk.float() * a.float())  # b = kk * a, the removal key
+    o, S, all_states = scan_chunks(_chunk, inputs, initial_state, v.shape[-1], chunk_size, with_states)
     return o.to(r.dtype), S, all_states
 
 
@@ -155,10 +141,4 @@ def replay_rwkv7_with_state_edits(
     """Continue RWKV-7 from every state a hook changed (replacement semantics, as
     `replay_gated_with_state_edits`): (o [B, T, H, V] in r's dtype, the trajectory followed [B, T, H, K, V])."""
 
-    def run_segment(start: int, stop: int, S: torch.Tensor) -> torch.Tensor:
-        r_, w_, k_, v_, kk_, a_ = (x[:, start:stop] for x in (r, w, k, v, kk, a))
-        return chunk_rwkv7(r_, w_, k_, v_, kk_, a_, initial_state=S, chunk_size=chunk_size, with_states=True)[2]
-
-    states = replay_segments(original_states, edited_states, run_segment)
-    o = torch.einsum("bthkv,bthk->bthv", states, r.float() * scale)
-    return o.to(r.dtype), states
+    return replay_chunked(chunk_rwkv7, (r, w, k, v, kk, a), original_states, edited_states, r, scale, chunk_size)

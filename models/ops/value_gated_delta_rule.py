@@ -27,11 +27,11 @@ from typing import Optional
 import torch
 from einops import rearrange
 
-from deltalens.models.ops.common import StateEdit, check_shapes
+from deltalens.models.ops.common import StateEdit, check_shapes, scan_tokens
 from deltalens.models.ops.gated_delta_rule import chunk_gated_delta_rule
 from deltalens.models.ops.kernel_select import KernelChoice, select_kernel_for
 from deltalens.models.ops.precision import fp32_recurrence
-from deltalens.models.ops.replay import replay_segments
+from deltalens.models.ops.replay import replay_chunked
 
 __all__ = [
     "value_gated_delta_rule_recurrence",
@@ -66,25 +66,17 @@ def value_gated_delta_rule_recurrence(
     initial_state [B, H, K, V]. Per step: value gate, delta update, `edit(t, S) -> S`, read.
     Returns (o [B, T, H, V] in q's dtype, S_T or None, states [B, T, H, K, V] fp32)."""
     _check(q, k, v, beta, g, initial_state)
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    scale = K**-0.5 if scale is None else scale
-    out_dtype = q.dtype
-    q, k, v, beta = q.float() * scale, k.float(), v.float(), beta.float()
-    S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.float()
-    outputs, states = [], []
-    for t in range(T):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    qs, k, v, beta = q.float() * scale, k.float(), v.float(), beta.float()
+
+    def step(t: int, S: torch.Tensor) -> torch.Tensor:
         S = S * g[:, t].float().exp()[:, :, None, :]  # S_{t-1} Diag(gamma_t)
         k_t = k[:, t]
         u_t = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k_t))
-        S = S + torch.einsum("bhk,bhv->bhkv", k_t, u_t)
-        if edit is not None:
-            S = edit(t, S)
-        states.append(S)
-        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
-    if T == 0:
-        return v.new_zeros(B, 0, H, V).to(out_dtype), (S if output_final_state else None), v.new_zeros(B, 0, H, K, V)
-    return torch.stack(outputs, 1).to(out_dtype), (S if output_final_state else None), torch.stack(states, 1)
+        return S + torch.einsum("bhk,bhv->bhkv", k_t, u_t)
+
+    o, S, states = scan_tokens(step, qs, initial_state, v.shape[-1], edit, q.dtype)
+    return o, (S if output_final_state else None), states
 
 
 def spread(q, k, v, beta, g, initial_state=None):
@@ -156,14 +148,6 @@ def replay_value_gated_with_state_edits(
     models/ops/replay.py), its chunked kernel between the edits. Returns (o in q's dtype, the trajectory
     followed [B, T, H, K, V] fp32)."""
 
-    def run_segment(start: int, stop: int, S: torch.Tensor) -> torch.Tensor:
-        part = slice(start, stop)
-        return chunk_value_gated_delta_rule(
-            q[:, part], k[:, part], v[:, part], beta[:, part], g[:, part], initial_state=S, chunk_size=chunk_size,
-            with_states=True,
-        )[2]  # fmt: skip
-
-    states = replay_segments(original_states, edited_states, run_segment)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    o = torch.einsum("bthkv,bthk->bthv", states, q.float() * scale)
-    return o.to(q.dtype), states
+    inputs = (q, k, v, beta, g)
+    return replay_chunked(chunk_value_gated_delta_rule, inputs, original_states, edited_states, q, scale, chunk_size)
