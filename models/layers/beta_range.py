@@ -65,6 +65,15 @@ class BetaRangeMixin:
         self.beta_lo[heads, factors] = float(lo)
         self.beta_hi[heads, factors] = float(hi)
 
+    def _in_range(self, logit: torch.Tensor) -> torch.Tensor:
+        """lo + (hi - lo) * sigmoid(logit), in fp32 at least whatever the matmuls' dtype (it drives the recurrence:
+        models/ops/precision.py). logit (B, T, H[, n], ...): the range spreads over the axes after its own."""
+        wide = torch.promote_types(logit.dtype, torch.float32)
+        lo, hi = self.beta_lo.to(wide), self.beta_hi.to(wide)
+        spread = (1,) * (logit.ndim - 2 - lo.ndim)  # e.g. RWKV-7's a (B, T, H, d_k) over a per-head range
+        lo, hi = lo.view(*lo.shape, *spread), hi.view(*hi.shape, *spread)
+        return lo + (hi - lo) * torch.sigmoid(logit.to(wide))
+
     def reset_beta_range(self) -> None:
         """Back to the config's range: [0, 2] with allow_neg_eigval, else [0, 1]."""
         self.beta_lo.fill_(0.0)

@@ -14,10 +14,11 @@ from typing import Any, Optional
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from deltalens.core.errors import DeltalensError
 
-__all__ = ["Carry", "conv_with_carry", "keep_final", "keep_last", "replay_kept", "start_state"]
+__all__ = ["Carry", "conv_with_carry", "keep_final", "keep_last", "replay_kept", "silu_qkv", "start_state"]
 
 
 @dataclass
@@ -44,6 +45,14 @@ def conv_qkv(mixer: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return tuple(
         conv_with_carry(getattr(mixer, f"{n}_conv1d"), getattr(mixer, f"{n}_proj")(x), mixer.carry, n) for n in "qkv"
     )
+
+
+def silu_qkv(mixer: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v before the head split as fla's gated layers make them: through the short convolutions (conv +
+    SiLU, carried) where the mixer has `use_short_conv`, else SiLU of the projections."""
+    if mixer.use_short_conv:
+        return conv_qkv(mixer, x)
+    return F.silu(mixer.q_proj(x)), F.silu(mixer.k_proj(x)), F.silu(mixer.v_proj(x))
 
 
 def start_state(carry: Optional[Carry], state_edit, renorm_every: int = 0) -> Optional[torch.Tensor]:

@@ -30,11 +30,10 @@ from functools import partial
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from einops import rearrange
 from transformer_lens.hook_points import HookPoint
 
-from deltalens.models.layers.carry import conv_qkv, start_state
+from deltalens.models.layers.carry import silu_qkv, start_state
 from deltalens.models.layers.chunked_recurrence import chunked_recurrence
 from deltalens.models.layers.gated_delta_mixer import _GatedDeltaMixer
 from deltalens.models.ops.comba import chunk_comba, comba_recurrence, replay_comba_with_state_edits
@@ -64,10 +63,7 @@ class CombaMixer(_GatedDeltaMixer):
 
     def _qkv(self, x: torch.Tensor):
         """q, k, p (B, T, H, d_k), v (B, T, H, 1, d_v): projections, conv + SiLU, heads, correction, L2 norm."""
-        if self.use_short_conv:
-            q, k, v = conv_qkv(self, x)
-        else:
-            q, k, v = F.silu(self.q_proj(x)), F.silu(self.k_proj(x)), F.silu(self.v_proj(x))
+        q, k, v = silu_qkv(self, x)
         q, k = (rearrange(t, "b t (h d) -> b t h d", d=self.head_k_dim) for t in (q, k))
         p = (k * self.decay[:, None].sigmoid()).to(k.dtype)
         q = (q - self.D[:, None] * p).to(q.dtype)
@@ -82,10 +78,7 @@ class CombaMixer(_GatedDeltaMixer):
         q, k, p, v = self._qkv(x)
         q, k, p = self.hook_q(q), self.hook_k(k), self.hook_p(p)
         v = self._show(self.hook_v, v)
-        logit = self.hook_beta_logit(self.b_proj(x))  # (B, T, H)
-        wide = torch.promote_types(logit.dtype, torch.float32)  # beta in fp32 at least: it drives the recurrence
-        lo, hi = self.beta_lo.to(wide), self.beta_hi.to(wide)
-        beta = self.hook_beta(lo + (hi - lo) * torch.sigmoid(logit.to(wide)))
+        beta = self.hook_beta(self._in_range(self.hook_beta_logit(self.b_proj(x))))  # (B, T, H)
         g = self._log_decay(x)  # (B, T, H) fp32, through hook_gate
         o = self.hook_z(self._comba(q, k, v[:, :, :, 0], p, beta, g).to(x.dtype))  # (B, T, H, d_v)
         if self.carry is not None:

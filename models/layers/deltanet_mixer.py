@@ -159,16 +159,11 @@ class DeltaNetMixer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin, nn.M
         return q, k, v
 
     def _beta(self, x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        lo = self.beta_lo.to(like.dtype)
-        hi = self.beta_hi.to(like.dtype)
         if not self.use_beta:
             # fla: beta = 1 (x2 with allow_neg_eigval), i.e. sigmoid(+inf): the top of the range.
+            hi = self.beta_hi.to(like.dtype)
             return hi.expand(like.shape[0], like.shape[1], self.num_heads).clone()
-        logit = self.hook_beta_logit(self.b_proj(x))  # (B, T, H)
-        # beta in fp32 whatever the matmuls' dtype: it drives the recurrence (models/ops/precision.py)
-        wide = torch.promote_types(logit.dtype, torch.float32)
-        lo, hi = self.beta_lo.to(wide), self.beta_hi.to(wide)
-        return lo + (hi - lo) * torch.sigmoid(logit.to(wide))
+        return self._in_range(self.hook_beta_logit(self.b_proj(x)))  # (B, T, H)
 
     def _delta_rule(self, q, k, v, beta) -> torch.Tensor:
         """o (B, T, H, d_v): the recurrence, computing S_t only when something asks for it."""
@@ -231,10 +226,14 @@ class DeltaNetMixer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin, nn.M
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         beta = self.hook_beta(self._beta(x, like=q))  # (B, T, H)
         # in the residual stream's dtype: a hook that returned q in another dtype changes nothing after it
-        o = self.hook_z(self._delta_rule(q, k, v, beta).to(x.dtype))  # (B, T, H, d_v)
+        o = self.hook_z(self._mix(x, q, k, v, beta).to(x.dtype))  # (B, T, H, d_v)
         if self.carry is not None:
             self.carry.tokens += x.shape[1]
         return self._read_out(o, x)
+
+    def _mix(self, x: torch.Tensor, q, k, v, beta) -> torch.Tensor:
+        """o (B, T, H, d_v) from the hooked inputs; a variant with more inputs reads them off x here, after beta."""
+        return self._delta_rule(q, k, v, beta)
 
     def _read_out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # (..., H, d_v) -> (..., d_model)
         """o_proj(o_norm(o [, g_proj(x)])): per head, then linear (models/layers/head_results.py splits it)."""

@@ -40,7 +40,7 @@ from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.layers.beta_range import BetaRangeMixin, Index
-from deltalens.models.layers.carry import Carry, conv_qkv, keep_final, keep_last, replay_kept, start_state
+from deltalens.models.layers.carry import Carry, keep_final, keep_last, replay_kept, silu_qkv, start_state
 from deltalens.models.layers.head_results import HeadWeightViews
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, Recurrence
 from deltalens.models.layers.rms_norm import RMSNorm, RMSNormGated
@@ -160,10 +160,7 @@ class _GatedDeltaMixer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin, n
 
     def _qkv(self, x: torch.Tensor):
         """q (B, T, H, d_k); k, v (B, T, H, n, d): projections, conv + SiLU, heads, L2 norm, GVA repeat."""
-        if self.use_short_conv:
-            q, k, v = conv_qkv(self, x)
-        else:
-            q, k, v = F.silu(self.q_proj(x)), F.silu(self.k_proj(x)), F.silu(self.v_proj(x))
+        q, k, v = silu_qkv(self, x)
         q = l2_normalize(rearrange(q, "b t (h d) -> b t h d", d=self.head_k_dim))
         k = l2_normalize(rearrange(k, "b t (n h d) -> b t h n d", n=self.n_factors, d=self.head_k_dim))
         v = rearrange(v, "b t (n h d) -> b t h n d", n=self.n_factors, d=self.head_v_dim)
@@ -255,11 +252,7 @@ class _GatedDeltaMixer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin, n
         q = self.hook_q(q)
         k, v = self._show(self.hook_k, k), self._show(self.hook_v, v)
         logit = self._show(self.hook_beta_logit, rearrange(self.b_proj(x), "b t (n h) -> b t h n", n=self.n_factors))
-        wide = torch.promote_types(logit.dtype, torch.float32)  # beta in fp32 at least: it drives the recurrence
-        lo, hi = self.beta_lo.to(wide), self.beta_hi.to(wide)
-        if not self.factor_axis:
-            lo, hi = lo[:, None], hi[:, None]
-        beta = self._show(self.hook_beta, lo + (hi - lo) * torch.sigmoid(logit.to(wide)))  # (B, T, H, n)
+        beta = self._show(self.hook_beta, self._in_range(logit))  # (B, T, H, n)
         g = self._log_decay(x)
         # in the residual stream's dtype: a hook that returned q in another dtype changes nothing after it
         o = self.hook_z(self._delta_rule(q, k, v, beta, g).to(x.dtype))  # (B, T, H, d_v)

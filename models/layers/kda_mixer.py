@@ -35,7 +35,7 @@ from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.layers.beta_range import BetaRangeMixin
-from deltalens.models.layers.carry import Carry, conv_qkv, start_state
+from deltalens.models.layers.carry import Carry, silu_qkv, start_state
 from deltalens.models.layers.chunked_recurrence import chunked_recurrence
 from deltalens.models.layers.gated_delta_mixer import _GatedDeltaMixer
 from deltalens.models.layers.head_results import HeadWeightViews
@@ -220,10 +220,7 @@ class KDAMixer(KDARecurrenceMixin, nn.Module):
 
     def _qkv(self, x: torch.Tensor):
         """q, k (B, T, HV, d_k), v (B, T, HV, d_v): projections, conv + SiLU, heads, L2 norm, GVA repeat."""
-        if self.use_short_conv:
-            q, k, v = conv_qkv(self, x)
-        else:
-            q, k, v = F.silu(self.q_proj(x)), F.silu(self.k_proj(x)), F.silu(self.v_proj(x))
+        q, k, v = silu_qkv(self, x)
         q = l2_normalize(rearrange(q, "b t (h d) -> b t h d", d=self.head_k_dim))
         k = l2_normalize(rearrange(k, "b t (h d) -> b t h d", d=self.head_k_dim))
         v = rearrange(v, "b t (h d) -> b t h d", d=self.head_v_dim)
@@ -235,10 +232,7 @@ class KDAMixer(KDARecurrenceMixin, nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model) -> (B, T, d_model)
         q, k, v = self._qkv(x)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        logit = self.hook_beta_logit(self.b_proj(x))  # (B, T, H)
-        wide = torch.promote_types(logit.dtype, torch.float32)  # beta in fp32 at least: it drives the recurrence
-        lo, hi = self.beta_lo.to(wide), self.beta_hi.to(wide)
-        beta = self.hook_beta(lo + (hi - lo) * torch.sigmoid(logit.to(wide)))
+        beta = self.hook_beta(self._in_range(self.hook_beta_logit(self.b_proj(x))))  # (B, T, H)
         g = self._log_decay(x)  # (B, T, H, d_k) fp32, through hook_gate
         o = self.hook_z(self._delta_rule(q, k, v, beta, g).to(x.dtype))  # (B, T, H, d_v)
         if self.carry is not None:

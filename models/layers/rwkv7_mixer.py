@@ -167,10 +167,7 @@ class RWKV7Mixer(KDARecurrenceMixin, nn.Module):
             if v_first is None:
                 raise DeltalensError("an RWKV-7 layer beyond the first needs layer 0's values (v_first).")
             v = torch.lerp(v, v_first.to(v.dtype), self.v_lora(xv).sigmoid())
-        logit = self.hook_beta_logit(self._split(self.a_lora(xa), K))
-        wide = torch.promote_types(logit.dtype, torch.float32)  # a in fp32 at least: it drives the recurrence
-        lo, hi = self.beta_lo.to(wide)[:, None], self.beta_hi.to(wide)[:, None]
-        a = self.hook_beta(lo + (hi - lo) * torch.sigmoid(logit.to(wide)))  # (B, T, H, d_k)
+        a = self.hook_beta(self._in_range(self.hook_beta_logit(self._split(self.a_lora(xa), K))))  # (B, T, H, d_k)
         kk = self._split(k * self.k_k, K)
         kk = self.hook_kk(l2_normalize(kk) if self.fuse_norm else F.normalize(kk, dim=-1))
         k = self._split(k, K)

@@ -111,12 +111,6 @@ class ValueGatedDeltaNetMixer(DeltaNetMixer):
             )
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model) -> (B, T, d_model)
-        q, k, v = self._qkv(x)
-        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        beta = self.hook_beta(self._beta(x, like=q))  # (B, T, H)
-        g = self._log_gate(x)  # (B, T, H, d_v)
-        o = self.hook_z(self._value_gated_rule(q, k, v, beta, g).to(x.dtype))  # (B, T, H, d_v)
-        if self.carry is not None:
-            self.carry.tokens += x.shape[1]
-        return self._read_out(o, x)
+    def _mix(self, x: torch.Tensor, q, k, v, beta) -> torch.Tensor:  # DeltaNet's forward runs this
+        g = self._log_gate(x)  # (B, T, H, d_v), through hook_vgate (after hook_beta)
+        return self._value_gated_rule(q, k, v, beta, g)
