@@ -30,7 +30,7 @@ switches forgetting off).
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn as nn
@@ -56,6 +56,24 @@ from deltalens.models.ops.gated_delta_rule import (
 from deltalens.models.ops.kernel_select import select_kernel_for
 
 __all__ = ["GatedDeltaNetMixer", "DeltaProductMixer"]
+
+
+def ranged_gate(mixer: Any, g: torch.Tensor) -> torch.Tensor:
+    """g_t = log alpha_t (B, T, H[, d_k]) fp32 clamped into the mixer's gate range (gate_lo, gate_hi per head),
+    then through its hook_gate, shown as alpha_t: where a hook changed alpha (returned another tensor, or edited
+    it in place) the recurrence takes the log of its values, floored at fp32's tiniest (a zero gate stays finite)."""
+    lo, hi = mixer.gate_lo, mixer.gate_hi
+    if bool((lo > 0).any() or (hi < 1).any()):
+        spread = (1,) * (g.ndim - 3)  # KDA's per-channel g under a per-head range
+        g = torch.clamp(g, min=lo.log().view(*lo.shape, *spread), max=hi.log().view(*hi.shape, *spread))
+    if not mixer.hook_gate.has_hooks():  # nothing can edit it (and inference tensors have no _version)
+        return g
+    alpha = g.exp()
+    version = alpha._version
+    seen = mixer.hook_gate(alpha)
+    if seen is not alpha or alpha._version != version:  # a hook edited the gate: use its values
+        return seen.float().clamp_min(torch.finfo(torch.float32).tiny).log()
+    return g
 
 
 class _GatedDeltaMixer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
@@ -179,17 +197,7 @@ class _GatedDeltaMixer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin, n
         """g_t = log alpha_t (B, T, H) in fp32 through hook_gate and the gate clamp, or None."""
         if not self.use_decay:
             return None
-        g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
-        if bool((self.gate_lo > 0).any() or (self.gate_hi < 1).any()):
-            g = torch.clamp(g, min=self.gate_lo.log(), max=self.gate_hi.log())
-        alpha = g.exp()
-        if not self.hook_gate.has_hooks():  # nothing can edit it (and inference tensors have no _version)
-            return g
-        version = alpha._version
-        seen = self.hook_gate(alpha)
-        if seen is not alpha or alpha._version != version:  # a hook edited the gate: use its values
-            g = seen.float().clamp_min(torch.finfo(torch.float32).tiny).log()
-        return g
+        return ranged_gate(self, -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float()))
 
     def _delta_rule(self, q, k, v, beta, g) -> torch.Tensor:
         """o (B, T, H, d_v); the per-token states S_t only when a hook or an edit asks for them."""

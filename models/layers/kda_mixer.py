@@ -37,7 +37,7 @@ from deltalens.core.errors import DeltalensError
 from deltalens.models.layers.beta_range import BetaRangeMixin
 from deltalens.models.layers.carry import Carry, silu_qkv, start_state
 from deltalens.models.layers.chunked_recurrence import chunked_recurrence
-from deltalens.models.layers.gated_delta_mixer import _GatedDeltaMixer
+from deltalens.models.layers.gated_delta_mixer import _GatedDeltaMixer, ranged_gate
 from deltalens.models.layers.head_results import HeadWeightViews
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin
 from deltalens.models.layers.rms_norm import RMSNormGated
@@ -124,17 +124,7 @@ class KDARecurrenceMixin(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin)
 
     def _log_decay(self, x: torch.Tensor) -> torch.Tensor:
         """g_t = log alpha_t (B, T, H, d_k) in fp32 through the gate clamp and hook_gate (shown as alpha_t)."""
-        g = self._raw_log_decay(x).float()
-        if bool((self.gate_lo > 0).any() or (self.gate_hi < 1).any()):
-            g = torch.clamp(g, min=self.gate_lo.log()[:, None], max=self.gate_hi.log()[:, None])
-        if not self.hook_gate.has_hooks():
-            return g
-        alpha = g.exp()
-        version = alpha._version
-        seen = self.hook_gate(alpha)
-        if seen is not alpha or alpha._version != version:  # a hook edited the gate: use its values
-            g = seen.float().clamp_min(torch.finfo(torch.float32).tiny).log()
-        return g
+        return ranged_gate(self, self._raw_log_decay(x).float())
 
     def _delta_rule(self, q, k, v, beta, g) -> torch.Tensor:
         """o (B, T, H, d_v); the per-token states only when a hook or an edit asks for them."""
