@@ -4,20 +4,11 @@ S_{t-1} + beta_t k_t v_t^T, beta in [0, 1]); the model is models/lm/comba.py's H
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 from deltalens.models.families import delta_rule
 from deltalens.models.io.configs import CombaSettings
-from deltalens.models.io.footprint import fla_lm_weights, number
+from deltalens.models.io.footprint import fla_lm_weights
 from deltalens.models.registry import Family, register
-
-
-def _mixer_weights(config: dict[str, Any], hidden: float) -> float:
-    heads, head_dim = number(config, "num_heads", 1), number(config, "head_dim", 0)
-    value_heads = number(config, "num_v_heads", heads)
-    value = value_heads * head_dim * number(config, "expand_v", 1)
-    return delta_rule.projection_weights(config, hidden, heads * head_dim, value, factors=1)
-
 
 register(
     Family(
@@ -34,7 +25,7 @@ register(
         interventions=delta_rule.INTERVENTIONS + ", gate clamp",
         model_types=(CombaSettings.model_type,),
         settings=CombaSettings,
-        weights=partial(fla_lm_weights, defaults=CombaSettings.defaults, mixer=_mixer_weights),
+        weights=partial(fla_lm_weights, defaults=CombaSettings.defaults, mixer=delta_rule.grouped_value_weights),
         capabilities=(delta_rule.CAPABILITIES - {"householder"}) | {"gate", "decay"},  # alpha I - beta k p^T
         transition="alpha I - beta k p^T (a correction key p_t, hook_p)",
     )

@@ -4,20 +4,11 @@ and grouped value heads; the model is models/lm/gated_deltanet.py's HookedGatedD
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 from deltalens.models.families import delta_rule
 from deltalens.models.io.configs import GatedDeltaNetSettings
-from deltalens.models.io.footprint import fla_lm_weights, number
+from deltalens.models.io.footprint import fla_lm_weights
 from deltalens.models.registry import Family, register
-
-
-def _mixer_weights(config: dict[str, Any], hidden: float) -> float:
-    heads, head_dim = number(config, "num_heads", 1), number(config, "head_dim", 0)
-    value_heads = number(config, "num_v_heads", heads)
-    value = value_heads * head_dim * number(config, "expand_v", 1)
-    return delta_rule.projection_weights(config, hidden, heads * head_dim, value, factors=1)
-
 
 register(
     Family(
@@ -34,7 +25,9 @@ register(
         interventions=delta_rule.INTERVENTIONS + ", gate clamp",
         model_types=(GatedDeltaNetSettings.model_type,),
         settings=GatedDeltaNetSettings,
-        weights=partial(fla_lm_weights, defaults=GatedDeltaNetSettings.defaults, mixer=_mixer_weights),
+        weights=partial(
+            fla_lm_weights, defaults=GatedDeltaNetSettings.defaults, mixer=delta_rule.grouped_value_weights
+        ),
         capabilities=delta_rule.CAPABILITIES | {"gate", "decay"},
     )
 )
