@@ -10,20 +10,18 @@ import re
 from dataclasses import dataclass, replace
 
 from deltalens.core.errors import DeltalensError
-from deltalens.tasks.groups import VARIABLE_NAMES, Permutation, apply_permutation
+from deltalens.tasks.groups import VARIABLE_NAMES
 from deltalens.tasks.traces import (
     _INIT_LINE,
-    LINE_ACTION,
     LINE_OUTPUT,
     LINE_PRINT,
     PROMPT,
     LineInfo,
     Reveal,
     Trace,
-    _read_action,
-    _read_print,
     check_text_size,
     parse_trace,
+    replay_statements,
 )
 
 
@@ -76,36 +74,23 @@ def read_query_trace(text: str, group: str | None = None, action_set: str = "ful
     while n_init < len(lines) and _INIT_LINE.fullmatch(lines[n_init]):
         n_init += 1
     start = parse_trace("".join(lines[: max(n_init, 1)]) if text.strip() else text, group, action_set)  # inits
-    n, state = start.n, start.states[0]
+    n = start.n
     out, info = lines[:n_init], list(start.line_info)
-    actions: list[Permutation] = []
-    states, reveals, queries = [state], [], []
-    index = n_init
-    while index < len(lines):
-        line, lineno = lines[index], index + 1
-        if not line.startswith(PROMPT):
-            raise DeltalensError(f"line {lineno}: {line.rstrip()!r} is an output line with no print before it.")
-        printed = _read_print(line, n, lineno)
-        if printed is not None:
-            shown, one = printed
-            truth = tuple(state[v] for v in shown)
-            answered = index + 1 < len(lines) and not lines[index + 1].startswith(PROMPT)
-            given = _given_values(lines[index + 1], shown, bool(one), n, lineno + 1) if answered else None
-            replayed = (f"{VARIABLE_NAMES[shown[0]]} " if one else "") + " ".join(map(str, truth)) + "\n"
-            out += [line, lines[index + 1] if answered else replayed]
-            t = len(actions)
-            info += [LineInfo(LINE_PRINT, t, variables=shown), LineInfo(LINE_OUTPUT, t, variables=shown)]
-            reveals.append(Reveal(len(out) - 1, t, shown, truth))
-            queries.append(Query(len(out) - 1, shown, given, truth))
-            index += 2 if answered else 1
-            continue
-        p = _read_action(line, n, lineno)
-        actions.append(p)
-        state = apply_permutation(state, p)
-        states.append(state)
-        out.append(line)
-        info.append(LineInfo(LINE_ACTION, len(actions), action=len(actions) - 1))
-        index += 1
+    reveals: list[Reveal] = []
+    queries: list[Query] = []
+
+    def on_print(index: int, shown: tuple[int, ...], one: bool, state: tuple[int, ...], t: int) -> int:
+        truth = tuple(state[v] for v in shown)
+        answered = index + 1 < len(lines) and not lines[index + 1].startswith(PROMPT)
+        given = _given_values(lines[index + 1], shown, bool(one), n, index + 2) if answered else None
+        replayed = (f"{VARIABLE_NAMES[shown[0]]} " if one else "") + " ".join(map(str, truth)) + "\n"
+        out.extend([lines[index], lines[index + 1] if answered else replayed])
+        info.extend([LineInfo(LINE_PRINT, t, variables=shown), LineInfo(LINE_OUTPUT, t, variables=shown)])
+        reveals.append(Reveal(len(out) - 1, t, shown, truth))
+        queries.append(Query(len(out) - 1, shown, given, truth))
+        return 2 if answered else 1
+
+    actions, states = replay_statements(lines, n_init, n, start.states[0], info, on_print, out.append)
     spec = replace(start.spec, actions=max(1, len(actions)))
     trace = Trace(spec, seed=-1, lines=out, line_info=info, actions=actions, states=states, reveals=reveals)
     return trace, queries

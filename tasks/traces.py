@@ -36,6 +36,7 @@ import io
 import random
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Generic, Union
 
@@ -379,6 +380,40 @@ def _read_print(line: str, n: int, lineno: int) -> tuple[tuple[int, ...], bool] 
     return shown, one is not None
 
 
+def replay_statements(
+    lines: list[str],
+    index: int,
+    n: int,
+    state: tuple[int, ...],
+    info: list[LineInfo],
+    on_print: Callable[[int, tuple[int, ...], bool, tuple[int, ...], int], int],
+    on_action: Callable[[str], None] | None = None,
+) -> tuple[list[Permutation], list[tuple[int, ...]]]:
+    """Replay a transcript's statements from line `index` (after its n init lines) on `state`: each action
+    permutes it, its LineInfo appended to `info` and its line handed to on_action; each print goes to
+    on_print(index, shown, one, state, t) -> how many lines it takes (its output line, if any: the caller
+    judges it). An output line with no print before it is refused. Returns (actions, states from the start)."""
+    actions: list[Permutation] = []
+    states = [state]
+    while index < len(lines):
+        line, lineno = lines[index], index + 1
+        if not line.startswith(PROMPT):
+            raise DeltalensError(f"line {lineno}: {line.rstrip()!r} is an output line with no print before it.")
+        printed = _read_print(line, n, lineno)
+        if printed is not None:
+            index += on_print(index, *printed, state, len(actions))
+            continue
+        p = _read_action(line, n, lineno)
+        actions.append(p)
+        state = apply_permutation(state, p)
+        states.append(state)
+        info.append(LineInfo(LINE_ACTION, len(actions), action=len(actions) - 1))
+        if on_action is not None:
+            on_action(line)
+        index += 1
+    return actions, states
+
+
 def parse_trace(text: str, group: str | None = None, action_set: str = "full") -> Trace:
     """Rebuild a Trace, ground truth included, from a deterministic REPL transcript.
 
@@ -399,41 +434,23 @@ def parse_trace(text: str, group: str | None = None, action_set: str = "full") -
     if sorted(values) != list(range(1, n + 1)) or n < 2:
         raise DeltalensError(f"the trace's init lines must give its variables the values 1..n, got {values}.")
     spec = TraceSpec(group=group or f"S{n}", action_set=action_set, actions=1, spacing=None)
-    state = tuple(values)
     info = [LineInfo(LINE_INIT, 0, variables=(i,)) for i in range(n)]
-    actions: list[Permutation] = []
-    states = [state]
     reveals: list[Reveal] = []
-    index = n
-    while index < len(lines):
-        line, lineno = lines[index], index + 1
-        if not line.startswith(PROMPT):
-            raise DeltalensError(f"line {lineno}: {line.rstrip()!r} is an output line with no print before it.")
-        printed = _read_print(line, n, lineno)
-        if printed is not None:
-            shown, one = printed
-            expected = (
-                f"{VARIABLE_NAMES[shown[0]]} {state[shown[0]]}\n"
-                if one
-                else " ".join(str(state[v]) for v in shown) + "\n"
+
+    def on_print(index: int, shown: tuple[int, ...], one: bool, state: tuple[int, ...], t: int) -> int:
+        expected = (
+            f"{VARIABLE_NAMES[shown[0]]} {state[shown[0]]}\n" if one else " ".join(str(state[v]) for v in shown) + "\n"
+        )
+        if index + 1 >= len(lines) or lines[index + 1] != expected:
+            got = lines[index + 1].rstrip() if index + 1 < len(lines) else "nothing"
+            raise DeltalensError(
+                f"line {index + 2}: the print shows {got!r} but replaying the statements gives {expected.rstrip()!r}."
             )
-            if index + 1 >= len(lines) or lines[index + 1] != expected:
-                got = lines[index + 1].rstrip() if index + 1 < len(lines) else "nothing"
-                raise DeltalensError(
-                    f"line {lineno + 1}: the print shows {got!r} but replaying the statements gives "
-                    f"{expected.rstrip()!r}."
-                )
-            t = len(actions)
-            info += [LineInfo(LINE_PRINT, t, variables=shown), LineInfo(LINE_OUTPUT, t, variables=shown)]
-            reveals.append(Reveal(index + 1, t, shown, tuple(state[v] for v in shown)))
-            index += 2
-            continue
-        p = _read_action(line, n, lineno)
-        actions.append(p)
-        state = apply_permutation(state, p)
-        states.append(state)
-        info.append(LineInfo(LINE_ACTION, len(actions), action=len(actions) - 1))
-        index += 1
+        info.extend([LineInfo(LINE_PRINT, t, variables=shown), LineInfo(LINE_OUTPUT, t, variables=shown)])
+        reveals.append(Reveal(index + 1, t, shown, tuple(state[v] for v in shown)))
+        return 2
+
+    actions, states = replay_statements(lines, n, n, tuple(values), info, on_print)
     spec = replace(spec, actions=max(1, len(actions)))
     return Trace(spec, seed=-1, lines=lines, line_info=info, actions=actions, states=states, reveals=reveals)
 
