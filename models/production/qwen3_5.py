@@ -9,6 +9,7 @@ in_proj_a(x).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ from deltalens.models.production.family import LAYERS_3_1, ProductionFamily, tin
 from deltalens.models.production.hooked_gdn import HookedGatedDeltaNetLayer
 from deltalens.models.production.lm import HookedProductionLM
 
-__all__ = ["FAMILY", "HookedQwen3_5", "HookedQwen3_5GatedDeltaNet", "Qwen3_5Inputs"]
+__all__ = ["FAMILY", "HookedQwen3_5", "HookedQwen3_5GatedDeltaNet", "Qwen3_5Inputs", "tiny_multimodal"]
 
 
 class Qwen3_5Inputs:
@@ -57,13 +58,18 @@ class HookedQwen3_5GatedDeltaNet(Qwen3_5Inputs, HookedGatedDeltaNetLayer, modeli
     pass
 
 
-def _tiny_multimodal(text):
-    """The multimodal model around a tiny text tower: a one-block vision tower beside it."""
-    vision = dict(depth=1, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64)
-    config = Qwen3_5Config(text_config=text.to_dict(), vision_config=vision, image_token_id=300, video_token_id=301,
-                           vision_start_token_id=302, vision_end_token_id=303)  # fmt: skip
-    config._attn_implementation = "eager"
-    return modeling.Qwen3_5ForConditionalGeneration(config)
+def tiny_multimodal(config_class: Any, model_class: Any) -> Callable[[Any], Any]:
+    """text config -> the multimodal model around that tiny text tower, a one-block vision tower beside it
+    (Qwen3.5's and Qwen3.5-MoE's, built from their config and model classes)."""
+
+    def build(text):
+        vision = dict(depth=1, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64)
+        tokens = dict(image_token_id=300, video_token_id=301, vision_start_token_id=302, vision_end_token_id=303)
+        config = config_class(text_config=text.to_dict(), vision_config=vision, **tokens)
+        config._attn_implementation = "eager"
+        return model_class(config)
+
+    return build
 
 
 FAMILY = ProductionFamily(
@@ -73,7 +79,7 @@ FAMILY = ProductionFamily(
     linear_mixer=HookedQwen3_5GatedDeltaNet,
     layer_types=("linear_attention", "full_attention"),
     tiny=lambda vocab_size: Qwen3_5TextConfig(head_dim=16, **tiny_gdn_fields(vocab_size, LAYERS_3_1)),
-    tiny_multimodal=_tiny_multimodal,
+    tiny_multimodal=tiny_multimodal(Qwen3_5Config, modeling.Qwen3_5ForConditionalGeneration),
 )
 
 

@@ -14,7 +14,7 @@ from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5Moe
 from deltalens.models.production.family import LAYERS_3_1, ProductionFamily, tiny_gdn_fields
 from deltalens.models.production.hooked_gdn import HookedGatedDeltaNetLayer
 from deltalens.models.production.lm import HookedProductionLM
-from deltalens.models.production.qwen3_5 import Qwen3_5Inputs
+from deltalens.models.production.qwen3_5 import Qwen3_5Inputs, tiny_multimodal
 
 __all__ = ["FAMILY", "HookedQwen3_5Moe", "HookedQwen3_5MoeGatedDeltaNet"]
 
@@ -32,15 +32,6 @@ def _tiny(vocab_size: int) -> Qwen3_5MoeTextConfig:
     )  # fmt: skip
 
 
-def _tiny_multimodal(text):
-    """The multimodal model around a tiny text tower: a one-block vision tower beside it."""
-    vision = dict(depth=1, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64)
-    config = Qwen3_5MoeConfig(text_config=text.to_dict(), vision_config=vision, image_token_id=300,
-                              video_token_id=301, vision_start_token_id=302, vision_end_token_id=303)  # fmt: skip
-    config._attn_implementation = "eager"
-    return modeling.Qwen3_5MoeForConditionalGeneration(config)
-
-
 FAMILY = ProductionFamily(
     arch="qwen3_5_moe",
     lm_class=modeling.Qwen3_5MoeForCausalLM,
@@ -48,7 +39,7 @@ FAMILY = ProductionFamily(
     linear_mixer=HookedQwen3_5MoeGatedDeltaNet,
     layer_types=("linear_attention", "full_attention"),
     tiny=_tiny,
-    tiny_multimodal=_tiny_multimodal,
+    tiny_multimodal=tiny_multimodal(Qwen3_5MoeConfig, modeling.Qwen3_5MoeForConditionalGeneration),
 )
 
 
