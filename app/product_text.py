@@ -48,9 +48,10 @@ def span_sentence(report) -> str:
     row = _row(report, layer, head)
     decoded = f"decodes {row['decoded_accuracy']:.3f} of {unit} ({int(row['n_actions'])} in all)"
     fit, residual = _rep(row), _residual(row, report)
-    if row["implements"]:
+    standing = report.standing(row)
+    if standing == "implements":
         says = f"layer {layer} head {head} implements {what}: it {decoded}; best fit {fit}, {residual}."
-    elif row["faithful"] and row["decoded_accuracy"] >= report.accuracy_threshold:
+    elif standing == "loose":
         says = (
             f"layer {layer} head {head} {decoded} to the right permutation, but its products fit {fit} only "
             f"loosely ({residual}), so it does not count as implementing them, and no head does."

@@ -144,6 +144,15 @@ class ProductReport(Summary):
         row = self.heads.sort_values(["decoded_accuracy", "heldout_residual"], ascending=[False, True]).iloc[0]
         return int(row["layer"]), int(row["head"])
 
+    def standing(self, row: pd.Series) -> str:
+        """Where a head's row stands under the rule (module docstring): "implements"; "loose", faithful and
+        decoding at least accuracy_threshold but its products fitting loosely; or "none"."""
+        if row["implements"]:
+            return "implements"
+        if row["faithful"] and row["decoded_accuracy"] >= self.accuracy_threshold:
+            return "loose"
+        return "none"
+
     def verdict(self) -> str:
         found = self.tracking_head()
         if found is None:
@@ -155,9 +164,10 @@ class ProductReport(Summary):
             if self.span == "action"
             else ("the permutations composed between read-outs", "stretches between read-outs")
         )
-        if row["implements"]:
+        standing = self.standing(row)
+        if standing == "implements":
             says = f"Layer {layer} head {head} implements {what}"
-        elif row["faithful"] and row["decoded_accuracy"] >= self.accuracy_threshold:
+        elif standing == "loose":
             says = (
                 f"Layer {layer} head {head} decodes {what}, but not cleanly (median residual > "
                 f"{self.residual_threshold}), so no head implements them"
