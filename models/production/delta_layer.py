@@ -4,6 +4,7 @@ hooked recurrence, and the two ends of its forward that do not depend on the rul
     inputs(...)     the padding mask, the short convolution over q, k, v (transformers' own, reading and
                     updating its conv cache), the split, and q, k L2-normalised in fp32 (transformers normalises
                     inside its kernel, use_qk_l2norm_in_kernel) with v, as (B, T, heads, d) fp32
+    hooked_beta(x)  beta in its range from the family's logit, through hook_beta_logit and hook_beta
     finish(...)     the recurrent state carried in from the cache and back out, hook_z, the read-out
 
 A family module says where each input comes from (`_mixed_qkv`, `_beta_logit`, `_read_out`, `conv_forward`,
@@ -33,7 +34,11 @@ class TransformersDeltaLayer:
     layer_idx: int
     head_k_dim: int
     head_v_dim: int
+    hook_beta_logit: HookPoint
+    hook_beta: HookPoint
     hook_z: HookPoint
+    beta_lo: torch.Tensor
+    beta_hi: torch.Tensor
     carry: Optional[Carry]
 
     # ---- what a family supplies ------------------------------------------------------------------
@@ -67,6 +72,11 @@ class TransformersDeltaLayer:
         q = l2_normalize(q.reshape(B, T, -1, self.head_k_dim).float())
         k = l2_normalize(k.reshape(B, T, -1, self.head_k_dim).float())
         return x, q, k, v.reshape(B, T, -1, self.head_v_dim).float()
+
+    def hooked_beta(self, x: torch.Tensor) -> torch.Tensor:
+        """beta (B, T, H) fp32 = lo + (hi - lo) * sigmoid(the family's logit), through hook_beta_logit and hook_beta."""
+        logit = self.hook_beta_logit(self._beta_logit(x))
+        return self.hook_beta(self.beta_lo + (self.beta_hi - self.beta_lo) * torch.sigmoid(logit.float()))
 
     def finish(self, run: Callable[[], torch.Tensor], cache, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """`run()` (the recurrence, o as (B, T, H, d_v)) from the cache's state, the final state back into the

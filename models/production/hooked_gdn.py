@@ -96,8 +96,7 @@ class HookedGatedDeltaNetLayer(TransformersDeltaLayer, HeadWeightViews, BetaRang
         if repeat > 1:  # grouped value heads: every hook has the recurrence's heads on its head axis
             q, k = q.repeat_interleave(repeat, dim=2), k.repeat_interleave(repeat, dim=2)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        logit = self.hook_beta_logit(self._beta_logit(x))
-        beta = self.hook_beta(self.beta_lo + (self.beta_hi - self.beta_lo) * torch.sigmoid(logit.float()))
+        beta = self.hooked_beta(x)
         g = self._log_decay(x)  # (B, T, H) fp32, through hook_gate
 
         run = lambda: self._delta_rule(q, k[:, :, :, None], v[:, :, :, None], beta[..., None], g)  # noqa: E731

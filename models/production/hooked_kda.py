@@ -67,8 +67,7 @@ class HookedKimiDeltaAttention(TransformersDeltaLayer, KDARecurrenceMixin):
     def forward(self, hidden_states: torch.Tensor, cache=None, attention_mask=None, **kwargs) -> torch.Tensor:
         x, q, k, v = self.inputs(hidden_states, cache, attention_mask, kwargs)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        logit = self.hook_beta_logit(self._beta_logit(x))
-        beta = self.hook_beta(self.beta_lo + (self.beta_hi - self.beta_lo) * torch.sigmoid(logit.float()))
+        beta = self.hooked_beta(x)
         g = self._log_decay(x)  # (B, T, H, d_k) fp32, through hook_gate
 
         return self.finish(lambda: self._delta_rule(q, k, v, beta, g), cache, x, hidden_states.dtype)
