@@ -69,7 +69,7 @@ def main() -> None:
     batch = {"tokens": tokens, "lengths": torch.full((B,), T)}
     positions = torch.zeros(B, T, dtype=torch.bool)
     positions[:, args.every - 1 :: args.every] = True
-    H, K, V = model.n_heads, model.d_k, model.d_v
+    H, K, V = model.cfg.n_heads, model.cfg.d_k, model.cfg.d_v
     layer_states = B * T * H * K * V * 4
     kept_states = int(positions.sum()) * H * K * V * 4
 

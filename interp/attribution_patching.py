@@ -40,7 +40,7 @@ from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.attribution_runs import SiteNames, attribution_runs
 from deltalens.interp.patching import PatchGrid, _check_site, tokens_of
-from deltalens.models.architecture import architecture_of, is_delta_rule, n_heads_of, n_layers_of, require_householder
+from deltalens.models.architecture import architecture_of, is_delta_rule, require_householder
 
 __all__ = ["AttributionResult", "attribution_patching", "attribution_of_intervention", "state_adjoint", "reveal_margin"]
 
@@ -161,7 +161,7 @@ def state_adjoint(q, k, beta, log_gate, grad_z, scale: Optional[float] = None) -
 
 
 def _names(model, sites: Sequence[str]) -> dict[str, list[str]]:
-    L = n_layers_of(model)
+    L = model.cfg.n_layers
     needed = {site: [] for site in sites}
     for site in sites:
         for layer in range(L):
@@ -235,7 +235,7 @@ def attribution_patching(
     clean_t, corrupt_t = tokens_of(clean).to(device), tokens_of(corrupt).to(device)
     if clean_t.shape != corrupt_t.shape:
         raise DeltalensError(f"clean {tuple(clean_t.shape)} and corrupt {tuple(corrupt_t.shape)} runs must match.")
-    L, delta = n_layers_of(model), is_delta_rule(architecture_of(model))
+    L, delta = model.cfg.n_layers, is_delta_rule(architecture_of(model))
     hooks = model.hook_dict  # a hybrid's layers without a site are left out (NaN rows in its grid)
     want_state = "state" in sites
     grad_sites = tuple(s for s in sites if s != "state") + (("z",) if want_state and "z" not in sites else ())
@@ -266,7 +266,7 @@ def attribution_patching(
 
         if "state" in sites and not delta:
             raise DeltalensError("only the delta rule has a matrix state to attribute.")
-        shape = (L, n_heads_of(model), corrupt_t.shape[1])
+        shape = (L, model.cfg.n_heads, corrupt_t.shape[1])
         grids = {site: _site_grid(model, site, names.keep, runs, shape) for site in sites}
         seconds = time.perf_counter() - start
     finally:
@@ -302,7 +302,7 @@ def attribution_of_intervention(model, batch: dict, build, metric: Optional[Metr
     (2, 4)
     """
     metric = reveal_margin(batch) if metric is None else metric
-    L, H = n_layers_of(model), n_heads_of(model)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
     plans = {(layer, head): build(model, layer, head) for layer in range(L) for head in range(H)}
     names = {name for iv in plans.values() for name, _ in iv.hooks}
     state_layers = {int(n.split(".")[1]) for n in names if n.endswith("hook_state")}

@@ -61,8 +61,6 @@ from deltalens.models.architecture import (
     article_of,
     delta_layers_of,
     is_delta_rule,
-    n_heads_of,
-    n_layers_of,
     require_delta_rule,
 )
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, StateTap
@@ -153,8 +151,8 @@ def capture(
         labels=labels,
         states=states,
         n_traces=B,
-        n_layers=n_layers_of(model),
-        n_heads=n_heads_of(model),
+        n_layers=model.cfg.n_layers,
+        n_heads=model.cfg.n_heads,
         lengths=lengths.cpu(),
         logits=logits,
         estimated_bytes=plan.result_bytes,
@@ -193,8 +191,8 @@ def _finished_on_disk(model, sink, plan, labels, states, lengths, to) -> Capture
     meta = {
         "arch": architecture_of(model),
         "n_traces": int(lengths.shape[0]),
-        "n_layers": n_layers_of(model),
-        "n_heads": n_heads_of(model),
+        "n_layers": model.cfg.n_layers,
+        "n_heads": model.cfg.n_heads,
         "rows": len(labels["trace"]),
         "estimated_bytes": plan.result_bytes,
         "slices": plan.slices,
@@ -255,7 +253,7 @@ def _labels(batch, trace: torch.Tensor, position: torch.Tensor) -> tuple[dict[st
 
 
 def _checked_layers(layers: Sequence[int], model) -> set[int]:
-    n = n_layers_of(model)
+    n = model.cfg.n_layers
     if isinstance(layers, int):
         layers = [layers]
     out = set()

@@ -19,7 +19,6 @@ from deltalens.models.architecture import (
     article_of,
     delta_layers_of,
     is_delta_rule,
-    n_layers_of,
     require_delta_rule,
 )
 from deltalens.models.registry import family
@@ -39,15 +38,15 @@ def residual_names(model) -> list[str]:
     """hook_embed, then each layer's output: what a residual-stream probe reads, in depth order."""
     arch = architecture_of(model)
     site = "hook_hidden" if arch == "lstm" else "hook_resid_post"
-    return ["hook_embed"] + [f"blocks.{layer}.{site}" for layer in range(n_layers_of(model))]
+    return ["hook_embed"] + [f"blocks.{layer}.{site}" for layer in range(model.cfg.n_layers)]
 
 
 def site_layers(model, name: str) -> list[int]:
     """The layers with blocks.{l}.attn.hook_{name} (a hybrid's attention layers have no beta or state)."""
     hooks = getattr(model, "hook_dict", None)
     if hooks is None:  # a model without a hook table: the delta-rule layers for the delta rule's hooks
-        return delta_layers_of(model) if name in DELTA_RULE_ONLY else list(range(n_layers_of(model)))
-    return [layer for layer in range(n_layers_of(model)) if f"blocks.{layer}.attn.hook_{name}" in hooks]
+        return delta_layers_of(model) if name in DELTA_RULE_ONLY else list(range(model.cfg.n_layers))
+    return [layer for layer in range(model.cfg.n_layers) if f"blocks.{layer}.attn.hook_{name}" in hooks]
 
 
 def expand_names(model, names: Iterable[str]) -> list[str]:

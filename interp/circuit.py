@@ -28,7 +28,7 @@ import torch
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
-from deltalens.models.architecture import architecture_of, article_of, is_delta_rule, n_heads_of, n_layers_of
+from deltalens.models.architecture import architecture_of, article_of, is_delta_rule
 
 __all__ = [
     "HeadAttribution",
@@ -126,7 +126,7 @@ def head_attribution(model, clean: dict, corrupt: dict) -> HeadAttribution:
     from deltalens.interp.trace_pairs import reveal_metric
 
     sites = attribution_sites(model)
-    L, H = n_layers_of(model), n_heads_of(model)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
     rows = [{"layer": layer, "head": head} for layer in range(L) for head in range(H)]
     frame = pd.DataFrame(rows)
     dla_error = float("nan")

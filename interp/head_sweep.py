@@ -33,8 +33,6 @@ from deltalens.interp.interventions import (
 )
 from deltalens.models.architecture import (
     architecture_of,
-    n_heads_of,
-    n_layers_of,
     require_delta_rule,
     require_householder,
 )
@@ -169,8 +167,8 @@ def sweep(
     name, build = _builder(model, intervention, pieces, factor)
     n_traces = sum(int(p["tokens"].shape[0]) for p in pieces)
     baseline = reveal_accuracy(model, pieces)
-    layers = getattr(model, "delta_layers", None) or range(n_layers_of(model))  # a hybrid: its delta-rule layers
-    heads = [(layer, head) for layer in layers for head in range(n_heads_of(model))]
+    layers = getattr(model, "delta_layers", None) or range(model.cfg.n_layers)  # a hybrid: its delta-rule layers
+    heads = [(layer, head) for layer in layers for head in range(model.cfg.n_heads)]
     rows = [] if done is None else done.to_dict(orient="records")
     finished = {(int(r["layer"]), int(r["head"])) for r in rows}
     estimate = None

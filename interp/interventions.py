@@ -50,8 +50,6 @@ from deltalens.models.architecture import (
     architecture_of,
     article_of,
     is_delta_rule,
-    n_heads_of,
-    n_layers_of,
     require_delta_rule,
 )
 
@@ -114,7 +112,7 @@ NO_INTERVENTION = Intervention("none")
 
 
 def _check_head(model, layer: int, head: int | None) -> None:
-    n_layers, n_heads = n_layers_of(model), n_heads_of(model)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
         raise DeltalensError(f"layer {layer!r} is out of range: this model has layers 0..{n_layers - 1}.")
     if head is not None and (isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < n_heads):
@@ -370,7 +368,7 @@ def ablate_head(
         raise DeltalensError(f"ablation site must be 'z' (the head's read-out) or 'state' (S_t), got {site!r}.")
     names = expand_names(model, [site])  # raises for an LSTM (no heads) or a state outside DeltaNet
     _check_head(model, layer, head)
-    name = f"blocks.{layer % n_layers_of(model)}.attn.hook_{site}"
+    name = f"blocks.{layer % model.cfg.n_layers}.attn.hook_{site}"
     if name not in names:  # a hybrid's softmax-attention layer has no state
         layers = sorted({int(n.split(".")[1]) for n in names})
         raise DeltalensError(f"layer {layer} has no hook_{site}; the layers that have one are {layers}.")

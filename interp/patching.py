@@ -35,7 +35,7 @@ from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture_names import site_layers
-from deltalens.models.architecture import architecture_of, is_delta_rule, n_heads_of, n_layers_of
+from deltalens.models.architecture import architecture_of, is_delta_rule
 
 __all__ = ["PatchGrid", "patch_heads", "path_patch", "patch_grid_figure", "tokens_of"]
 
@@ -100,7 +100,7 @@ def _device(model) -> torch.device:
 
 def _check_site(model, site: str, what: str = "site") -> None:
     arch = architecture_of(model)
-    if arch == "lstm" or not n_heads_of(model):
+    if arch == "lstm" or not model.cfg.n_heads:
         raise DeltalensError("an LSTM has no heads to patch; patch its hidden state with patch_activation instead.")
     allowed = DELTA_SITES if is_delta_rule(arch) else TRANSFORMER_SITES
     if site not in allowed:
@@ -112,10 +112,10 @@ def _hook_name(layer: int, site: str) -> str:
 
 
 def _check_head(model, layer: int, head: int, what: str) -> None:
-    if not (0 <= layer < n_layers_of(model) and 0 <= head < n_heads_of(model)):
+    if not (0 <= layer < model.cfg.n_layers and 0 <= head < model.cfg.n_heads):
         raise DeltalensError(
             f"the {what} (layer {layer}, head {head}) is outside this model's "
-            f"{n_layers_of(model)} layers x {n_heads_of(model)} heads."
+            f"{model.cfg.n_layers} layers x {model.cfg.n_heads} heads."
         )
 
 
@@ -243,7 +243,7 @@ def patch_heads(
     clean_t, corrupt_t = tokens_of(clean).to(_device(model)), tokens_of(corrupt).to(_device(model))
     if clean_t.shape != corrupt_t.shape:
         raise DeltalensError(f"clean {tuple(clean_t.shape)} and corrupt {tuple(corrupt_t.shape)} runs must match.")
-    L, H, T = n_layers_of(model), n_heads_of(model), clean_t.shape[1]
+    L, H, T = model.cfg.n_layers, model.cfg.n_heads, clean_t.shape[1]
     was_training = model.training
     model.eval()
     try:
@@ -333,7 +333,7 @@ def path_patch(
     clean_t, corrupt_t = tokens_of(clean).to(_device(model)), tokens_of(corrupt).to(_device(model))
     if clean_t.shape != corrupt_t.shape:
         raise DeltalensError(f"clean {tuple(clean_t.shape)} and corrupt {tuple(corrupt_t.shape)} runs must match.")
-    L, H = n_layers_of(model), n_heads_of(model)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
     senders = [(layer, head) for layer in range(r_layer) for head in range(H)] if sender is None else [tuple(sender)]
     for s_layer, s_head in senders:
         _check_head(model, s_layer, s_head, "sender")

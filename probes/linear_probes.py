@@ -48,7 +48,7 @@ from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import Capture, capture
-from deltalens.models.architecture import architecture_of, article_of, n_heads_of, n_layers_of
+from deltalens.models.architecture import architecture_of, article_of
 from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = ["ProbeReport", "linear_probes", "probe_sites", "probe_accuracy_figure"]
@@ -124,7 +124,7 @@ def probe_sites(source, sites: Sequence[str] | None = None) -> list[tuple[str, s
         arch, n_layers, n_heads = source.arch, source.n_layers, source.n_heads
         has: set[str] = set(source.names)
     else:
-        arch, n_layers, n_heads = architecture_of(source), n_layers_of(source), n_heads_of(source)
+        arch, n_layers, n_heads = architecture_of(source), source.cfg.n_layers, source.cfg.n_heads
         has = set(getattr(source, "hook_dict", {}))
     # the layers with a matrix state: a hybrid's delta-rule (and M²RNN) layers, not its attention layers
     layers = [l for l in range(n_layers) if f"blocks.{l}.attn.hook_state" in has]

@@ -272,7 +272,7 @@ def main() -> None:
     article = article_of(checkpoint.arch)
     delta = is_delta_rule(checkpoint.arch)
     controls = Controls(PAGE, checkpoint)
-    n_layers, n_heads = checkpoint.model.cfg.n_layers, getattr(checkpoint.model.cfg, "n_heads", 0)
+    n_layers, n_heads = checkpoint.model.cfg.n_layers, checkpoint.model.cfg.n_heads
     if checkpoint.arch == "lstm" or not n_heads:
         st.info(f"{article} has no attention heads: there is no per-head circuit to draw; try a DeltaNet checkpoint.")
         return

@@ -26,7 +26,7 @@ from deltalens.interp.head_sweep import sweep_figure
 from deltalens.interp.intervention_kinds import KINDS as RECORDS
 from deltalens.interp.intervention_kinds import applicable, lacks
 from deltalens.interp.interventions import ablate_head, patch_state, reveal_accuracy
-from deltalens.models.architecture import is_delta_rule, n_heads_of, n_layers_of
+from deltalens.models.architecture import is_delta_rule
 from deltalens.tasks.traces import generate_trace
 from deltalens.training.evaluate import trace_predictions
 
@@ -108,7 +108,7 @@ def ranked_sweep(checkpoint, kind: str, options, slot):
         return None
     name, setting = named
     factor = options["factor"] if RECORD_OF[kind].per_factor else None
-    total = len(sweep_layers(checkpoint.model)) * n_heads_of(checkpoint.model)
+    total = len(sweep_layers(checkpoint.model)) * checkpoint.model.cfg.n_heads
     bar = None if is_cached_sweep(checkpoint, SWEEP_TRACES, name, factor) else slot.progress(0.0)
     done = []
 
@@ -187,8 +187,8 @@ def controls_row(checkpoint, controls: Controls):
         options["factor"] = None if choice == "all" else int(choice)
     options.update(more_controls(controls, kind, deltanet, int(seed)))
     ranked = ranked_sweep(checkpoint, kind, options, st.empty())
-    layers = sweep_layers(model) if deltanet else range(n_layers_of(model))
-    heads_all = [(layer, head) for layer in layers for head in range(n_heads_of(model))]
+    layers = sweep_layers(model) if deltanet else range(model.cfg.n_layers)
+    heads_all = [(layer, head) for layer in layers for head in range(model.cfg.n_heads)]
     first = heads_all[-1] if ranked is None else ranked.highlight()
     options["heads"] = controls.widget(
         st.multiselect,

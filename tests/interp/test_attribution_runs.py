@@ -13,7 +13,7 @@ SITES = ("z", "beta")
 
 def straightforward(model, clean, corrupt, metric, sites=SITES):
     """Clean forward (cached), corrupted forward, backward to the hooked activations, (clean - corrupt) . grad."""
-    names = [f"blocks.{layer}.attn.hook_{s}" for s in sites for layer in range(model.n_layers)]
+    names = [f"blocks.{layer}.attn.hook_{s}" for s in sites for layer in range(model.cfg.n_layers)]
     with torch.no_grad():
         clean_logits, cache = model.run_with_cache(clean, names_filter=lambda name: name in names)
     acts = {}
@@ -28,7 +28,7 @@ def straightforward(model, clean, corrupt, metric, sites=SITES):
     grids = {}
     for s in sites:
         per_layer = []
-        for layer in range(model.n_layers):
+        for layer in range(model.cfg.n_layers):
             name = f"blocks.{layer}.attn.hook_{s}"
             cell = grads[name].double() * (cache[name].double() - acts[name].detach().double())
             per_layer.append(cell.reshape(*cell.shape[:3], -1).sum(-1).sum(0).T)  # (H, T)

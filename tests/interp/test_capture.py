@@ -58,7 +58,7 @@ def test_values_match_run_with_cache(hand, ragged):
     for name in cap.names:
         assert torch.allclose(cap[name], cache[name][t, p].float(), atol=1e-4)  # states are ~30
     state = cap["blocks.1.attn.hook_state"]
-    assert state.shape == (len(cap), 2, hand.model.d_k, hand.model.d_v)
+    assert state.shape == (len(cap), 2, hand.model.cfg.d_k, hand.model.cfg.d_v)
     padded = cap.padded("blocks.1.attn.hook_beta")
     real = torch.arange(padded.shape[1])[None] < ragged["lengths"][:, None]
     assert torch.allclose(padded[real], cache["blocks.1.attn.hook_beta"][real])

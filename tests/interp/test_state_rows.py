@@ -66,7 +66,7 @@ def model_and_batch():
 def test_a_reveal_capture_never_builds_every_position_s_state(model_and_batch):
     model, batch = model_and_batch
     B, T = batch["tokens"].shape
-    H, K, V = model.n_heads, model.d_k, model.d_v
+    H, K, V = model.cfg.n_heads, model.cfg.d_k, model.cfg.d_v
     recorder = _Shapes()
     with recorder:
         kept = capture(model, batch, names="state", layers=[1], kinds=TokenKind.REVEAL)
@@ -111,10 +111,10 @@ def test_every_delta_rule_family_keeps_only_the_tapped_rows(arch):
     recorder = _Shapes()
     with recorder:
         kept = capture(model, batch, names="state", positions=positions)
-    H, K, V = model.n_heads, model.d_k, model.d_v
+    H, K, V = model.cfg.n_heads, model.cfg.d_k, model.cfg.d_v
     assert [s for s in recorder.shapes if len(s) == 5 and s[2:] == (H, K, V) and s[1] >= 9] == []
     everything = capture(model, batch, names="state")
     rows = positions[everything.labels["trace"], everything.labels["position"]]
-    for layer in range(model.n_layers):
+    for layer in range(model.cfg.n_layers):
         name = f"blocks.{layer}.attn.hook_state"
         assert torch.allclose(kept[name], everything[name][rows], atol=1e-6), name

@@ -205,7 +205,7 @@ def test_hooks_replay_the_recurrence_and_a_state_edit_propagates_exactly():
     toks = _tokens(50)
     with torch.no_grad():
         plain, cache = ours.run_with_cache(toks)
-    for layer in range(ours.n_layers):
+    for layer in range(ours.cfg.n_layers):
         q, k, v, p, beta, alpha = (cache[name, layer] for name in ("q", "k", "v", "p", "beta", "gate"))
         assert p.shape == q.shape == k.shape == (2, 50, 2, 8) and beta.max() <= 1.0
         cosine = (p * k).sum(-1) / (p.norm(dim=-1) * k.norm(dim=-1))
@@ -245,14 +245,14 @@ def test_the_census_eigenvalue_is_the_transition_s_exact_smallest():
     result = dl.census(ours, toks)
     with torch.no_grad():
         _, cache = ours.run_with_cache(toks)
-    for layer in range(ours.n_layers):
+    for layer in range(ours.cfg.n_layers):
         k, p, beta, alpha = (cache[name, layer] for name in ("k", "p", "beta", "gate"))
         eye = torch.eye(k.shape[-1])
         A = alpha[..., None, None] * eye - beta[..., None, None] * k[..., :, None] * p[..., None, :]
         eig = torch.linalg.eigvals(A.double())
         assert eig.imag.abs().max() < 1e-6  # real: a scaled identity plus a rank-one term
         smallest = eig.real.amin(-1)  # (B, T, H)
-        for head in range(ours.n_heads):
+        for head in range(ours.cfg.n_heads):
             row = result.heads.set_index(["layer", "head"]).loc[(layer, head)]
             assert row["min_decayed_eigenvalue"] == pytest.approx(float(smallest[..., head].min()), abs=1e-5)
             assert not np.isnan(row["min_eigenvalue"])

@@ -38,8 +38,8 @@ def test_hook_names_and_shapes(arch, gated):
     assert cache[a + "hook_q"].shape == (B, T, H, K)
     assert cache[a + "hook_k"].shape == (B, T, H, *n, K)
     assert cache[a + "hook_beta"].shape == (B, T, H, *n)
-    assert cache[a + "hook_state"].shape == (B, T, H, K, model.d_v)
-    assert cache[a + "hook_z"].shape == (B, T, H, model.d_v)
+    assert cache[a + "hook_state"].shape == (B, T, H, K, model.cfg.d_v)
+    assert cache[a + "hook_z"].shape == (B, T, H, model.cfg.d_v)
     if gated:
         alpha = cache[a + "hook_gate"]
         assert alpha.shape == (B, T, H) and bool(((alpha > 0) & (alpha <= 1)).all())
@@ -75,7 +75,7 @@ def test_hook_state_is_the_recurrence_state_and_o_reads_it(tiny_models):
         output_final_state=True,
     )
     assert (S_all - states[:, t]).abs().max() <= 1e-5
-    o = torch.einsum("bhkv,bhk->bhv", states[:, t], q[:, t]) * model.d_k**-0.5
+    o = torch.einsum("bhkv,bhk->bhv", states[:, t], q[:, t]) * model.cfg.d_k**-0.5
     assert (o - cache[a + "hook_z"][:, t]).abs().max() <= 1e-5
 
 

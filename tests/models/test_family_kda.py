@@ -252,7 +252,7 @@ def test_every_layer_s_hooks_replay_fla_naive_kda_and_an_edit_propagates_exactly
     toks = _tokens(50)
     with torch.no_grad():
         plain, cache = ours.run_with_cache(toks)
-    for layer in range(ours.n_layers):
+    for layer in range(ours.cfg.n_layers):
         q, k, v, beta, alpha = (cache[name, layer] for name in ("q", "k", "v", "beta", "gate"))
         assert q.shape == (2, 50, 4, 8) and alpha.shape == (2, 50, 4, 8) and v.shape == (2, 50, 4, 16)
         assert alpha.std(-1).max() > 1e-3 and beta.max() > 1.0  # per-channel decay; beta beyond 1
@@ -334,7 +334,7 @@ def test_census_effective_attention_and_chunks_run_on_it():
     assert row(1, 2)["min_eigenvalue"] == pytest.approx(factor, abs=1e-5)
     assert result.heads["effective_rank"].between(1, 8).all()
 
-    for layer in range(ours.n_layers):
+    for layer in range(ours.cfg.n_layers):
         A_eff = dl.effective_attention(ours, toks, layer, cache=cache)  # (B, H, query, key)
         z = cache["z", layer]
         rebuilt = torch.einsum("bhqk,bkhd->bqhd", A_eff, cache["v", layer])

@@ -251,7 +251,7 @@ def _gradients(model, toks, token_by_token: bool) -> dict[str, torch.Tensor]:
     the token-by-token one."""
     model.zero_grad()
     with contextlib.ExitStack() as stack:
-        for layer in range(model.n_layers) if token_by_token else ():
+        for layer in range(model.cfg.n_layers) if token_by_token else ():
             stack.enter_context(model.state_edit(layer, lambda t, S: S))
         model(toks, return_type="loss").backward()
     return {key: p.grad.clone() for key, p in model.named_parameters()}
@@ -293,7 +293,7 @@ def test_hooks_replay_the_recurrence_the_final_state_is_fla_s_cache_and_an_edit_
     with torch.no_grad(), fla_runs_on_cpu():
         fla_cache = theirs(toks, use_cache=True).past_key_values
     names = ("q", "gate", "k", "v", "kk", "beta")
-    for layer in range(ours.n_layers):
+    for layer in range(ours.cfg.n_layers):
         r, alpha, k, v, kk, a = (cache[name, layer] for name in names)
         assert a.shape == kk.shape == (2, 50, 4, 8) and 0 < a.min() and a.max() < 1  # fla's sigmoid
         assert torch.allclose(kk.norm(dim=-1), torch.ones(()), atol=1e-4)
@@ -339,10 +339,10 @@ def test_the_census_eigenvalue_is_the_transition_s_exact_smallest_and_it_counts_
     result = dl.census(ours, toks).heads.set_index(["layer", "head"])
     with torch.no_grad():
         _, cache = ours.run_with_cache(toks)
-    for layer in range(ours.n_layers):
+    for layer in range(ours.cfg.n_layers):
         eig = transitions(cache, layer)
         assert eig.imag.abs().max() < 1e-9
-        for head in range(ours.n_heads):
+        for head in range(ours.cfg.n_heads):
             row = result.loc[(layer, head)]
             assert row["min_decayed_eigenvalue"] == pytest.approx(float(eig.real[:, :, head].min()), abs=1e-5)
             assert row["complex_fraction"] == 0 and row["tokens"] == 2 * 30
@@ -353,7 +353,7 @@ def test_the_census_eigenvalue_is_the_transition_s_exact_smallest_and_it_counts_
         rotated = dl.census(ours, toks).heads.set_index(["layer", "head"])
         _, flipped = ours.run_with_cache(toks)
     eig = transitions(flipped, 0)
-    for head in range(ours.n_heads):
+    for head in range(ours.cfg.n_heads):
         row = rotated.loc[(0, head)]
         has_complex = (eig[:, :, head].imag.abs() > 1e-7).any(-1)
         assert row["complex_fraction"] == pytest.approx(float(has_complex.double().mean()))

@@ -161,7 +161,7 @@ def test_attention_layers_have_no_beta_and_refuse_delta_rule_interventions():
     model.set_beta_range(None, None, 0.0, 1.0)  # every delta-rule layer; the attention layer left out
     with pytest.raises(DeltalensError, match=r"layer 1 of this hybrid is softmax attention.*\[0, 2\]"):
         model.set_beta_range(1, 0, 0.0, 1.0)
-    assert model.n_heads == 2 and model.d_k == 16
+    assert model.cfg.n_heads == 2 and model.cfg.d_k == 16
 
 
 @pytest.mark.parametrize(
