@@ -187,7 +187,7 @@ def deltanet(sizes: dict, device: str, limit_s: float) -> dict:
         theirs = DeltaNetForCausalLM.from_pretrained(folder).to(device, torch.bfloat16)
         ours = dl.load(folder, device=device, dtype="bf16")
     tokens = torch.randint(1, sizes["deltanet"]["vocab_size"], (B, T), device=device)
-    keep, layer = _reveal_rows(B, T), len(ours.blocks) // 2
+    keep, layer = _reveal_rows(B, T), ours.cfg.n_layers // 2
     out: dict = {"shape": {"batch": B, "tokens": T, **sizes["deltanet"]}, "dtype": "bf16"}
     with torch.no_grad():
         ref, got = theirs(input_ids=tokens[:2]).logits, ours(tokens[:2])

@@ -181,7 +181,7 @@ class _Span:
         self.hooks: list = []
         if self.local is not None:
             local = self.local  # after the last block's mixer every op is per position: keep the read ones
-            self.hooks = [(f"blocks.{len(model.blocks) - 1}.hook_resid_mid", lambda x, hook: x[:, local.to(x.device)])]
+            self.hooks = [(f"blocks.{model.cfg.n_layers - 1}.hook_resid_mid", lambda x, hook: x[:, local.to(x.device)])]
 
     def place(self, full: Optional[torch.Tensor], logits: torch.Tensor, T: int) -> torch.Tensor:
         """`full` (B, T, vocab; None: all NaN) with this span's logits written in (differentiably)."""
