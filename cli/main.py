@@ -102,11 +102,10 @@ def main(argv: list[str] | None = None) -> int:
 def _check_checkpoint(name: str):
     """A model folder from elsewhere is checked before torch loads or anything is allocated; its reading
     (a ModelFolder) is returned for the command, None where the command's loader explains what is missing."""
-    from deltalens.loading.checkpoint_names import locate_checkpoint
-    from deltalens.models.io.model_folder import ModelFolder, check_folder
+    from deltalens.models.io.named_folder import locate
 
-    found = locate_checkpoint(name)
-    return found if isinstance(found, ModelFolder) else check_folder(found)
+    located = locate(name)  # the name's kind, decided once
+    return located.read() if located.readable() else None
 
 
 class _WholeWrites(io.RawIOBase):

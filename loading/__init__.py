@@ -1,9 +1,9 @@
 """Saved models: opened, listed, evaluated, exported.
 
-opened.py               dl.load / open_checkpoint: a folder, shipped name or hub id with its tokenizer and
-                        task (the CLI's default task where it records none)
+opened.py               dl.load / open_checkpoint: a folder, shipped name or hub id (its kind decided once and
+                        the folder read in one pass by models/io/named_folder.py) with its tokenizer and task
+                        (the CLI's default task where it records none)
 listing.py              list_checkpoints, checkpoint rows and model cards from saved files alone (no torch)
-checkpoint_names.py     where a name is looked up: shipped checkpoints, $DELTALENS_CHECKPOINTS, hub ids
 evaluate_checkpoint.py  a saved checkpoint's accuracy at several lengths, or on transcripts from a file
 export.py               a finished training run as a shipped checkpoint with its model card
 

@@ -20,9 +20,9 @@ import pandas as pd
 
 from deltalens import models
 from deltalens.core.errors import DeltalensError
-from deltalens.loading.checkpoint_names import NO_SHIPPED, _checkpoint_dirs, no_shipped_checkpoints
 from deltalens.models.architecture import is_delta_rule
 from deltalens.models.io.hf_folder import CONFIG_NAME
+from deltalens.models.io.named_folder import NO_SHIPPED, checkpoint_dirs, no_shipped_checkpoints
 from deltalens.tasks.tokenizers.hf import has_tokenizer
 from deltalens.tasks.traces import TraceSpec
 
@@ -77,7 +77,7 @@ def list_checkpoints(root: str | Path | None = None, skip_unreadable: bool = Fal
             if not name.startswith(".") and (Path(root) / name / CONFIG_NAME).is_file()
         ]
         if root is not None
-        else _checkpoint_dirs()
+        else checkpoint_dirs()
     )
     rows, skipped = [], {}
     for path in paths:

@@ -24,15 +24,6 @@ import torch
 from deltalens import models
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
-from deltalens.loading.checkpoint_names import (  # noqa: F401 (re-exported)
-    NO_SHIPPED,
-    SHIPPED,
-    _checkpoint_dirs,
-    checkpoint_roots,
-    no_shipped_checkpoints,
-    open_folder,
-    resolve_checkpoint,
-)
 from deltalens.loading.listing import (  # noqa: F401 (re-exported: the torch-free part, listing.py)
     CARD_NAME,
     DEFAULT_TEXT_SPEC,
@@ -44,12 +35,13 @@ from deltalens.loading.listing import (  # noqa: F401 (re-exported: the torch-fr
     read_card,
 )
 from deltalens.models.architecture import architecture_of, is_delta_rule
-from deltalens.models.io.model_folder import ModelFolder
+from deltalens.models.io.model_folder import ModelFolder, folder_tokenizer
+from deltalens.models.io.named_folder import open_model_folder, resolve_checkpoint  # noqa: F401 (re-exported)
 from deltalens.models.lm.lens import attach_tokenizer
 from deltalens.models.ops.precision import cast_model, resolve_dtype
 from deltalens.tasks.dataset import make_batch
 from deltalens.tasks.tokenizers import Tokenizer
-from deltalens.tasks.tokenizers.hf import HFTokenizer, has_tokenizer, missing_tokenizer, spec_is_hf
+from deltalens.tasks.tokenizers.hf import HFTokenizer, missing_tokenizer
 from deltalens.tasks.traces import TraceSpec
 from deltalens.training.config import TaskConfig
 from deltalens.training.data import TrainingData
@@ -145,25 +137,11 @@ def task_config_from_meta(meta: dict[str, Any]) -> TaskConfig:
     return TaskConfig(**task["config"])
 
 
-def _tokenizer_of(meta: dict[str, Any], folder: Path | None) -> Tokenizer | None:
-    """The checkpoint's tokenizer: its recorded spec, or the folder's own tokenizer files."""
-    spec = meta.get("tokenizer")
-    if spec_is_hf(spec):
-        if folder is None:
-            raise DeltalensError("this checkpoint's tokenizer is its folder's tokenizer.json; open the folder")
-        return HFTokenizer.from_spec_in(folder, spec)
-    if spec:
-        return Tokenizer.from_spec(spec)
-    if folder is not None and has_tokenizer(folder):
-        return HFTokenizer.from_folder(folder)  # a model from elsewhere with its own tokenizer
-    return None
-
-
-def _task_of(meta: dict[str, Any], folder: Path | None = None) -> tuple[TrainingData | None, Tokenizer | None, Any]:
-    """(task data, tokenizer, held-out spec) recorded in a checkpoint's metadata; None where absent.
-    A model with its own (hf) tokenizer and no task gets DEFAULT_TEXT_SPEC."""
+def _task_of(meta: dict[str, Any], tokenizer: Tokenizer | None) -> tuple[TrainingData | None, Tokenizer | None, Any]:
+    """(task data, tokenizer, held-out spec) recorded in a checkpoint's metadata, beside the tokenizer its
+    folder gave (models/io/model_folder.py:folder_tokenizer); None where absent. A model with its own (hf)
+    tokenizer and no task gets DEFAULT_TEXT_SPEC."""
     task = meta.get("task") or {}
-    tokenizer = _tokenizer_of(meta, folder)
     if "config" in task:
         given = tokenizer if isinstance(tokenizer, HFTokenizer) else None
         data = TrainingData(task_config_from_meta(meta), seed=0, tokenizer=given)
@@ -200,9 +178,9 @@ def open_checkpoint(path, load_model: bool = True, revision: str | None = None, 
     >>> checkpoint.spec.group, checkpoint.model is None
     ('S3', True)
     """
-    folder = open_folder(path, revision=revision)  # config.json read and checked once, then passed down
+    folder = open_model_folder(path, revision)  # the kind decided once; config.json read and checked once
     meta = folder.meta
-    data, tokenizer, spec = _task_of(meta, folder.path)
+    data, tokenizer, spec = _task_of(meta, folder_tokenizer(meta, folder.path))  # checked before any weight is read
     model = attach_tokenizer(_loaded(folder, dtype), tokenizer) if load_model else None
     return Checkpoint(folder.path, model, meta, data, tokenizer, spec, folder)
 
@@ -243,11 +221,12 @@ def checkpoint_batch(
     if isinstance(checkpoint, Checkpoint):
         tokenizer, spec, where = checkpoint.tokenizer, checkpoint.spec, checkpoint.path
     elif isinstance(checkpoint, dict):
-        _, tokenizer, spec = _task_of(checkpoint)
+        _, tokenizer, spec = _task_of(checkpoint, folder_tokenizer(checkpoint, None))
         where = "this checkpoint"
     else:
         folder = resolve_checkpoint(checkpoint)
-        _, tokenizer, spec = _task_of(models.read_checkpoint_meta(folder), folder)
+        meta = models.read_checkpoint_meta(folder)  # the section alone: no weights, no memory check
+        _, tokenizer, spec = _task_of(meta, folder_tokenizer(meta, folder))
         where = checkpoint
     if tokenizer is None or spec is None:
         raise DeltalensError(missing_tokenizer(where))

@@ -23,7 +23,7 @@ sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "")
 sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != Path({str(REPO)!r})]
 import deltalens
 from deltalens.core.errors import DeltalensError
-from deltalens.loading.checkpoint_names import resolve_checkpoint
+from deltalens.models.io.named_folder import resolve_checkpoint
 print(deltalens.__file__)
 try:
     print(resolve_checkpoint({NAME!r}))

@@ -111,9 +111,10 @@ def read_config(config_file: Path) -> tuple[str, dict[str, Any], dict[str, Any],
 
 
 def interpret_config(
-    config_file: Path, config: dict[str, Any]
+    config_file: Path, config: dict[str, Any], hub_id: str | None = None
 ) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """read_config of the object already read from `config_file` (named in the sentences)."""
+    """read_config of the object already read from `config_file` (named in the sentences; a model fetched as
+    Hub id `hub_id` whose type deltalens does not open is named by that id)."""
     section = config.get(SECTION)
     fla_family = family_of_model_type(config.get("model_type"))
     fla_arch = fla_family.arch if fla_family is not None else None
@@ -125,6 +126,11 @@ def interpret_config(
         from deltalens.models.registry import families  # the model_types deltalens reads, said in the sentence
 
         known = ", ".join(repr(t) for f in families() for t in f.model_types)
+        if hub_id is not None and SECTION not in config:
+            raise DeltalensError(
+                f"{hub_id} is a {config.get('model_type')!r} model; deltalens opens the delta-rule family of fla "
+                f"(model_type {known}) and its own checkpoints"
+            )
         raise DeltalensError(
             f"{config_file} is a model of type {config.get('model_type')!r}, which deltalens does not open: it reads "
             f"fla folders of model_type {known} and its own checkpoints (with a {SECTION!r} section)"

@@ -4,10 +4,11 @@ and that reading passed down to whatever opens the folder.
     folder = read_model_folder("checkpoints/s3-deltanet-neg-statement")   # torch-free
     folder.arch, folder.build_config, folder.meta                        # what models.load builds, the section
     models.load(folder)                                                  # no second read of config.json
+    folder_tokenizer(folder.meta, folder.path)                           # its tokenizer, read when asked
 
-models.load, dl.load (loading/opened.py), the CLI, the dashboard, Hub ids (models/io/hub.py checks the
-config before any weight is fetched) and HookedDeltaLM.from_pretrained all go through
-`read_model_folder`: config.json is parsed once, the typed fields of an fla-format family are checked
+models.load, dl.load (a name's kind decided in models/io/named_folder.py), the CLI, the dashboard, Hub ids
+(models/io/hub.py checks the config before any weight is fetched) and HookedDeltaLM.from_pretrained all go
+through `read_model_folder`: config.json is parsed once, the typed fields of an fla-format family are checked
 once, and the memory bound (models/io/footprint.py: from the safetensors headers, else the config) is
 checked once, in the smallest precision deltalens loads (bf16); the reading keeps that estimate and the
 memory budget, and the load checks the precision it chose against them (models/io/load_dtype.py).
@@ -18,12 +19,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.io import footprint
 from deltalens.models.io.deltalens_section import (
-    SECTION,
     explained_build_errors,
     fla_build_config,
     interpret_config,
@@ -31,9 +31,12 @@ from deltalens.models.io.deltalens_section import (
 )
 from deltalens.models.io.footprint import BEYOND_FILE, SMALLEST, WeightsEstimate, check_fits, estimate_weights
 from deltalens.models.io.hf_folder import CONFIG_NAME, WEIGHTS_NAME, checked_dir, read_json_object
-from deltalens.models.registry import family, family_of_model_type
+from deltalens.models.registry import family
 
-__all__ = ["ModelFolder", "read_model_folder"]
+if TYPE_CHECKING:  # the tokenizers load when a folder's tokenizer is asked for
+    from deltalens.tasks.tokenizers.base import Tokenizer
+
+__all__ = ["ModelFolder", "folder_tokenizer", "read_model_folder"]
 
 
 @dataclass(frozen=True)
@@ -108,29 +111,24 @@ def read_model_folder(path, hub_id: str | None = None) -> ModelFolder:
     folder = checked_dir(path)
     config_file = folder / CONFIG_NAME
     config = read_json_object(config_file)  # the one parse
-    if hub_id is not None:
-        _check_hub_model_type(hub_id, config)
-    arch, recorded, section, config = interpret_config(config_file, config)
+    arch, recorded, section, config = interpret_config(config_file, config, hub_id)
     build_config = fla_build_config(config, arch) if family(arch).settings is not None else recorded
     return ModelFolder(folder, arch, dict(recorded), dict(build_config), section, config).checked()
 
 
-def _check_hub_model_type(hub_id: str, config: dict[str, Any]) -> None:
-    if SECTION not in config and family_of_model_type(config.get("model_type")) is None:
-        from deltalens.models.registry import families
+def folder_tokenizer(meta: dict[str, Any], folder: Path | None) -> Tokenizer | None:
+    """A checkpoint's tokenizer: the spec its section records, or the folder's own tokenizer files (a model
+    from elsewhere); None where it has neither. `folder` None: the section alone (no folder to read)."""
+    from deltalens.tasks.tokenizers.base import Tokenizer
+    from deltalens.tasks.tokenizers.hf import HFTokenizer, has_tokenizer, spec_is_hf
 
-        claimed = [t for record in families() for t in record.model_types]
-        raise DeltalensError(
-            f"{hub_id} is a {config.get('model_type')!r} model; deltalens opens the delta-rule family of fla "
-            f"(model_type {', '.join(map(repr, claimed))}) and its own checkpoints"
-        )
-
-
-def check_folder(folder):
-    """Check a model folder's config.json before torch or any module is loaded: the typed config
-    fields of an fla-format family and the memory bound. Returns the folder's reading
-    (models/io/model_folder.py), to be passed down; None where there is no config.json (problems the
-    full loader explains better, a missing file say, are left to it)."""
-    if not (Path(folder) / CONFIG_NAME).is_file():
-        return None
-    return read_model_folder(folder)
+    spec = meta.get("tokenizer")
+    if spec_is_hf(spec):
+        if folder is None:
+            raise DeltalensError("this checkpoint's tokenizer is its folder's tokenizer.json; open the folder")
+        return HFTokenizer.from_spec_in(folder, spec)
+    if spec:
+        return Tokenizer.from_spec(spec)
+    if folder is not None and has_tokenizer(folder):
+        return HFTokenizer.from_folder(folder)  # a model from elsewhere with its own tokenizer
+    return None

@@ -13,8 +13,8 @@ import pytest
 
 from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError, reporting_storage_failure, storage_failure
-from deltalens.loading.checkpoint_names import resolve_checkpoint
 from deltalens.loading.opened import read_card
+from deltalens.models.io.named_folder import resolve_checkpoint
 from deltalens.tasks.probabilistic import parse_prob_trace
 from deltalens.tasks.traces import parse_trace
 

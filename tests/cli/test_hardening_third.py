@@ -21,8 +21,8 @@ from hub_cache import put_in_hub_cache
 import deltalens as dl
 from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError
-from deltalens.loading import checkpoint_names
-from deltalens.loading.checkpoint_names import resolve_checkpoint
+from deltalens.models.io import named_folder
+from deltalens.models.io.named_folder import resolve_checkpoint
 from deltalens.tasks.tokenizers.hf import HFTokenizer
 from deltalens.tasks.tokenizers.repl_bpe import train_repl_bpe
 from deltalens.tasks.traces import TraceSpec, parse_trace
@@ -172,7 +172,7 @@ def test_a_local_looking_name_is_a_missing_folder_not_a_hub_id(tmp_path, monkeyp
     (tmp_path / "runs").mkdir()
     from deltalens.models.io import hub
 
-    for module, name in ((checkpoint_names, "hub_model_folder"), (checkpoint_names, "hub_folder"), (hub, "hub_folder")):
+    for module, name in ((named_folder, "hub_model_folder"), (hub, "hub_model_folder"), (hub, "hub_folder")):
         monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("asked the Hub"), raising=False)
     assert resolve_checkpoint("runs/no_such_model") == Path("runs/no_such_model")
     with pytest.raises(DeltalensError, match="checkpoint directory runs/no_such_model does not exist"):

@@ -17,7 +17,7 @@ from deltalens import models
 from deltalens.core.errors import DeltalensError
 from deltalens.models.build import weight_bytes
 from deltalens.models.io.footprint import weights_lower_bound
-from deltalens.models.io.model_folder import check_folder
+from deltalens.models.io.named_folder import open_model_folder
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "checkpoints" / "s3-deltanet-neg-statement"
@@ -76,7 +76,7 @@ def hostile(tmp_path: Path, **fields) -> Path:
 )
 def test_a_hostile_config_is_refused_with_the_field_named(tmp_path, fields, words):
     folder = hostile(tmp_path, **fields)
-    for check in (check_folder, models.load):
+    for check in (open_model_folder, models.load):
         with pytest.raises(DeltalensError, match="config.json holds a model_config that cannot build") as err:
             check(folder)
         assert words in str(err.value)
