@@ -20,10 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from deltalens import ROOMS
 from deltalens.app.folder import cache_dir
 
 LIBRARY = Path(__file__).resolve().parents[1]
-COMPUTING_ROOMS = ("tasks", "models", "training", "sweeps", "interp", "probes", "reports")  # what results depend on
+COMPUTING_ROOMS = tuple(r for r in ROOMS if r not in ("core", "loading", "cli", "app"))  # what results depend on
 
 
 def sweep_dir() -> Path:
@@ -102,9 +103,9 @@ def is_cached_sweep(checkpoint, n_traces: int, intervention: str = "beta-range",
 
 def sweep_layers(model) -> list[int]:
     """The layers a head sweep visits (a hybrid's delta-rule layers)."""
-    from deltalens.models.architecture import delta_layers_of, n_layers_of
+    from deltalens.models.architecture import delta_layers_of
 
-    return delta_layers_of(model) or list(range(n_layers_of(model)))
+    return delta_layers_of(model) or list(range(model.cfg.n_layers))
 
 
 def _sweep_file(checkpoint, n_traces: int, intervention: str) -> Path:

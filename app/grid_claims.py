@@ -1,5 +1,5 @@
 """The Checkpoints page's last section: the paper's claims judged from the sweep's saved results
-(results/sweep/*.json), with their figures, kept on disk by the files' names and times.
+(lab/results/grid/*.json), with their figures, kept on disk by the files' names and times.
 
 Building it needs the sweep and report rooms, which import torch (the sweep's cells carry training
 configs); reading it back from disk needs pandas and plotly only. So the page asks `waiting()` first:
@@ -19,22 +19,27 @@ from deltalens.app.disk_cache import cached_result, has_result
 from deltalens.app.folder import SHIPPED
 
 REPO = SHIPPED.parent
-RESULTS = REPO / "results" / "sweep"
+RESULTS = REPO / "lab" / "results" / "grid"
 STEP = "sweep-section"
-NEEDS = ("deltalens.sweeps.grid", "deltalens.reports.claims", "deltalens.reports.figures")  # what build() imports
+NEEDS = ("deltalens.grids.grid", "deltalens.reports.claims", "deltalens.reports.figures")  # what build() imports
 _starting = threading.Lock()
 _building = threading.Lock()  # one build at a time: a page run that needs the section waits for the thread's
 _builders: dict[tuple, threading.Thread] = {}
 
 
-CONTROLS = ("matched_budget", "sparse_only", "transformer_lr", "transformer_variants")  # control folders under results/
+CONTROLS = (
+    "matched_budget",
+    "sparse_only",
+    "transformer_lr",
+    "transformer_variants",
+)  # control folders under lab/results/
 
 
 def signature() -> tuple:
-    """The sweep file's, each result file's and each control result's name and modification time: the
+    """The grid file's, each result file's and each control result's name and modification time: the
     section's disk key."""
     controls = [p for name in CONTROLS for p in sorted((RESULTS.parent / name).rglob("*.json"))]
-    files = [REPO / "sweep" / "paper.toml", *sorted(RESULTS.glob("*.json")), *controls]
+    files = [REPO / "lab" / "grids" / "paper.toml", *sorted(RESULTS.glob("*.json")), *controls]
     return tuple((f.name, f.stat().st_mtime_ns) for f in files if f.is_file())
 
 
@@ -73,20 +78,20 @@ def section(key: tuple) -> tuple[str, Any, list]:
 def build() -> tuple[str, Any, list]:
     import pandas as pd
 
+    from deltalens.grids.grid import load_grid, read_grid
     from deltalens.reports.figures import length_figure, spacing_figure
     from deltalens.reports.lab import lab_module
-    from deltalens.sweeps.grid import load_sweep, read_sweep
 
-    sweep = load_sweep(REPO / "sweep" / "paper.toml")
-    sweep, statuses, _ = read_sweep(sweep, RESULTS)
+    sweep = load_grid(REPO / "lab" / "grids" / "paper.toml")
+    sweep, statuses, _ = read_grid(sweep, RESULTS)
     results = [s.result for s in statuses if s.result is not None]
-    # the report's own judge (grid + controls under results/), so the page and results/reproduce.md agree
+    # the report's own judge (grid + controls under lab/results/), so the page and lab/results/reproduce.md agree
     claims = lab_module("report.controlled_claims").judged_claims(sweep, statuses, RESULTS.parent)
     caption = (
         f"{len(results)} of {len(sweep.cells)} sweep runs measured ({len(sweep.seeds)} seeds per cell; "
-        "results/sweep/*.json), the verdicts revised by the controls under results/ (matched budgets, the "
+        "lab/results/grid/*.json), the verdicts revised by the controls under lab/results/ (matched budgets, the "
         "Transformer at another lr, the full-action cells): the table `deltalens reproduce` writes to "
-        "results/reproduce.md. *not measured*: a cell it needs is still training; *not testable*: its premise "
+        "lab/results/reproduce.md. *not measured*: a cell it needs is still training; *not testable*: its premise "
         "failed (no cell learned, or the model did not learn with dense reveals either)."
     )
     table = pd.DataFrame(

@@ -6,7 +6,7 @@ pays them.
 starts it after drawing the first page when the server was started otherwise (`streamlit run`). A page
 that needs a module still being imported waits for that import only (Python's import lock); the first
 page (Checkpoints) needs none of them: it draws its list at once and leaves the one section that does
-for a rerun once `loading()` says they are in (app/sweep_claims.py).
+for a rerun once `loading()` says they are in (app/grid_claims.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ HEAVY = (  # in the order the pages need them: the Checkpoints page's claims sec
     "transformer_lens",
     "deltalens.loading.opened",
     "deltalens.training.loop",
-    "deltalens.sweeps.grid",
+    "deltalens.grids.grid",
     "deltalens.reports.claims",
     "deltalens.reports.figures",
     "deltalens.training.evaluate",
@@ -48,7 +48,7 @@ FIRST_PAGE = (
     "pandas",
     "plotly.graph_objects",
     "deltalens.app.trace_view",
-    "deltalens.app.sweep_claims",
+    "deltalens.app.grid_claims",
     "deltalens.loading.listing",
     "deltalens.reports.checkpoint_figures",
     "deltalens.training.history",

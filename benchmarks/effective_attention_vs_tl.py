@@ -1,7 +1,7 @@
 """The exact effective attention (deltalens) against TransformerLens 4.3's heuristic on one random Qwen3.5
 model: how well each rebuilds every Gated DeltaNet layer's recurrence output (relative error, fp32).
 
-    python3 scripts/effective_attention_vs_tl.py
+    python3 benchmarks/effective_attention_vs_tl.py
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the offline stand-in
 from production_standin import TOKENIZER, tiny_model  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Logits of our hooked production models against transformers' own, both loaded from one offline stand-in
-(scripts/production_standin.py), in bf16 and, for reference, fp32: the bf16 table of docs/guide/production-models.md.
+(tests/production_standin.py), in bf16 and, for reference, fp32: the bf16 table of docs/guide/production-models.md.
 
-    python3 scripts/production_bf16.py
+    python3 benchmarks/production_bf16.py
 
     parity(kind, hf_home) -> Parity      # kind: one of KINDS
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the offline stand-in
 from production_standin import put_standin  # noqa: E402
 
 KINDS = ("qwen3_5_text", "qwen3_5_moe_text", "olmo_hybrid", "qwen3_next", "kimi_linear", "glm5_next")

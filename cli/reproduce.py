@@ -1,19 +1,20 @@
 """`deltalens reproduce`: train the paper's sweep (only what is missing) and write the report.
 
-    deltalens reproduce [--sweep sweep/paper.toml] [--results results/sweep] [--out results]
-                        [--runs runs/sweep] [--only CELL_GLOB ...] [--no-train] [--steps N] [--lanes N]
+    deltalens reproduce [--grid lab/grids/paper.toml] [--results lab/results/grid] [--out lab/results]
+                        [--runs runs/grid] [--only CELL_GLOB ...] [--no-train] [--steps N] [--lanes N]
                         [--executor slurm [--partition P --time T ...]] [--status] [--cancel]
 
 Finished runs are read from their result files (results_dir/<cell>.json and results_dir/search/,
 the durable record); the learning-rate search runs first (its choices configure the cells), then
-every other cell is trained, evaluated and recorded (sweeps/grid.py), `--lanes` at a time, or
+every other cell is trained, evaluated and recorded (grids/grid.py), `--lanes` at a time, or
 each as a Slurm job with `--executor slurm` (cli/reproduce_slurm.py). Then
-experiments/report/reproduce.py writes OUT/reproduce.md: the search, a table per setting with the spread over
+lab/experiments/report/reproduce.py writes OUT/reproduce.md: the search, a table per setting with the spread over
 seeds, the paper's claims judged from it, wall times, and the figures.
 """
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import sys
 from pathlib import Path
@@ -31,16 +32,19 @@ def _add(total, outcome) -> None:
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "reproduce",
-        help="train the paper's experiment sweep (what is missing) and write results/reproduce.md",
-        description="Reproduce Siems et al. (2026): train every cell of a sweep file (group x architecture x "
+        help="train the paper's experiment sweep (what is missing) and write lab/results/reproduce.md",
+        description="Reproduce Siems et al. (2026): train every cell of a grid file (group x architecture x "
         "reveal spacing x tokenizer) that has no result yet, evaluate it at 1x, 2x and 4x the training length, "
         "and write a markdown report with the paper's claims judged against the measured numbers, plus plotly "
         "figures. Killed runs resume; finished cells are never retrained.",
     )
-    parser.add_argument("--sweep", default="sweep/paper.toml", help="sweep file (default sweep/paper.toml)")
-    parser.add_argument("--results", default="results/sweep", help="one JSON per finished cell (default results/sweep)")
-    parser.add_argument("--out", default="results", help="where reproduce.md and figures/ go (default results)")
-    parser.add_argument("--runs", default="runs/sweep", help="training run directories, resumable (default runs/sweep)")
+    parser.add_argument("--grid", default="lab/grids/paper.toml", help="grid file (default lab/grids/paper.toml)")
+    parser.add_argument("--sweep", dest="grid", help=argparse.SUPPRESS)  # its name before grids were called grids
+    parser.add_argument(
+        "--results", default="lab/results/grid", help="one JSON per finished cell (default lab/results/grid)"
+    )
+    parser.add_argument("--out", default="lab/results", help="where reproduce.md and figures/ go (default lab/results)")
+    parser.add_argument("--runs", default="runs/grid", help="training run directories, resumable (default runs/grid)")
     parser.add_argument(
         "--only",
         nargs="+",
@@ -58,7 +62,7 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--steps",
         type=arguments.COUNT,
-        help="training budget per cell (default: the sweep file's); results "
+        help="training budget per cell (default: the grid file's); results "
         "from another budget count as missing and are replaced",
     )
     parser.add_argument(
@@ -73,7 +77,7 @@ def register(subparsers) -> None:
 
 
 def report_writer():
-    """experiments.report.reproduce.write_report from the clone this deltalens runs from (reports/lab.py)."""
+    """lab.experiments.report.reproduce.write_report from the clone this deltalens runs from (reports/lab.py)."""
     from deltalens.reports.lab import lab_module
 
     return lab_module("report.reproduce").write_report
@@ -81,10 +85,10 @@ def report_writer():
 
 def run(args) -> int:
     write_report = report_writer()
-    from deltalens.sweeps.grid import (
-        SweepOutcome,
+    from deltalens.grids.grid import (
+        GridOutcome,
         choose_lrs,
-        load_sweep,
+        load_grid,
         read_results,
         read_search,
         search_runs,
@@ -94,26 +98,26 @@ def run(args) -> int:
     )
 
     reproduce_slurm.check_combination(args)
-    sweep = load_sweep(args.sweep)
+    sweep = load_grid(args.grid)
     if args.steps is not None:
         sweep = with_steps(sweep, args.steps)
-    progress, total, train_missing = not args.no_progress, SweepOutcome(), reproduce_slurm.trainer(args)
+    progress, total, train_missing = not args.no_progress, GridOutcome(), reproduce_slurm.trainer(args)
     names = [r.name for r in search_runs(sweep)] + [c.name for c in sweep.cells]
     if args.only and not any(fnmatch.fnmatchcase(n, g) for n in names for g in args.only):
         raise DeltalensError(
-            f"--only {' '.join(args.only)} matches no run of {args.sweep}; names look like {', '.join(names[:2])}"
+            f"--only {' '.join(args.only)} matches no run of {args.grid}; names look like {', '.join(names[:2])}"
         )
     # the search first: its choices are part of every cell's config
     searches = read_search(sweep, args.results)
     if args.status or args.cancel:
         return reproduce_slurm.status_or_cancel(args, with_choices(sweep, choose_lrs(sweep, searches)))
-    todo = select_cells(searches, args.only, args.sweep, require_match=False)
+    todo = select_cells(searches, args.only, args.grid, require_match=False)
     if todo and not args.no_train:
         _add(total, train_missing(sweep, todo, args.runs, args.results, progress))
         searches = read_search(sweep, args.results)
     sweep = with_choices(sweep, choose_lrs(sweep, searches))
     statuses = read_results(sweep, args.results)
-    todo = select_cells(statuses, args.only, args.sweep, require_match=False)
+    todo = select_cells(statuses, args.only, args.grid, require_match=False)
     waiting = [
         s
         for s in statuses
@@ -133,7 +137,7 @@ def run(args) -> int:
     if not total.interrupted:
         _add(total, train_missing(sweep, todo, args.runs, args.results, progress))
     # the controls and later sections belong to the results, not to where the report goes: read them beside
-    # --results (results/sweep -> the controls under results/), so every --out gets the same report
+    # --results (lab/results/grid -> the controls under lab/results/), so every --out gets the same report
     report = write_report(
         sweep,
         statuses,

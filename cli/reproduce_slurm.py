@@ -4,7 +4,7 @@
     deltalens reproduce --status          done / pending / running / failed per cell, with job ids
     deltalens reproduce --cancel          scancel this sweep's queued and running jobs
 
-The cells run as Slurm jobs through sweeps/slurm_executor.py; their results land in the same
+The cells run as Slurm jobs through grids/slurm_executor.py; their results land in the same
 result files as a local run's, and the rest of `deltalens reproduce` (the search first, then the
 cells, then the report) is unchanged.
 """
@@ -61,7 +61,7 @@ def add_arguments(parser) -> None:
 
 
 def slurm_options(args):
-    from deltalens.sweeps.slurm_executor import SlurmOptions, parse_mem, parse_sbatch, parse_time
+    from deltalens.grids.slurm_executor import SlurmOptions, parse_mem, parse_sbatch, parse_time
 
     folder = Path(args.slurm_folder) if args.slurm_folder else Path(args.runs) / "slurm"
     return SlurmOptions(
@@ -98,38 +98,38 @@ def check_combination(args) -> None:
 
 def trainer(args):
     """A callable with training.grid.train_missing's signature for the chosen executor."""
-    from deltalens.sweeps.grid import train_missing
+    from deltalens.grids.grid import train_missing
 
     if args.executor != "slurm":
         return lambda sweep, todo, runs, results, progress: train_missing(
             sweep, todo, runs, results, progress=progress, lanes=args.lanes
         )
-    from deltalens.sweeps.slurm_executor import SlurmSweep
+    from deltalens.grids.slurm_executor import SlurmGrid
 
-    runner = SlurmSweep(slurm_options(args), wait=not args.no_wait)
+    runner = SlurmGrid(slurm_options(args), wait=not args.no_wait)
     return runner.train_missing
 
 
 def scheduler():
-    from deltalens.sweeps.slurm_executor import SlurmScheduler
+    from deltalens.grids.slurm_executor import SlurmScheduler
 
     return SlurmScheduler() if shutil.which("squeue") else None
 
 
 def status_or_cancel(args, sweep) -> int:
     """--status or --cancel on the sweep (already `with_choices`); the exit code."""
-    from deltalens.sweeps.slurm_executor import cancel_sweep, sweep_states
-    from deltalens.sweeps.slurm_ledger import format_states
+    from deltalens.grids.slurm_executor import cancel_grid, grid_states
+    from deltalens.grids.slurm_ledger import format_states
 
     if args.cancel:
         if shutil.which("scancel") is None:
             raise DeltalensError("--cancel: scancel not found on PATH; run it where the jobs were submitted")
-        cancelled = cancel_sweep(sweep, args.results, scheduler())
+        cancelled = cancel_grid(sweep, args.results, scheduler())
         ids = ", ".join(s.job_id for s in cancelled)
         print(f"cancelled {len(cancelled)} job(s)" + (f": {ids}" if ids else ""))
         return 0
     which = scheduler()
     if which is None:
         print("deltalens: note: no squeue here, so queued jobs show as failed or unknown", file=sys.stderr)
-    print(format_states(sweep_states(sweep, args.results, which)))
+    print(format_states(grid_states(sweep, args.results, which)))
     return 0

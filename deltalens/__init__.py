@@ -17,7 +17,7 @@ The names below load on first use: importing everything takes seconds (torch ~1.
 TransformerLens ~3 s, fla ~6 s on a 2-core CPU), and `import deltalens` should not.
 
 The rooms are top-level folders of the repository, mapped under this name by pyproject.toml,
-each importing only the rooms before it: deltalens.tasks, .models, .training, .loading, .sweeps, .interp, .probes,
+each importing only the rooms before it: deltalens.tasks, .models, .training, .loading, .grids, .interp, .probes,
 .reports, .cli, .app.
 """
 
@@ -30,7 +30,7 @@ __version__ = "0.1.0"
 
 # the rooms, lowest first (a room imports only rooms before it; cli and app import every room below them):
 # the one list that scripts/import_graph.py, the layout tests and the symlinks under deltalens/ are checked against
-ROOMS = ("core", "tasks", "models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli", "app")
+ROOMS = ("core", "tasks", "models", "training", "loading", "grids", "interp", "probes", "reports", "cli", "app")
 
 # THE list of public names: one import per name, eager for static tools (Pyright, jedi, IDEs) and read
 # by `_public_names` below for the lazy table (add a public name here, and to docs/api.md's table)

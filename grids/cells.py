@@ -1,6 +1,6 @@
 """A sweep as data, and the training config of each of its jobs.
 
-``Sweep`` is what ``load_sweep`` (training.sweep_file) reads from a sweep file; its ``cells``
+``Grid`` is what ``load_grid`` (grids.grid_file) reads from a grid file; its ``cells``
 are the (group, arch, k, tokenizer, seed) of the grid, its ``search_runs`` the k = 1 runs of the
 learning-rate search. ``cell_config`` and ``search_config`` turn a job into the ``TrainConfig``
 it is trained with (the protocol: training.grid's module docstring); ``config_hash`` names its
@@ -79,7 +79,7 @@ PAPER_TITLE = 'Reproduction: Siems et al. (2026), "Learning State-Tracking from 
 
 
 @dataclass
-class Sweep:
+class Grid:
     path: Path
     cells: list[Cell]
     models: dict[str, dict[str, Any]]  # arch key -> [model] table (with its models.build `arch`)
@@ -103,7 +103,7 @@ class Sweep:
     judge_claims: bool = True  # whether the report judges the paper's claims ([sweep] claims)
 
 
-def budget(sweep: Sweep, arch: str) -> int:
+def budget(sweep: Grid, arch: str) -> int:
     """The step budget of a cell of `arch`."""
     return sweep.steps_by_arch.get(arch, sweep.steps)
 
@@ -115,7 +115,7 @@ def curriculum(spacing: int, steps: int, mixed_from: float = 0.375, sparse_from:
     return [[0, 1, 1], [round(steps * mixed_from), 1, spacing], [round(steps * sparse_from), spacing, spacing]]
 
 
-def cell_config(cell: Cell, sweep: Sweep, lr: float | None = None) -> TrainConfig:
+def cell_config(cell: Cell, sweep: Grid, lr: float | None = None) -> TrainConfig:
     """The cell's training config; its lr is `lr`, else the search's choice, else [optim] lr."""
     if lr is None and sweep.search is not None:
         if (cell.group, cell.arch) not in sweep.chosen_lr:
@@ -149,7 +149,7 @@ def cell_config(cell: Cell, sweep: Sweep, lr: float | None = None) -> TrainConfi
     )
 
 
-def search_runs(sweep: Sweep) -> list[SearchRun]:
+def search_runs(sweep: Grid) -> list[SearchRun]:
     """One run per (group, arch) of the grid and learning rate of the search (none without one)."""
     if sweep.search is None:
         return []
@@ -157,7 +157,7 @@ def search_runs(sweep: Sweep) -> list[SearchRun]:
     return [SearchRun(group, arch, lr) for group, arch in pairs for lr in sweep.search.lrs]
 
 
-def search_config(run: SearchRun, sweep: Sweep) -> TrainConfig:
+def search_config(run: SearchRun, sweep: Grid) -> TrainConfig:
     """k = 1 throughout on the statement tokenizer, the search's seed, budget and cadence, no early stop."""
     assert sweep.search is not None
     task = {
@@ -186,7 +186,7 @@ def search_config(run: SearchRun, sweep: Sweep) -> TrainConfig:
     )
 
 
-def job_config(job: Cell | SearchRun, sweep: Sweep) -> TrainConfig:
+def job_config(job: Cell | SearchRun, sweep: Grid) -> TrainConfig:
     return search_config(job, sweep) if isinstance(job, SearchRun) else cell_config(job, sweep)
 
 
@@ -202,7 +202,7 @@ def config_hash(config: TrainConfig) -> str:
     return hashlib.sha1(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
 
 
-def check_sweep(sweep: Sweep) -> None:
+def check_grid(sweep: Grid) -> None:
     """Build every cell's config and tokenizer (cheap), naming the file in any error."""
     seen: set[tuple[str, str]] = set()
     for cell in sweep.cells:
@@ -212,10 +212,10 @@ def check_sweep(sweep: Sweep) -> None:
                 seen.add((cell.group, cell.tokenizer))
                 TrainingData(config.task, seed=0)  # validates the group, action set and tokenizer
         except DeltalensError as err:
-            raise DeltalensError(f"sweep file {sweep.path}, cell {cell.name}: {err}") from None
+            raise DeltalensError(f"grid file {sweep.path}, cell {cell.name}: {err}") from None
 
 
-def check_models(sweep: Sweep, archs: set[str] | None = None) -> None:
+def check_models(sweep: Grid, archs: set[str] | None = None) -> None:
     """Build each architecture once (before any training), so a typo in a [models] table stops the
     sweep now instead of failing every cell of that architecture after hours of others."""
     for key in sorted(archs if archs is not None else sweep.models):
@@ -223,10 +223,10 @@ def check_models(sweep: Sweep, archs: set[str] | None = None) -> None:
         try:
             models.build(sweep.models[key]["arch"], vocab_size=16, **kwargs)
         except (DeltalensError, TypeError) as err:  # TypeError: a keyword a config class does not take
-            raise DeltalensError(f"sweep file {sweep.path}, [models.{key}]: {err}") from None
+            raise DeltalensError(f"grid file {sweep.path}, [models.{key}]: {err}") from None
 
 
-def with_steps(sweep: Sweep, steps: int) -> Sweep:
+def with_steps(sweep: Grid, steps: int) -> Grid:
     """Every cell's and search run's budget set to `steps` (per-architecture budgets included)."""
     if steps < 1:
         raise DeltalensError(f"--steps must be a positive number of optimiser steps, got {steps}")
@@ -234,5 +234,5 @@ def with_steps(sweep: Sweep, steps: int) -> Sweep:
     return dataclasses.replace(sweep, steps=steps, steps_by_arch={}, search=search)
 
 
-def with_choices(sweep: Sweep, chosen: dict[tuple[str, str], float]) -> Sweep:
+def with_choices(sweep: Grid, chosen: dict[tuple[str, str], float]) -> Grid:
     return dataclasses.replace(sweep, chosen_lr=dict(chosen))

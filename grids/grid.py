@@ -1,4 +1,4 @@
-"""The paper's experiment grid: read the sweep file, then train, evaluate and record one cell at a time.
+"""The paper's experiment grid: read the grid file, then train, evaluate and record one cell at a time.
 
 Siems et al. (2026) compare DeltaNet with beta in [0, 2] (`deltanet-neg`: eigenvalues of the
 transition I - beta k k^T in [-1, 1]) and beta in [0, 1] (`deltanet-pos`), a Transformer and an
@@ -21,18 +21,18 @@ when its result file holds exactly the config the sweep asks for now, so a chang
 instead of mixing budgets in one table. A killed cell resumes from its run directory, which is
 named by a hash of its config for the same reason.
 
-    sweep = load_sweep("sweep/paper.toml")
-    searches = read_search(sweep, "results/sweep")           # train the missing ones first
+    sweep = load_grid("lab/grids/paper.toml")
+    searches = read_search(sweep, "lab/results/grid")           # train the missing ones first
     sweep = with_choices(sweep, choose_lrs(sweep, searches))
-    for status in read_results(sweep, "results/sweep"):
+    for status in read_results(sweep, "lab/results/grid"):
         if status.result is None:
-            run_cell(status.cell, sweep, "runs/sweep", "results/sweep")
+            run_cell(status.cell, sweep, "runs/grid", "lab/results/grid")
 
 This module runs the jobs; the rest lives beside it, and every name is importable from here:
 
-    sweep_file.py     load_sweep: the sweep file read and checked, the cells expanded
-    sweep_cells.py    Sweep, Cell, SearchRun and each job's TrainConfig (cell_config, search_config)
-    sweep_results.py  CellStatus: which result files hold this sweep's config; choose_lrs
+    grid_file.py     load_grid: the grid file read and checked, the cells expanded
+    cells.py         Grid, Cell, SearchRun and each job's TrainConfig (cell_config, search_config)
+    grid_results.py  CellStatus: which result files hold this grid's config; choose_lrs
 
 Judging the paper's claims from the results and drawing them is the reports room's job
 (reports/claims.py, reports/figures.py).
@@ -56,20 +56,18 @@ import torch
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
-from deltalens.loading.evaluate_checkpoint import evaluate_checkpoint
-from deltalens.sweeps.lanes import run_in_lanes
-from deltalens.sweeps.sweep_cells import (
+from deltalens.grids.cells import (
     PAPER_TITLE,
     Cell,
+    Grid,
     Search,
     SearchRun,
-    Sweep,
     Thresholds,
     budget,
     canonical_config,
     cell_config,
+    check_grid,
     check_models,
-    check_sweep,
     config_hash,
     curriculum,
     job_config,
@@ -78,17 +76,19 @@ from deltalens.sweeps.sweep_cells import (
     with_choices,
     with_steps,
 )
-from deltalens.sweeps.sweep_file import load_sweep
-from deltalens.sweeps.sweep_results import (
+from deltalens.grids.grid_file import load_grid
+from deltalens.grids.grid_results import (
     CellStatus,
     best_validation,
     choose_lrs,
+    read_grid,
     read_results,
     read_search,
-    read_sweep,
     result_path,
     select_cells,
 )
+from deltalens.grids.lanes import run_in_lanes
+from deltalens.loading.evaluate_checkpoint import evaluate_checkpoint
 from deltalens.training.config import TrainConfig
 from deltalens.training.loop import LAST, TRAINER_STATE, train
 
@@ -98,24 +98,24 @@ __all__ = [  # the runner's names and, re-exported, those of the sweep modules i
     "PAPER_TITLE",
     "Search",
     "SearchRun",
-    "Sweep",
-    "SweepOutcome",
+    "Grid",
+    "GridOutcome",
     "Thresholds",
     "best_validation",
     "budget",
     "canonical_config",
     "cell_config",
     "check_models",
-    "check_sweep",
+    "check_grid",
     "choose_lrs",
     "config_hash",
     "curriculum",
     "evaluate_lengths",
     "job_config",
-    "load_sweep",
+    "load_grid",
     "read_results",
     "read_search",
-    "read_sweep",
+    "read_grid",
     "result_path",
     "run_cell",
     "search_config",
@@ -128,20 +128,20 @@ __all__ = [  # the runner's names and, re-exported, those of the sweep modules i
 
 
 @dataclass
-class SweepOutcome:
+class GridOutcome:
     trained: int = 0
     failed: int = 0
     interrupted: bool = False
 
 
 def train_missing(
-    sweep: Sweep,
+    sweep: Grid,
     todo: list[CellStatus],
     runs_dir: str | Path,
     results_dir: str | Path,
     progress: bool = True,
     lanes: int = 1,
-) -> SweepOutcome:
+) -> GridOutcome:
     """Train, evaluate and record each cell (or search run) of `todo`, `lanes` at a time.
 
     One lane runs the cells in turn with a progress bar per training; several lanes run in
@@ -149,7 +149,7 @@ def train_missing(
     cell that fails (a NaN loss, say) is marked and the sweep goes on; Ctrl-C stops after the
     running cells have saved their last checkpoints, so the next call resumes them.
     """
-    outcome = SweepOutcome()
+    outcome = GridOutcome()
     if not todo:
         return outcome
     if lanes < 1:
@@ -218,14 +218,14 @@ def check_output_folders(todo: list[CellStatus], runs_dir: str | Path, results_d
             raise DeltalensError(f"{existing} is not writable, so {folder} cannot hold the sweep's output")
 
 
-def _run_cell_quietly(status: CellStatus, sweep: Sweep, runs_dir: str | Path, results_dir: str | Path) -> dict:
+def _run_cell_quietly(status: CellStatus, sweep: Grid, runs_dir: str | Path, results_dir: str | Path) -> dict:
     """A lane's work: one cell, no progress bar (the lanes share one bar over cells)."""
     return run_cell(status.cell, sweep, runs_dir, results_dir, progress=False)
 
 
 def run_cell(
     cell: Cell | SearchRun,
-    sweep: Sweep,
+    sweep: Grid,
     runs_dir: str | Path,
     results_dir: str | Path,
     progress: bool = True,
@@ -286,7 +286,7 @@ def run_cell(
     return record
 
 
-def evaluate_lengths(checkpoint: Path, config: TrainConfig, sweep: Sweep) -> list[dict[str, Any]]:
+def evaluate_lengths(checkpoint: Path, config: TrainConfig, sweep: Grid) -> list[dict[str, Any]]:
     """Reveal accuracy at each multiple of the training length; a length the model cannot take
     (a Transformer's context) is recorded as an error rather than losing the cell."""
     train_length = config.task.actions[1]

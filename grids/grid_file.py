@@ -1,6 +1,6 @@
-"""Reading a sweep file: every table and key checked, every cell expanded from the [[grid]] tables.
+"""Reading a grid file: every table and key checked, every cell expanded from the [[grid]] tables.
 
-A bad key, value or combination fails in ``load_sweep`` with one sentence naming the file, rather
+A bad key, value or combination fails in ``load_grid`` with one sentence naming the file, rather
 than hours into the sweep. The file's tables: [sweep] (budgets, seeds, evaluation), [curriculum],
 [thresholds], [task] / [optim] / [run] (shared by every cell), [models.<arch>], [[grid]] and an
 optional [search].
@@ -14,19 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from deltalens.core.errors import DeltalensError
+from deltalens.grids.cells import PAPER_TITLE, Cell, Grid, Search, Thresholds, check_grid
 from deltalens.models.architecture import ARCHITECTURES
-from deltalens.sweeps.sweep_cells import PAPER_TITLE, Cell, Search, Sweep, Thresholds, check_sweep
 
-# per-cell task fields: the sweep file may not set them in [task]
+# per-cell task fields: the grid file may not set them in [task]
 _CELL_TASK_KEYS = {"group", "tokenizer", "spacing", "spacing_schedule", "eval_spacing"}
 
 
-def load_sweep(path: str | Path) -> Sweep:
-    """Read and check a sweep file; every cell's TrainConfig is built once here, so a bad key
+def load_grid(path: str | Path) -> Grid:
+    """Read and check a grid file; every cell's TrainConfig is built once here, so a bad key
     fails now with one sentence rather than hours into the sweep."""
     path = Path(path)
     data = _read_toml(path)
-    where = f"sweep file {path}"
+    where = f"grid file {path}"
     head, stages, thresholds, task, run, model_tables = _checked_tables(data, where)
     seeds = [
         _number(x, int, "[sweep] seeds", where, lo=0) for x in _list(head.get("seeds", [0]), "[sweep] seeds", where)
@@ -35,7 +35,7 @@ def load_sweep(path: str | Path) -> Sweep:
         raise DeltalensError(f"{where}: [sweep] seeds repeat a seed: {seeds}")
     cells = _grid_cells(data.get("grid"), model_tables, where, seeds)
     multiples = _list(head.get("eval_multiples", [1, 2, 4]), "[sweep] eval_multiples", where)
-    sweep = Sweep(
+    sweep = Grid(
         path=path,
         title=str(head.get("title", PAPER_TITLE)),
         judge_claims=_flag(head.get("claims", True), "[sweep] claims", where),
@@ -62,17 +62,19 @@ def load_sweep(path: str | Path) -> Sweep:
         search=_search(data, where),
     )
     _check_splits(sweep, where)
-    check_sweep(sweep)
+    check_grid(sweep)
     return sweep
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise DeltalensError(f"sweep file {path} does not exist; pass --sweep (the paper's sweep is sweep/paper.toml)")
+        raise DeltalensError(
+            f"grid file {path} does not exist; pass --grid (the paper's grid is lab/grids/paper.toml)"
+        )
     try:
         return tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise DeltalensError(f"sweep file {path} is not valid TOML: {err}") from None
+        raise DeltalensError(f"grid file {path} is not valid TOML: {err}") from None
 
 
 def _checked_tables(data: dict[str, Any], where: str) -> tuple[dict[str, Any], ...]:
@@ -116,7 +118,7 @@ def _checked_tables(data: dict[str, Any], where: str) -> tuple[dict[str, Any], .
     return head, stages, thresholds, task, run, model_tables
 
 
-def _check_splits(sweep: Sweep, where: str) -> None:
+def _check_splits(sweep: Grid, where: str) -> None:
     """Validation traces apart from the test traces; the curriculum's stages in order."""
     own_seeds = set(sweep.seeds) | ({sweep.search.seed} if sweep.search else set())
     if sweep.validation_seed == sweep.eval_seed or (
@@ -158,7 +160,7 @@ def _search(data: dict[str, Any], where: str) -> Search | None:
     )
 
 
-# a sweep file's grid is a product of lists: a cap keeps a typo (or a hostile file) from asking for millions
+# a grid file's grid is a product of lists: a cap keeps a typo (or a hostile file) from asking for millions
 MAX_CELLS = 10_000
 
 
@@ -190,7 +192,7 @@ def _grid_cells(grids: Any, model_tables: dict[str, Any], where: str, seeds: lis
                         cells[cell] = None
                         if len(cells) > MAX_CELLS:
                             raise DeltalensError(
-                                f"{where} expands to more than {MAX_CELLS:,} cells; split it into several sweep files"
+                                f"{where} expands to more than {MAX_CELLS:,} cells; split it into several grid files"
                             )
     return list(cells)
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from deltalens.core.errors import DeltalensError
-from deltalens.sweeps.sweep_cells import (
+from deltalens.grids.cells import (
     Cell,
+    Grid,
     SearchRun,
-    Sweep,
     canonical_config,
     job_config,
     search_runs,
@@ -38,7 +38,7 @@ def result_path(job: Cell | SearchRun, results_dir: str | Path) -> Path:
     return folder / f"{job.name}.json"
 
 
-def _status(job: Cell | SearchRun, sweep: Sweep, results_dir: str | Path) -> CellStatus:
+def _status(job: Cell | SearchRun, sweep: Grid, results_dir: str | Path) -> CellStatus:
     """The job's result when its file holds the config the sweep asks for now, else why not."""
     path = result_path(job, results_dir)
     status = CellStatus(job)
@@ -77,13 +77,13 @@ def _status(job: Cell | SearchRun, sweep: Sweep, results_dir: str | Path) -> Cel
     return status
 
 
-def read_results(sweep: Sweep, results_dir: str | Path) -> list[CellStatus]:
+def read_results(sweep: Grid, results_dir: str | Path) -> list[CellStatus]:
     """One status per cell: its result when the file holds this sweep's config, else why not.
     With a search, pass the sweep `with_choices` (cells without a chosen lr wait for the search)."""
     return [_status(cell, sweep, results_dir) for cell in sweep.cells]
 
 
-def read_search(sweep: Sweep, results_dir: str | Path) -> list[CellStatus]:
+def read_search(sweep: Grid, results_dir: str | Path) -> list[CellStatus]:
     """One status per search run (none when the sweep has no [search])."""
     return [_status(run, sweep, results_dir) for run in search_runs(sweep)]
 
@@ -103,7 +103,7 @@ def _lr_of(job: Cell | SearchRun) -> float:
     return job.lr
 
 
-def choose_lrs(sweep: Sweep, searches: list[CellStatus]) -> dict[tuple[str, str], float]:
+def choose_lrs(sweep: Grid, searches: list[CellStatus]) -> dict[tuple[str, str], float]:
     """(group, arch) -> the lr whose validation accuracy peaks highest; near-ties (within 0.001)
     go to the run that got there in fewer steps, then to the smaller lr. Only pairs whose every
     search run has a result are chosen."""
@@ -120,7 +120,7 @@ def choose_lrs(sweep: Sweep, searches: list[CellStatus]) -> dict[tuple[str, str]
     return chosen
 
 
-def read_sweep(sweep: Sweep, results_dir: str | Path) -> tuple[Sweep, list[CellStatus], list[CellStatus]]:
+def read_grid(sweep: Grid, results_dir: str | Path) -> tuple[Grid, list[CellStatus], list[CellStatus]]:
     """(the sweep with the search's choices, cell statuses, search statuses): everything a report
     or a dashboard reads, without training anything."""
     searches = read_search(sweep, results_dir)

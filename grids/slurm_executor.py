@@ -1,4 +1,4 @@
-"""Sweep cells as Slurm jobs through submitit: submit what is missing, wait, cancel, report states.
+"""Grid cells as Slurm jobs through submitit: submit what is missing, wait, cancel, report states.
 
     deltalens reproduce --executor slurm [--partition P] [--time 60] [--cpus-per-run 1]
         [--gpus-per-run 0] [--mem 4G] [--array-parallelism 64] [--sbatch KEY=VALUE ...]
@@ -33,9 +33,11 @@ from typing import Any
 
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
-from deltalens.sweeps.grid import SweepOutcome, check_models, check_output_folders
-from deltalens.sweeps.slurm_job import CellJob
-from deltalens.sweeps.slurm_ledger import (
+from deltalens.grids.cells import Grid, SearchRun, config_hash, job_config, search_runs
+from deltalens.grids.grid import GridOutcome, check_models, check_output_folders
+from deltalens.grids.grid_results import CellStatus, read_results, read_search
+from deltalens.grids.slurm_job import CellJob
+from deltalens.grids.slurm_ledger import (
     CellState,
     JobEntry,
     Ledger,
@@ -43,8 +45,6 @@ from deltalens.sweeps.slurm_ledger import (
     cell_states,
     now,
 )
-from deltalens.sweeps.sweep_cells import SearchRun, Sweep, config_hash, job_config, search_runs
-from deltalens.sweeps.sweep_results import CellStatus, read_results, read_search
 
 ACTIVE = ("pending", "running")
 SBATCH_TIMEOUT_S = 120  # an sbatch that has not answered by then is stopped (Ctrl-C waits for it till then)
@@ -288,20 +288,20 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def sweep_statuses(sweep: Sweep, results_dir: str | Path) -> list[CellStatus]:
+def grid_statuses(sweep: Grid, results_dir: str | Path) -> list[CellStatus]:
     """The search runs' and the cells' statuses (the sweep already `with_choices`)."""
     return read_search(sweep, results_dir) + read_results(sweep, results_dir)
 
 
-def sweep_states(sweep: Sweep, results_dir: str | Path, scheduler: Scheduler | None) -> list[CellState]:
+def grid_states(sweep: Grid, results_dir: str | Path, scheduler: Scheduler | None) -> list[CellState]:
     def read() -> list[CellStatus]:
-        return sweep_statuses(sweep, results_dir)
+        return grid_statuses(sweep, results_dir)
 
     return cell_states(sweep, read(), Ledger.load(results_dir), scheduler, reread=read)
 
 
 @dataclass
-class SlurmSweep:
+class SlurmGrid:
     """`train_missing` for Slurm: the same inputs and outcome as training.grid's, run as jobs."""
 
     options: SlurmOptions
@@ -312,13 +312,13 @@ class SlurmSweep:
 
     def train_missing(
         self,
-        sweep: Sweep,
+        sweep: Grid,
         todo: list[CellStatus],
         runs_dir: str | Path,
         results_dir: str | Path,
         progress: bool = True,
-    ) -> SweepOutcome:
-        outcome = SweepOutcome()
+    ) -> GridOutcome:
+        outcome = GridOutcome()
         if not todo:
             return outcome
         runs_dir, results_dir = Path(runs_dir).resolve(), Path(results_dir).resolve()
@@ -342,7 +342,7 @@ class SlurmSweep:
                 )
         return outcome
 
-    def submit(self, sweep: Sweep, todo: list[CellStatus], runs_dir: Path, results_dir: Path) -> list[CellStatus]:
+    def submit(self, sweep: Grid, todo: list[CellStatus], runs_dir: Path, results_dir: Path) -> list[CellStatus]:
         """Submit every cell of `todo` whose job is not queued or running, as one array; returns
         the cells now waited for (those submitted and those already on the queue)."""
         ledger = Ledger.load(results_dir)
@@ -381,12 +381,12 @@ class SlurmSweep:
 
     def wait_for(
         self,
-        sweep: Sweep,
+        sweep: Grid,
         todo: list[CellStatus],
         waited: list[CellStatus],
         results_dir: Path,
         progress: bool,
-        outcome: SweepOutcome,
+        outcome: GridOutcome,
     ) -> None:
         """Poll until every waited-for job has ended; then each status of `todo` holds its result
         or why it has none (the failed job's log lines)."""
@@ -396,7 +396,7 @@ class SlurmSweep:
             while True:
 
                 def read() -> list[CellStatus]:
-                    return [s for s in sweep_statuses(sweep, results_dir) if s.cell.name in names]
+                    return [s for s in grid_statuses(sweep, results_dir) if s.cell.name in names]
 
                 ledger = Ledger.load(results_dir)
                 states = cell_states(sweep, read(), ledger, self.scheduler, reread=read)
@@ -426,10 +426,10 @@ class SlurmSweep:
                 self.log(f"{status.cell.name}: {status.reason}")
 
 
-def cancel_sweep(sweep: Sweep, results_dir: str | Path, scheduler: Scheduler) -> list[CellState]:
+def cancel_grid(sweep: Grid, results_dir: str | Path, scheduler: Scheduler) -> list[CellState]:
     """scancel the queued and running jobs of this sweep's cells (others in the ledger are left alone)."""
     ledger = Ledger.load(results_dir)
-    states = sweep_states(sweep, results_dir, scheduler)
+    states = grid_states(sweep, results_dir, scheduler)
     active = [s for s in states if s.state in ACTIVE]
     if active:
         with held_signals():
@@ -440,7 +440,7 @@ def cancel_sweep(sweep: Sweep, results_dir: str | Path, scheduler: Scheduler) ->
     return active
 
 
-def job_names(sweep: Sweep) -> list[str]:
+def job_names(sweep: Grid) -> list[str]:
     return [r.name for r in search_runs(sweep)] + [c.name for c in sweep.cells]
 
 
@@ -448,14 +448,14 @@ __all__ = [
     "SearchRun",
     "SlurmOptions",
     "SlurmScheduler",
-    "SlurmSweep",
-    "cancel_sweep",
+    "SlurmGrid",
+    "cancel_grid",
     "check_writable",
     "job_names",
     "make_executor",
     "parse_mem",
     "parse_sbatch",
     "parse_time",
-    "sweep_states",
-    "sweep_statuses",
+    "grid_states",
+    "grid_statuses",
 ]

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from deltalens.core.errors import DeltalensError
-from deltalens.sweeps.grid import run_cell
-from deltalens.sweeps.sweep_cells import Cell, SearchRun, Sweep, config_hash, job_config
+from deltalens.grids.cells import Cell, Grid, SearchRun, config_hash, job_config
+from deltalens.grids.grid import run_cell
 from deltalens.training.loop import LAST, TRAINER_STATE
 
 MARK = "deltalens-job:"
@@ -78,7 +78,7 @@ class _StopBetweenSteps:
 class CellJob:
     """One cell (or search run) as a submitit job; paths must be absolute (the job runs elsewhere)."""
 
-    def __init__(self, cell: Cell | SearchRun, sweep: Sweep, runs_dir: str | Path, results_dir: str | Path):
+    def __init__(self, cell: Cell | SearchRun, sweep: Grid, runs_dir: str | Path, results_dir: str | Path):
         self.cell, self.sweep = cell, sweep
         self.runs_dir, self.results_dir = str(runs_dir), str(results_dir)
 

@@ -28,8 +28,8 @@ from typing import Protocol
 
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.errors import DeltalensError
-from deltalens.sweeps.sweep_cells import Sweep, config_hash, job_config
-from deltalens.sweeps.sweep_results import CellStatus
+from deltalens.grids.cells import Grid, config_hash, job_config
+from deltalens.grids.grid_results import CellStatus
 
 LEDGER = "slurm-jobs.json"
 LOG_TAIL_LINES = 12
@@ -61,7 +61,7 @@ class JobEntry:
 @dataclass
 class Ledger:
     path: Path
-    sweep: str = ""  # the sweep file it belongs to
+    sweep: str = ""  # the grid file it belongs to
     jobs: dict[str, JobEntry] = field(default_factory=dict)  # cell name -> its latest job
 
     @classmethod
@@ -119,7 +119,7 @@ def log_tail(path: str | Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def cell_states(
-    sweep: Sweep,
+    sweep: Grid,
     statuses: list[CellStatus],
     ledger: Ledger,
     scheduler: Scheduler | None,
@@ -137,7 +137,7 @@ def cell_states(
     return [_state(sweep, status, ledger.jobs.get(status.cell.name), states) for status in statuses]
 
 
-def _state(sweep: Sweep, status: CellStatus, entry: JobEntry | None, states: dict[str, str]) -> CellState:
+def _state(sweep: Grid, status: CellStatus, entry: JobEntry | None, states: dict[str, str]) -> CellState:
     name = status.cell.name
     if status.result is not None:
         return CellState(name, "done", entry.job_id if entry else "", "result file written")

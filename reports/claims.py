@@ -1,6 +1,6 @@
 """The paper's claims, judged from the sweep's result files alone.
 
-Each claim is judged per setting (group and tokenizer) with the thresholds of the sweep file:
+Each claim is judged per setting (group and tokenizer) with the thresholds of the grid file:
 "holds", "does not hold", "not measured" when the cells it needs have no result, or "not testable"
 when they have results but the claim's premise failed: a claim about the cells that learned when
 none did, or "needs dense reveals" when the model did not learn with dense ones either (a model too
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
-from deltalens.sweeps.grid import Thresholds
+from deltalens.grids.grid import Thresholds
 
 HOLDS, DOES_NOT_HOLD, NOT_MEASURED, NOT_TESTABLE = "holds", "does not hold", "not measured", "not testable"
 
@@ -41,7 +41,7 @@ CLAIMS = {
     "pos-fails": "DeltaNet β∈[0,1] fails with sparse reveals",
     "transformer-dense": "the Transformer needs dense reveals",
     "transformer-no-extrapolation": "the Transformer does not extrapolate",
-    # judged on the full-action variant cells (experiments/report/transformer_variants_section.py), not by _judge
+    # judged on the full-action variant cells (lab/experiments/report/transformer_variants_section.py), not by _judge
     "transformer-full": "the Transformer fails on full permutations even with dense reveals",
 }
 
@@ -79,7 +79,7 @@ def claim_rules(t: Thresholds) -> dict[str, str]:
         "matched-budget lr grid ran, at every lr tried there on every such k (one that learns or is mixed at "
         "some lr: does not hold)",
         "transformer-dense": f"holds if the Transformer reaches ≥ {t.learned:g} at 1x with k = 1 and stays "
-        f"< {t.learned:g} at every k > 1; where it also ran at another lr (results/transformer_lr/), over every lr "
+        f"< {t.learned:g} at every k > 1; where it also ran at another lr (lab/results/transformer_lr/), over every lr "
         "(one that learns a k > 1 cell: does not hold)",
         "transformer-no-extrapolation": f"holds if every Transformer cell that learned (≥ {t.learned:g} at 1x) "
         f"falls < {t.extrapolates:g} at the longest length, at every lr it ran at",

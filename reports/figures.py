@@ -8,9 +8,9 @@ from typing import Any
 
 from plotly.subplots import make_subplots
 
+from deltalens.grids.grid import Thresholds
 from deltalens.reports.checkpoint_figures import checkpoint_length_figure, training_curve_figure  # noqa: F401
 from deltalens.reports.claims import spread
-from deltalens.sweeps.grid import Thresholds
 from deltalens.tasks.groups import get_group
 
 # How the report names each architecture of the sweep's [models] table (others: the key itself).

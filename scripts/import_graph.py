@@ -61,7 +61,7 @@ def graph() -> tuple[dict[str, set[str]], list[str]]:
                 if head in ROOMS:
                     problems.append(f"{where}:{line}: `{module}` bypasses the deltalens root")
                     continue
-                if head == "experiments":  # the lab's code, in a clone only: the library never needs it
+                if head == "lab":  # the lab's code, in a clone only: the library never needs it
                     problems.append(f"{where}:{line}: {room} imports the lab's experiments (not installed)")
                     continue
                 if head != "deltalens" or not rest:

@@ -28,7 +28,7 @@ partial reveals it queries the block variable whose exact posterior is the most 
 **The control** (``drain=False``, n - h >= 2): each leak swaps the first two probe variables
 instead, with the same kinds of lines and the same block moves and query; the exact posterior at the
 query is the same, but the linear filter's block mass stays whole. Comparing a model on both separates
-the lost normalisation from other causes of a late error (experiments/pfsa_drain.py).
+the lost normalisation from other causes of a late error (lab/experiments/pfsa_drain.py).
 
 Why it bites. "No leak" is independent of the block's arrangement, so conditioning on it leaves the
 exact posterior where it was; but in the linear marginal filter (``tasks.pfsa.run_linear_marginal``)

@@ -4,14 +4,13 @@ conformance matrix's rows (tests/test_conformance.py).
 Our families and fla's are built small (hidden 16, 2 heads) and saved with the shipped S3 statement
 checkpoint's tokenizer and task, so `checkpoint.batch` gives REPL traces; each fla family also as a hybrid
 (softmax attention at layer 1, fla's `attn`). The transformers families are their offline hub
-stand-ins (scripts/production_standin.py: transformers' own classes, 4 layers, a BPE tokenizer). RWKV-7 has
+stand-ins (tests/production_standin.py: transformers' own classes, 4 layers, a BPE tokenizer). RWKV-7 has
 no hybrid row: fla's RWKV7Block cannot hold an attention layer.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -64,7 +63,6 @@ def make_folder(row: str, root: Path) -> Path:
     """The row's model folder under `root` (built once per root)."""
     arch, kwargs = ROWS[row]
     if kwargs is None:
-        sys.path.insert(0, str(REPO / "scripts"))
         from production_standin import put_standin
 
         _, snapshot = put_standin(family(arch).model_types[0], root / "hf")  # its text model's type

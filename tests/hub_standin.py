@@ -1,7 +1,7 @@
 """Put the shipped BPE DeltaNet into a Hugging Face cache as a Hub model, so the "Open a pretrained LM"
 commands run offline exactly as they run on fla-hub's models.
 
-    python3 scripts/hub_standin.py [--hf-home DIR] [--repo deltalens/s3-deltanet-bpe]
+    python3 tests/hub_standin.py [--hf-home DIR] [--repo deltalens/s3-deltanet-bpe]
     HF_HOME=DIR HF_HUB_OFFLINE=1 deltalens eval deltalens/s3-deltanet-bpe
 
 The copy is what a model on the Hub looks like: fla's config.json alone (no deltalens section, so no

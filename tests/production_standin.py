@@ -1,7 +1,7 @@
 """Tiny random transformers models of the production families in a Hugging Face cache, so the "Open a
 production model" commands (and tests/models/test_production.py) run offline.
 
-    python3 scripts/production_standin.py [--hf-home DIR]
+    python3 tests/production_standin.py [--hf-home DIR]
     HF_HOME=DIR HF_HUB_OFFLINE=1 deltalens census deltalens-standin/olmo-hybrid-tiny --text FILE
 
     put_standin(kind, cache) -> (hub id, snapshot)

@@ -34,7 +34,13 @@ def site(tmp_path_factory) -> Path:
 
 
 def test_the_site_builds_strict_with_every_page_of_the_nav(site):
-    pages = ["index.html", "api/index.html", "results/index.html", "benchmarks/index.html", "conformance/index.html"]
+    pages = [
+        "index.html",
+        "api/index.html",
+        "results/index.html",
+        "benchmarks/index.html",
+        "conformance/index.html",
+    ]
     guide = sorted(path.stem for path in (REPO / "docs" / "guide").glob("*.md"))
     assert len(guide) >= 11 and all((site / "guide" / name / "index.html").is_file() for name in guide)
     assert all((site / page).is_file() for page in pages)

@@ -18,14 +18,19 @@ def test_each_room_is_a_symlink_under_the_root(room):
     assert link.is_symlink() and link.resolve() == (REPO / room).resolve()
 
 
-def test_the_symlinks_and_pyprojects_packages_are_the_rooms():
-    """deltalens.ROOMS is the one list: the symlinks under deltalens/ and pyproject's packages follow it."""
+def test_the_symlinks_and_the_installed_packages_are_the_rooms():
+    """deltalens.ROOMS is the one list: the symlinks under deltalens/ follow it, and pyproject names no room
+    (setuptools' find walks the links, so the install carries exactly the rooms)."""
     import tomllib
+
+    from setuptools import find_packages
 
     links = {p.name for p in (REPO / "deltalens").iterdir() if p.is_symlink()}
     assert links == set(ROOMS)
-    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    assert {name.split(".")[1] for name in packages if name.count(".") == 1} == set(ROOMS)
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert not any(room in str(setuptools["packages"]) for room in ROOMS)  # no room named here
+    found = find_packages(str(REPO), **setuptools["packages"]["find"])
+    assert {name.split(".")[1] for name in found if name.count(".") == 1} == set(ROOMS)
 
 
 def _init_tree():

@@ -15,12 +15,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import import_graph  # noqa: E402  (scripts/ is not a package)
 
+ROOMS = import_graph.ROOMS  # deltalens.ROOMS
+
 
 def test_every_arrow_between_rooms_points_down():
     edges, problems = import_graph.graph()
     assert problems == []
     # the graph is read from the code, not empty: the probes measure captures, the report judges runs
-    assert "interp" in edges["probes"] and "sweeps" in edges["reports"] and "tasks" in edges["models"]
+    assert "interp" in edges["probes"] and "grids" in edges["reports"] and "tasks" in edges["models"]
     assert edges["core"] == set() and edges["tasks"] == {"core"}  # core is the bottom room, tasks the next
 
 
@@ -39,7 +41,7 @@ def test_the_graph_script_catches_an_upward_import(tmp_path, monkeypatch):
     for room in import_graph.ROOMS:
         (tmp_path / room).mkdir()
     (tmp_path / "tasks" / "bad.py").write_text("from deltalens.probes import eigenvalues\nimport models\n")
-    (tmp_path / "app" / "bad.py").write_text("from experiments.report.reproduce import write_report\n")
+    (tmp_path / "app" / "bad.py").write_text("from lab.experiments.report.reproduce import write_report\n")
     monkeypatch.setattr(import_graph, "ROOT", tmp_path)
     _, problems = import_graph.graph()
     assert any("tasks imports probes" in p for p in problems)
@@ -52,7 +54,7 @@ def test_every_module_loads_once_under_the_deltalens_root():
 import importlib, json, pkgutil, sys
 names = []
 # app: run by streamlit
-for room in ("tasks", "models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli"):
+for room in ROOMS:
     package = importlib.import_module(f"deltalens.{room}")
     for info in pkgutil.walk_packages(package.__path__, f"deltalens.{room}."):
         importlib.import_module(info.name)
@@ -60,13 +62,16 @@ for room in ("tasks", "models", "training", "loading", "sweeps", "interp", "prob
 files = {}
 for name, module in list(sys.modules.items()):
     path = getattr(module, "__file__", None) or ""
-    rooms = ("tasks", "models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli")
-    if "/work/" in path or name.split(".")[0] in rooms:
+    if "/work/" in path or name.split(".")[0] in ROOMS:
         files.setdefault(path, []).append(name)
 print(json.dumps({"names": names, "files": files}))
 """
     out = subprocess.run(
-        [sys.executable, "-c", code.replace('"/work/"', repr(str(REPO) + "/"))],
+        [
+            sys.executable,
+            "-c",
+            code.replace('"/work/"', repr(str(REPO) + "/")).replace("ROOMS", repr(import_graph.ROOMS[1:-1])),
+        ],
         cwd="/",
         capture_output=True,
         text=True,
@@ -153,7 +158,7 @@ def test_pip_install_claims_only_the_deltalens_name(tmp_path):
         "delta_rule.c",
         "short_conv.c",
     }
-    # results (reports' .md, .json, figures) live in results/, outside the package: reports/ ships code only
+    # results (reports' .md, .json, figures) live in lab/results/, outside the package: reports/ ships code only
     shipped = [
         p for p in (purelib / "deltalens" / "reports").rglob("*") if p.is_file() and "__pycache__" not in p.parts
     ]

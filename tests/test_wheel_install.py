@@ -40,9 +40,7 @@ def installed(tmp_path_factory) -> Path:
     # the system packages (torch, setuptools, ...) stay visible; deltalens comes from the venv
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     src = root / "src"
-    skip = shutil.ignore_patterns(
-        ".git", "runs", "results", "sweep", "*.egg-info", "build", "__pycache__", ".mypy_cache"
-    )
+    skip = shutil.ignore_patterns(".git", "runs", "lab", "*.egg-info", "build", "__pycache__", ".mypy_cache")
     shutil.copytree(REPO, src, ignore=skip)
     python = venv / "bin" / "python"
     flags = ["--quiet", "--no-deps", "--no-build-isolation", "--ignore-installed", "--no-index"]
@@ -88,7 +86,7 @@ except DeltalensError as err:
 
 
 def test_a_wheel_says_reproduce_runs_from_a_clone(installed):
-    """The report's code (experiments/) is not installed: `deltalens reproduce` says so in one sentence."""
+    """The report's code (lab/experiments/) is not installed: `deltalens reproduce` says so in one sentence."""
     environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     code = REPRODUCE.format(repo=str(REPO))
     done = subprocess.run([installed, "-c", code], cwd="/", env=environ, capture_output=True, text=True)
@@ -100,4 +98,4 @@ def test_a_wheel_says_reproduce_runs_from_a_clone(installed):
 def test_a_clone_finds_the_reports_code():
     from deltalens.cli.reproduce import report_writer
 
-    assert report_writer().__module__ == "experiments.report.reproduce"
+    assert report_writer().__module__ == "lab.experiments.report.reproduce"

@@ -7,6 +7,6 @@ history.py         a run's training history from its saved files (no torch: the 
 evaluate.py        held-out reveal accuracy, by length and by position
 belief_kl.py       KL of a model's predictive to the exact belief (probabilistic traces)
 
-Sweeps of many trainings (the grid, its lanes, Slurm) are sweeps/'s; a saved model opened, evaluated
+Grids of many trainings (the cells, their lanes, Slurm) are grids/'s; a saved model opened, evaluated
 or exported (dl.load, evaluate_checkpoint, export_run) is loading/'s.
 """

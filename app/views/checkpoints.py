@@ -5,13 +5,13 @@ their verdicts (all from saved files: nothing is re-evaluated).
 
 The first page a new server shows: it imports nothing that loads torch, TransformerLens or scikit-learn
 (tests/app/test_first_page_imports.py), so it is drawn while the server's preload thread imports them;
-only the claims section needs them, and it follows on a rerun once they have loaded (app/sweep_claims.py)."""
+only the claims section needs them, and it follows on a rerun once they have loaded (app/grid_claims.py)."""
 
 import pandas as pd
 import streamlit as st
 
 from deltalens import models
-from deltalens.app import figures, sweep_claims
+from deltalens.app import figures, grid_claims
 from deltalens.app.common import (
     PAPER_MODEL,
     attempt,
@@ -108,7 +108,7 @@ def sweep_section(signature: tuple) -> tuple:
     """(caption, claims table, figures) of the sweep's saved results, built again only when a file
     changes (`signature`: their names and modification times), and kept on disk: the figures took
     6-9 s to build on 2 busy cores."""
-    caption, table, shown = sweep_claims.section(signature)
+    caption, table, shown = grid_claims.section(signature)
     for fig in shown:
         figures.explain_empty_panels(figures.label_reference_lines(fig), "no sweep runs at this spacing")
     return caption, table, shown
@@ -118,8 +118,8 @@ def sweep_section(signature: tuple) -> tuple:
 def claims_follow(key: tuple) -> None:
     """While the preload thread imports what the claims need, and then a thread builds them: a note; then
     the whole page again, which reads them from disk. A fragment: the page above stays as it is meanwhile."""
-    sweep_claims.start_building(key)  # a no-op until the imports are in, and after its first call
-    if sweep_claims.waiting(key):
+    grid_claims.start_building(key)  # a no-op until the imports are in, and after its first call
+    if grid_claims.waiting(key):
         st.info(
             "The claims are judged from the sweep's results as soon as the library has loaded (the server's "
             "first seconds); they appear here then."
@@ -129,8 +129,8 @@ def claims_follow(key: tuple) -> None:
 
 
 st.header("The paper's claims, from the sweep")
-key = sweep_claims.signature()
-if sweep_claims.waiting(key):
+key = grid_claims.signature()
+if grid_claims.waiting(key):
     claims_follow(key)
 else:
     section = attempt(sweep_section, key)

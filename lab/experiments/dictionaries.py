@@ -1,10 +1,11 @@
 """Sparse dictionaries of every head's state on the shipped S3 and S5 DeltaNet [0, 2] models, scored against the
-true state (issue 57; the rule is results/dictionaries/README.md's, stated before these runs).
+true state (issue 57; the rule is lab/results/dictionaries/README.md's, stated before these runs).
 
-    python3 -m experiments.dictionaries RUN --model s3-deltanet-neg-statement --latents 64 [--out results/dictionaries]
-    python3 -m experiments.dictionaries --table [--out results/dictionaries]   # the coverage table and the verdict
-    python3 -m experiments.dictionaries run --model M --latents N --score-at print reveal   # the second rule's grid
-    python3 -m experiments.dictionaries --table --score-at print reveal      # its table and verdict
+    python3 -m lab.experiments.dictionaries RUN --model s3-deltanet-neg-statement --latents 64 \
+        [--out lab/results/dictionaries]
+    python3 -m lab.experiments.dictionaries --table [--out lab/results/dictionaries]   # the coverage table, the verdict
+    python3 -m lab.experiments.dictionaries run --model M --latents N --score-at print reveal   # the second rule's grid
+    python3 -m lab.experiments.dictionaries --table --score-at print reveal      # its table and verdict
 
 One record per (model, width): for each head, the dictionary's fact coverage (of n x n at F1 >= 0.9), arrangement
 coverage, dead and dense latents, held-out FVU and training seconds, the same head's linear-probe accuracy on its
@@ -22,13 +23,13 @@ import torch
 
 from deltalens.cli import arguments
 from deltalens.core.atomic import write_json_atomic
-from experiments import entry
+from lab.experiments import entry
 
 K = 4  # latents active per row
 STEPS = 1000
 TRACES = 512  # capture: even-numbered traces train, odd-numbered ones are scored
 FACT = (0, 1)  # ablated on the tracking head: variable a holds value 2
-# the rule (results/dictionaries/README.md)
+# the rule (lab/results/dictionaries/README.md)
 COVERS, OTHERS_BELOW = 0.9, 0.5
 
 
@@ -76,7 +77,7 @@ def record(model_name: str, latents: int, seed: int = 0, kinds: tuple[str, ...] 
 
 
 def verdict(records: list[dict]) -> str:
-    """The rule of results/dictionaries/README.md over every (model, width) record."""
+    """The rule of lab/results/dictionaries/README.md over every (model, width) record."""
     if not records:
         return "not testable: no record"
     parts, holds = [], True
@@ -94,7 +95,7 @@ def verdict(records: list[dict]) -> str:
 
 
 def verdict_arrangements(records: list[dict]) -> str:
-    """The second rule (results/dictionaries/README.md): at the read-out tokens, wherever a dictionary has at least
+    """The second rule (lab/results/dictionaries/README.md): at the read-out tokens, wherever a dictionary has at least
     as many latents as there are arrangements, the tracking head's covers 90% of them at F1 >= 0.9 and no other
     head's covers half."""
     judged = [r for r in records if r["latents"] >= max(h["arrangements"] for h in r["heads"])]
@@ -159,7 +160,7 @@ def main() -> None:
     parser.add_argument("run", nargs="?", choices=["run"])
     parser.add_argument("--model", default="s3-deltanet-neg-statement")
     parser.add_argument("--latents", type=arguments.COUNT, default=64)
-    parser.add_argument("--out", type=Path, default=Path("results/dictionaries"))
+    parser.add_argument("--out", type=Path, default=Path("lab/results/dictionaries"))
     parser.add_argument("--table", action="store_true")
     parser.add_argument("--score-at", nargs="+", metavar="KIND", help="score at these token kinds only")
     args = parser.parse_args()

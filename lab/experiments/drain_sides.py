@@ -19,7 +19,7 @@ is the exact one, the mass on the probe's value (the value the probe variable sh
 hold), and the block mass. The value-gated DeltaNet (models/lm/value_gated_deltanet.py) adds the value side
 to DeltaNet, still linear in the state; ``gate_stats`` shows where its gate closes.
 
-**The rule** (stated before the value-gated runs, results/pfsa_drain/README.md), per (lr, training cycles)
+**The rule** (stated before the value-gated runs, lab/results/pfsa_drain/README.md), per (lr, training cycles)
 cell of the value-gated DeltaNet ("vgated") beside DeltaNet [0, 2] ("deltanet-neg") at the same setting, on
 seed means:
 

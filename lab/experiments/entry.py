@@ -1,4 +1,4 @@
-"""The lab's entry points (`python3 -m experiments.NAME ...`) with the `deltalens` command's error handling.
+"""The lab's entry points (`python3 -m lab.experiments.NAME ...`) with the `deltalens` command's error handling.
 
     if __name__ == "__main__":
         run(main)
@@ -26,13 +26,13 @@ def run(main: Callable[[], Any]) -> NoReturn:
     try:
         code = main()
     except KeyboardInterrupt:
-        print(f"experiments.{name}: interrupted", file=sys.stderr)
+        print(f"lab.experiments.{name}: interrupted", file=sys.stderr)
         sys.exit(130)
     except (DeltalensError, OSError) as err:
         if os.environ.get("DELTALENS_DEBUG"):
             raise
         text = str(err) if isinstance(err, DeltalensError) else f"{err.strerror or err}: {err.filename or ''}"
-        print(f"experiments.{name}: error: {text}", file=sys.stderr)
+        print(f"lab.experiments.{name}: error: {text}", file=sys.stderr)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -8,7 +8,7 @@ squares over the 3 unit vectors, best of 8 starts), uses the exact factors for e
 products and of products of L random elements. No model is involved: this is the arithmetic the probe
 meets in such a head.
 
-    python3 -m experiments.family_a5_puzzle [--samples 2000] [--seed 0] [--json]
+    python3 -m lab.experiments.family_a5_puzzle [--samples 2000] [--seed 0] [--json]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from scipy.optimize import minimize
 from deltalens.cli import arguments
 from deltalens.tasks.representations import _mult, cycle_type, generated_group, standard_rep
 from deltalens.tasks.rotation_reps import householder_factors, icosahedron_rotations
-from experiments import entry
+from lab.experiments import entry
 
 
 def reflection(u: np.ndarray) -> np.ndarray:

@@ -15,10 +15,10 @@ For each checkpoint (default: the four shipped family checkpoints), on held-out 
 
 Writes OUT/corrections.json and OUT/corrections.md (the tables).
 
-    python3 -m experiments.family_corrections [--out results/family] [--checkpoints DIR ...]
+    python3 -m lab.experiments.family_corrections [--out lab/results/family] [--checkpoints DIR ...]
                                           [--traces 512] [--probe-traces 64] [--single 2048]
-    python3 -m experiments.family_corrections --out DIR --checkpoints RUNS/<cell>-<hash>/last   # a training run
-    python3 -m experiments.family_corrections --markdown-only     # corrections.md again from corrections.json
+    python3 -m lab.experiments.family_corrections --out DIR --checkpoints RUNS/<cell>-<hash>/last   # a training run
+    python3 -m lab.experiments.family_corrections --markdown-only     # corrections.md again from corrections.json
 """
 
 from __future__ import annotations
@@ -37,12 +37,11 @@ from deltalens.core.errors import DeltalensError
 from deltalens.interp.capture import capture
 from deltalens.interp.interventions import Intervention, check_factor, rescale_beta
 from deltalens.loading.opened import open_checkpoint
-from deltalens.models.architecture import n_heads_of, n_layers_of
 from deltalens.probes.cycle_accuracy import position_table, reveal_frame, single_action_table, stretch_table
 from deltalens.probes.product_reps import representation_report
 from deltalens.probes.products import product_report
 from deltalens.training.loop import LAST
-from experiments import entry
+from lab.experiments import entry
 
 SHIPPED = (
     "checkpoints/s4-deltaproduct-n3-full",
@@ -146,7 +145,7 @@ def accuracy_part(checkpoint, model, n: int, traces: int, single: int, hooks=(),
 def probe_checkpoint(path: str, traces: int, probe_traces: int, single: int) -> dict:
     checkpoint = open_checkpoint(path)
     model, n = checkpoint.model, checkpoint.spec.n
-    n_layers, n_heads = n_layers_of(model), n_heads_of(model)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     factors = check_factor(model, None)
     if not factors:
         raise DeltalensError(f"{path} is not a DeltaProduct (no Householder factor axis); the ablation needs one.")
@@ -183,7 +182,7 @@ def _md(frame: pd.DataFrame) -> str:
 def markdown(results: list[dict]) -> str:
     parts = ["# The family corrected: representations, cycle types, factor ablations\n"]
     parts.append(
-        "Written by `python3 -m experiments.family_corrections`; numbers in corrections.json. Residuals are "
+        "Written by `python3 -m lab.experiments.family_corrections`; numbers in corrections.json. Residuals are "
         "||P F - F rho(g)|| with ||F|| = 1 under the true element g: a product decodes to the nearest "
         "element, so it can decode right with a large residual (it is nearest g without acting as g).\n"
     )
@@ -266,7 +265,7 @@ def markdown(results: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/family")
+    parser.add_argument("--out", default="lab/results/family")
     parser.add_argument("--checkpoints", nargs="*", default=list(SHIPPED))
     parser.add_argument("--traces", type=arguments.COUNT, default=512, help="held-out test traces (k = 4, 16 actions)")
     parser.add_argument(

@@ -10,8 +10,8 @@ per-token products that are no fixed representation). Writes OUT/products.json, 
 A run whose checkpoint is gone keeps its row from the products.json already there if that row probed
 the same model (same 1x accuracy as the result now): run folders are often deleted after a sweep.
 
-    python3 -m experiments.family_products [--sweep sweep/family.toml] [--results results/family/sweep]
-                                       [--runs runs/family] [--out results/family] [--traces 64]
+    python3 -m lab.experiments.family_products [--grid lab/grids/family.toml] [--results lab/results/family/grid]
+                                       [--runs runs/family] [--out lab/results/family] [--traces 64]
                                        [--state-traces 256]
 """
 
@@ -26,13 +26,13 @@ import torch
 from deltalens.cli import arguments
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress
+from deltalens.grids.grid import config_hash, job_config, load_grid, read_grid
 from deltalens.interp.capture import capture
 from deltalens.loading.opened import open_checkpoint
 from deltalens.probes.linear_probes import linear_probes
 from deltalens.probes.products import product_report
-from deltalens.sweeps.grid import config_hash, job_config, load_sweep, read_sweep
 from deltalens.training.loop import LAST
-from experiments import entry
+from lab.experiments import entry
 
 
 def probe_run(path: Path, traces: int, state_traces: int) -> dict:
@@ -110,10 +110,10 @@ def merge_rows(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sweep", default="sweep/family.toml")
-    parser.add_argument("--results", default="results/family/sweep")
+    parser.add_argument("--grid", default="lab/grids/family.toml")
+    parser.add_argument("--results", default="lab/results/family/grid")
     parser.add_argument("--runs", default="runs/family")
-    parser.add_argument("--out", default="results/family")
+    parser.add_argument("--out", default="lab/results/family")
     parser.add_argument(
         "--traces", type=arguments.COUNT, default=64, help="held-out traces per run for the product probe"
     )
@@ -122,9 +122,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
-    sweep, statuses, _ = read_sweep(load_sweep(args.sweep), args.results)
+    sweep, statuses, _ = read_grid(load_grid(args.grid), args.results)
     out = Path(args.out) / "products.json"
-    previous = previous_rows(out, args.sweep)
+    previous = previous_rows(out, args.grid)
     probed, accuracies = {}, {}
     for status in progress([s for s in statuses if s.result is not None], desc="products", unit="run"):
         cell = status.cell
@@ -142,7 +142,7 @@ def main() -> None:
             **probe_run(path, args.traces, args.state_traces),
         }
     rows, kept, missing = merge_rows(accuracies, probed, previous)
-    write_json_atomic(out, {"sweep": args.sweep, "traces": args.traces, "runs": rows, "missing_checkpoints": missing})
+    write_json_atomic(out, {"sweep": args.grid, "traces": args.traces, "runs": rows, "missing_checkpoints": missing})
     print(
         f"{len(probed)} runs probed -> {out}"
         + (f"; {len(kept)} kept from the earlier file (no checkpoint now)" if kept else "")

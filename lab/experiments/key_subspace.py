@@ -1,7 +1,7 @@
 """The subspace claim measured on what a head operates with: its keys k_t and read-out queries q_t.
 
 The paper says the tracking head "operates in a low-dimensional subspace". Rule (c) of
-experiments/mechanism_seeds.py reads that off the PCA of the head's flattened state S_t; this script
+lab/experiments/mechanism_seeds.py reads that off the PCA of the head's flattened state S_t; this script
 reads it off the vectors the head writes and reads with:
 
 * keys: k_t on action tokens (the Householder directions of the transitions), stacked over held-out
@@ -26,16 +26,16 @@ had no derivation, since swap keys (u_a - u_b)/sqrt(2) of n variable directions 
 (k1) the paper's claim, "lower than the other heads": T's key_dim_99 is strictly below every other head's;
 (k2) the swap prediction, separate: T's key_dim_99 equals n - 1;
 each supported over models when it holds in at least 2/3 of them, as (k).
-T is the model's tracking head by rule (a) of experiments/mechanism_seeds.py (largest beta-clip drop,
+T is the model's tracking head by rule (a) of lab/experiments/mechanism_seeds.py (largest beta-clip drop,
 at least 0.10): taken from that script's JSON for the model when one exists, else measured here the
 same way (beta clipped at 1 on each head in turn, 128 held-out traces, eval split seed 0).
 
-    python3 -m experiments.key_subspace MODEL [MODEL ...] [--out results/mechanism/key_subspace]   # checkpoints, runs
-    python3 -m experiments.key_subspace --table-only     # print the markdown section from the JSON
-    python3 -m experiments.key_subspace --table-only --readme results/mechanism/README.md   # (re)append it
+    python3 -m lab.experiments.key_subspace MODEL [MODEL ...] [--out lab/results/mechanism/key_subspace]  # ckpts, runs
+    python3 -m lab.experiments.key_subspace --table-only     # print the markdown section from the JSON
+    python3 -m lab.experiments.key_subspace --table-only --readme lab/results/mechanism/README.md   # (re)append it
 
 Writes OUT/key_subspace.json (one record per model; a subfolder, so mechanism_seeds.py's glob over
-results/mechanism/*.json never reads it).
+lab/results/mechanism/*.json never reads it).
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ import torch
 
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.errors import DeltalensError
-from experiments import entry
+from lab.experiments import entry
 
 KEY_TRACES = 64  # the issue's measurement
-SWEEP_TRACES = 128  # rule (a)'s, as in experiments/mechanism_seeds.py
+SWEEP_TRACES = 128  # rule (a)'s, as in lab/experiments/mechanism_seeds.py
 MARGIN = 0.10  # rule (a): the tracking head's beta-clip drop
 REFLECTS = 1.9  # beta above this: eigenvalue 1 - beta < -0.9, mechanism_seeds.py's reflection
 SHARE = 2 / 3
@@ -87,7 +87,7 @@ def measure(path: Path, mechanism: Path, seed: int = 0) -> dict:
     from deltalens.loading.opened import open_checkpoint
     from deltalens.probes.linear_probes import probe_positions
     from deltalens.probes.subspace import numerical_rank, subspace_report
-    from experiments.mechanism_seeds import locate
+    from lab.experiments.mechanism_seeds import locate
 
     where = locate(path)  # a checkpoint folder, or a run folder of `deltalens reproduce --runs` (RUN/last)
     checkpoint = open_checkpoint(where["weights"])
@@ -188,7 +188,7 @@ def reflecting(record: dict) -> str:
 
 
 def section(records: list[dict]) -> str:
-    """The markdown section appended to results/mechanism/README.md."""
+    """The markdown section appended to lab/results/mechanism/README.md."""
 
     def cell(r: dict, column: str, name: str) -> str:
         t = next(h for h in r["heads"] if h["head"] == r["tracking_head"])
@@ -200,7 +200,7 @@ def section(records: list[dict]) -> str:
     lines = [
         BEGIN,
         "",
-        "## The subspace claim on the keys and read-out queries (`experiments/key_subspace.py`)",
+        "## The subspace claim on the keys and read-out queries (`lab/experiments/key_subspace.py`)",
         "",
         "Rule (c) above reads the subspace claim off the PCA of the flattened state. This section reads it off "
         "the vectors the head works with: per head, the 99%-variance dimension of its keys k_t on action tokens "
@@ -211,7 +211,7 @@ def section(records: list[dict]) -> str:
         f"models when it holds in at least 2/3 of those with a tracking head. The per-seed run folders of the grid "
         "are gone, so this is measured on the models that exist: every shipped DeltaNet [0, 2] checkpoint that learned "
         "(statement, code and BPE tokens, and the renormalised one) and the 6-layer model "
-        "(`results/mechanism/key_subspace/key_subspace.json`). With code and BPE tokens an action line is several "
+        "(`lab/results/mechanism/key_subspace/key_subspace.json`). With code and BPE tokens an action line is several "
         "tokens and every one of their keys counts.",
         "",
         "| model | n | T (from) | keys: T's dim (others) | read-out q: T's dim (others) | state PCA-90: T's dim "
@@ -271,8 +271,10 @@ def append_section(readme: Path, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", type=Path, help="checkpoint or run folders of DeltaNet [0, 2] models")
-    parser.add_argument("--out", type=Path, default=Path("results/mechanism/key_subspace"))
-    parser.add_argument("--mechanism", type=Path, default=Path("results/mechanism"), help="mechanism_seeds.py JSONs")
+    parser.add_argument("--out", type=Path, default=Path("lab/results/mechanism/key_subspace"))
+    parser.add_argument(
+        "--mechanism", type=Path, default=Path("lab/results/mechanism"), help="mechanism_seeds.py JSONs"
+    )
     parser.add_argument("--table-only", action="store_true", help="only print the section from OUT's JSON")
     parser.add_argument("--readme", type=Path, help="also (re)write the section into this README")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Two counts over the mechanism JSONs of experiments/mechanism_seeds.py, by that script's own cuts:
+"""Two counts over the mechanism JSONs of lab/experiments/mechanism_seeds.py, by that script's own cuts:
 
 * "one β≈2 head": per learned DeltaNet [0, 2] model, whether exactly one head reflects (eigenvalue
   < -0.9) on at least half of its action tokens and it is the tracking head T (rule (a)), split by
@@ -6,7 +6,8 @@
 * dense reveals: what clipping T's beta at 1 costs (baseline minus accuracy), and on which tokens T's
   beta is above 1 (action tokens vs all tokens), to say where the negative eigenvalues sit.
 
-    python3 -m experiments.mechanism_counts [--mechanism results/mechanism] [--readme results/mechanism/README.md]
+    python3 -m lab.experiments.mechanism_counts [--mechanism lab/results/mechanism] \
+        [--readme lab/results/mechanism/README.md]
 
 Prints a markdown section; with --readme, (re)writes it between its markers there, keeping the rest.
 """
@@ -18,7 +19,7 @@ import json
 from pathlib import Path
 
 from deltalens.core.errors import DeltalensError
-from experiments import entry
+from lab.experiments import entry
 
 BEGIN, END = "<!-- mechanism-counts: begin -->", "<!-- mechanism-counts: end -->"
 
@@ -49,7 +50,7 @@ def section(records: list[dict]) -> str:
     lines = [
         BEGIN,
         "",
-        "## Counts by the cuts above (`experiments/mechanism_counts.py`)",
+        "## Counts by the cuts above (`lab/experiments/mechanism_counts.py`)",
         "",
         f"Over the {len(records)} learned DeltaNet [0, 2] models: a tracking head T in layer 0 in {layer0} of "
         f"{len(records)}. Exactly one β≈2 head (reflections on at least half of its action tokens), and it is T: "
@@ -98,7 +99,7 @@ def append_section(readme: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mechanism", type=Path, default=Path("results/mechanism"))
+    parser.add_argument("--mechanism", type=Path, default=Path("lab/results/mechanism"))
     parser.add_argument("--readme", type=Path, help="also (re)write the section into this README")
     args = parser.parse_args(argv)
     found = models(entry.existing(args.mechanism, "mechanism results folder (mechanism_seeds.py's JSONs)"))

@@ -14,7 +14,7 @@ whose final weights are RUN/last: the weights the cell's result JSON was evaluat
 and reveal accuracy with each head in turn under beta-range ([0, 2] -> [0, 1]), beta-clip
 (min(beta, 1)), beta-reflect (2 - beta), mean-ablation of its read-out z (mean-z) and, on [0, 2] models,
 the split interventions that change the transition or the write alone (transition-clip, write-clip,
-write-half, eigen-abs: experiments/mechanism_split.py, which also holds rule (d) and its table). A [0, 1]
+write-half, eigen-abs: lab/experiments/mechanism_split.py, which also holds rule (d) and its table). A [0, 1]
 model has no beta > 1, so its beta-range and beta-clip are no-ops and are replaced by beta-half
 (beta x 0.5, the same write-halving the [0, 2] -> [0, 1] rescale applies). For a run folder the
 re-evaluated test accuracy (512 traces, the result JSON's own protocol and seed) is checked against
@@ -35,16 +35,16 @@ Decision rules (fixed in this file before seeds 1 and 2 were measured; the seed-
 (c) Subspace claim ("the tracking head's states use fewer dimensions than the other heads'"): T's
     PCA-90 dimension is the lowest of the model's heads (ties count as lowest). Over a set of models
     with a tracking head the claim is supported when that holds in at least 2/3 of them, else not.
-(d) The negative eigenvalue (not the write strength) carries the tracking: experiments/mechanism_split.py.
+(d) The negative eigenvalue (not the write strength) carries the tracking: lab/experiments/mechanism_split.py.
 [0, 1] models: the carrier is the head whose state decodes the values best; mean-ablation
     isolates one head when exactly one head's mean-ablation drop is >= MARGIN.
 Decisions are counted over learned models only: test reveal accuracy >= 0.9 at 1x (the result
 JSON's, or the checkpoint's recorded evaluation), as the matched-budget and sparse-only tables judge.
 
-    python3 -m experiments.mechanism_seeds MODEL [MODEL ...] --label sweep [--out results/mechanism]
-           [--compare results/sweep] [--n-traces 128] [--force]
-    python3 -m experiments.mechanism_seeds --table-only            # rewrite OUT/README.md from OUT/*.json
-    python3 -m experiments.mechanism_seeds MODEL --label L --add-sweeps   # only the split sweeps its JSON lacks
+    python3 -m lab.experiments.mechanism_seeds MODEL [MODEL ...] --label sweep [--out lab/results/mechanism]
+           [--compare lab/results/grid] [--n-traces 128] [--force]
+    python3 -m lab.experiments.mechanism_seeds --table-only            # rewrite OUT/README.md from OUT/*.json
+    python3 -m lab.experiments.mechanism_seeds MODEL --label L --add-sweeps   # only the split sweeps its JSON lacks
 
 Writes OUT/<label>-<name>.json per model and OUT/README.md, one markdown table over every JSON there
 (sections another script keeps there between "<!-- name: begin -->" and its end marker stay).
@@ -66,8 +66,8 @@ from deltalens.cli import arguments
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress
 from deltalens.core.errors import DeltalensError
-from experiments import entry
-from experiments.mechanism_split import SPLIT_SWEEPS, add_sweeps, kept_sections, split_rule, split_table
+from lab.experiments import entry
+from lab.experiments.mechanism_split import SPLIT_SWEEPS, add_sweeps, kept_sections, split_rule, split_table
 
 MARGIN = 0.10
 NO_EFFECT = 0.05
@@ -160,7 +160,7 @@ def measure(path: Path, label: str, n_traces: int, seed: int, compare: Path | No
     from deltalens.loading.opened import open_checkpoint
     from deltalens.tasks.baselines import baseline_scores
     from deltalens.training.evaluate import evaluate
-    from experiments.report.baselines_section import MIN_WINDOW
+    from lab.experiments.report.baselines_section import MIN_WINDOW
 
     where = locate(path)
     checkpoint = open_checkpoint(where["weights"])
@@ -312,7 +312,7 @@ def table(records: list[dict]) -> str:
     lines = [
         "# Mechanism across seeds and depth",
         "",
-        "Written by `python3 -m experiments.mechanism_seeds` (its docstring has the decision rules). 128 held-out",
+        "Written by `python3 -m lab.experiments.mechanism_seeds` (its docstring has the decision rules). 128 held-out",
         "traces at the training length per model; accuracies are reveal accuracies; a drop is the baseline minus",
         "the accuracy with that one head intervened on. T = the tracking head by rule (a).",
         "",
@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", type=Path, help="checkpoint folders or run folders (RUN/last)")
     parser.add_argument("--label", default="model", help="prefix of the JSON names, e.g. sweep, sparse, shipped")
-    parser.add_argument("--out", type=Path, default=Path("results/mechanism"))
+    parser.add_argument("--out", type=Path, default=Path("lab/results/mechanism"))
     parser.add_argument("--compare", type=Path, help="folder of committed result JSONs to compare test accuracy with")
     parser.add_argument("--n-traces", type=arguments.COUNT, default=128)
     parser.add_argument(

@@ -1,4 +1,4 @@
-"""Rule (d) of experiments/mechanism_seeds.py: the tracking head's transition and write, taken apart.
+"""Rule (d) of lab/experiments/mechanism_seeds.py: the tracking head's transition and write, taken apart.
 
 beta_t enters a delta-rule step twice, S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T, so the
 beta-clip and [0, 2] -> [0, 1] rescale of the tracking head T (beta ~ 2 on every action) both change
@@ -36,8 +36,8 @@ from pathlib import Path
 
 SPLIT_SWEEPS = ("transition-clip", "write-clip", "write-half", "eigen-abs")
 RETRAIN = {  # how a label's models were trained (their run folders were not kept)
-    "sweep": "sweep/paper.toml",
-    "sparse": "sweep/sparse_only/deltanet-neg.toml",
+    "sweep": "lab/grids/paper.toml",
+    "sparse": "lab/grids/sparse_only/deltanet-neg.toml",
 }
 
 
@@ -74,12 +74,14 @@ def to_run(missing: list[dict]) -> list[str]:
         names = " ".join(r["name"] for r in missing if r["label"] == label)
         on_disk = all(Path(r["weights"]).exists() for r in missing if r["label"] == label)
         if on_disk:
-            lines.append(f"* {label}: `python3 -m experiments.mechanism_seeds WEIGHTS --label {label} --add-sweeps`")
+            lines.append(
+                f"* {label}: `python3 -m lab.experiments.mechanism_seeds WEIGHTS --label {label} --add-sweeps`"
+            )
             continue
         lines.append(
-            f"* {label} (weights lost with their run folders): retrain, `deltalens reproduce --sweep "
+            f"* {label} (weights lost with their run folders): retrain, `deltalens reproduce --grid "
             f"{RETRAIN.get(label, 'SWEEP')} --only {names} --runs W/runs --results W/results --lanes 2`, then "
-            f"`python3 -m experiments.mechanism_seeds W/runs/* --label {label} --force`."
+            f"`python3 -m lab.experiments.mechanism_seeds W/runs/* --label {label} --force`."
         )
     return lines
 

@@ -1,10 +1,10 @@
 """PFSA-SR, cause vs length: one model on the drain and the no-drain adversary at every horizon.
 
-    python3 -m experiments.pfsa_drain RUN/last --name deltanet-neg-c16-lr3e-3-s0 [--out results/pfsa_drain]
-    python3 -m experiments.pfsa_drain --table [--out results/pfsa_drain]    # seed means and the verdict
-    python3 -m experiments.pfsa_drain --seeds [--out results/pfsa_drain]    # one row per run
-    python3 -m experiments.pfsa_drain --readme results/pfsa_drain/README.md  # both, between its markers
-    python3 -m experiments.pfsa_drain --filters [--out results/pfsa_drain]  # the two analytical filters
+    python3 -m lab.experiments.pfsa_drain RUN/last --name deltanet-neg-c16-lr3e-3-s0 [--out lab/results/pfsa_drain]
+    python3 -m lab.experiments.pfsa_drain --table [--out lab/results/pfsa_drain]    # seed means and the verdict
+    python3 -m lab.experiments.pfsa_drain --seeds [--out lab/results/pfsa_drain]    # one row per run
+    python3 -m lab.experiments.pfsa_drain --readme lab/results/pfsa_drain/README.md  # both, between its markers
+    python3 -m lab.experiments.pfsa_drain --filters [--out lab/results/pfsa_drain]  # the two analytical filters
 
 The two adversaries (tasks/hidden_block.py, ``hidden_block_adversary(..., drain=True|False)``) write the same
 kinds of lines, make the same block moves and ask the same query for a seed, and their exact posteriors are
@@ -21,8 +21,8 @@ Per horizon and adversary, at the query (32 traces, the same for every model):
   (0: the mixture's odds reproduced), and ``support``: the model's mass on those two values;
 * ``probe_mass``: the model's mass on the probe variable's value, which the block cannot hold (records
   written before this metric existed lack it).
-A value-gated model's record also has ``vgate`` (experiments/drain_sides.py ``gate_stats``). The one-sidedness
-rule, its analytical filters and the value-gated DeltaNet's verdict are experiments/drain_sides.py's.
+A value-gated model's record also has ``vgate`` (lab/experiments/drain_sides.py ``gate_stats``). The one-sidedness
+rule, its analytical filters and the value-gated DeltaNet's verdict are lab/experiments/drain_sides.py's.
 
 The decision rule, fixed before the runs (``verdict`` below):
 * turning point of a curve: the first H whose seed-mean KL exceeds the KL at the smallest H by TURN = 0.1 nats;
@@ -55,7 +55,7 @@ from deltalens.loading.opened import open_checkpoint
 from deltalens.tasks.hidden_block import hidden_block_adversary, linear_block_mass
 from deltalens.tasks.prob_spec import ProbTraceSpec
 from deltalens.training.belief_kl import reveal_kl
-from experiments import drain_sides, entry
+from lab.experiments import drain_sides, entry
 
 HORIZONS = (4, 8, 16, 32, 64, 128, 256)
 TURN, GAP = 0.1, 0.1
@@ -164,7 +164,7 @@ def moves(short: int | None, long: int | None) -> bool:
 
 def verdict(cells: dict, lr: str, folder: Path, reference: str = "lstm", reference_cycles=(16, 64)) -> str:
     """The rule of the module docstring, on the seed means of one lr. `reference` is the non-linear arm
-    (the LSTM; the wider LSTM of sweep/pfsa_drain/lstm-wide-c16.toml stands in for it, at 16 cycles only, when
+    (the LSTM; the wider LSTM of lab/grids/pfsa_drain/lstm-wide-c16.toml stands in for it, at 16 cycles only, when
     the 64-wide ones never hold the mixture)."""
     need = [("deltanet-neg", c) for c in (16, 64)] + [(reference, c) for c in reference_cycles]
     missing = [f"{a} c{c}" for a, c in need if len(cells.get((a, c, lr), [])) < 3]
@@ -234,8 +234,8 @@ def table(folder: Path) -> list[str]:
         for cycles in (16, 64):
             if ("vgated", cycles, lr) in cells:
                 lines.append(
-                    "- Linearity or one-sidedness (experiments/drain_sides.py, stated before the value-gated runs): "
-                    + drain_sides.sides_verdict(cells, lr, cycles, guess, HORIZONS)
+                    "- Linearity or one-sidedness (lab/experiments/drain_sides.py, stated before the value-gated "
+                    "runs): " + drain_sides.sides_verdict(cells, lr, cycles, guess, HORIZONS)
                 )
     return lines
 
@@ -403,7 +403,7 @@ def figure(folder: Path):
 
 def write_figure(fig, stem: Path) -> None:
     """HTML (plotly.js written once beside it, so it works offline) and, where kaleido can, PNG."""
-    from experiments.report.reproduce import write_pngs
+    from lab.experiments.report.reproduce import write_pngs
 
     stem.parent.mkdir(parents=True, exist_ok=True)
     fig.write_html(stem.with_suffix(".html"), include_plotlyjs="directory", div_id=f"figure-{stem.name}")
@@ -434,7 +434,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", nargs="?", type=Path)
     parser.add_argument("--name", help="the record's name: <arch>-c<cycles>-lr<lr>-s<seed>")
-    parser.add_argument("--out", type=Path, default=Path("results/pfsa_drain"))
+    parser.add_argument("--out", type=Path, default=Path("lab/results/pfsa_drain"))
     parser.add_argument("--traces", type=arguments.COUNT, default=32, help="adversary traces per horizon and adversary")
     parser.add_argument("--table", action="store_true", help="print the markdown table of --out and exit")
     parser.add_argument("--seeds", action="store_true", help="print the per-run table of --out and exit")

@@ -1,8 +1,8 @@
 """PFSA-SR on the hidden block: every trained model on the same adversary traces, one JSON each.
 
-    python3 -m experiments.pfsa_hidden_block CKPT [CKPT ...] --out results/pfsa/hidden_block
+    python3 -m lab.experiments.pfsa_hidden_block CKPT [CKPT ...] --out lab/results/pfsa/hidden_block
 
-CKPT: checkpoint folders trained from sweep/pfsa_hidden_block/<arch>.toml (`deltalens train ...
+CKPT: checkpoint folders trained from lab/grids/pfsa_hidden_block/<arch>.toml (`deltalens train ...
 --export CKPT`), named <arch>-s<seed>. Per checkpoint (training/hidden_block_eval.py,
 probes/belief_probes.py):
 
@@ -14,7 +14,7 @@ probes/belief_probes.py):
 
 ``guesses.json`` holds the uniform, block-uniform and last-reveal guesses and the linear filter's block
 mass on the same traces. ``--table`` prints the report's section
-(experiments/report/hidden_block_section.py) from --out.
+(lab/experiments/report/hidden_block_section.py) from --out.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from deltalens.tasks.dataset import trace_seed
 from deltalens.tasks.probabilistic import generate_prob_trace
 from deltalens.training.belief_kl import reveal_kl
 from deltalens.training.hidden_block_eval import HORIZONS, adversary_traces, guess_kl, query_kl
-from experiments import entry
-from experiments.report.hidden_block_section import hidden_block_lines
+from lab.experiments import entry
+from lab.experiments.report.hidden_block_section import hidden_block_lines
 
 CYCLES = [1, 10, 25, 50, 100, 150, 200, 300]
 
@@ -82,7 +82,7 @@ def evaluate(path: Path, n_traces: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoints", nargs="*", type=Path)
-    parser.add_argument("--out", type=Path, default=Path("results/pfsa/hidden_block"))
+    parser.add_argument("--out", type=Path, default=Path("lab/results/pfsa/hidden_block"))
     parser.add_argument("--traces", type=arguments.COUNT, default=32, help="adversary traces per horizon")
     parser.add_argument("--table", action="store_true", help="print the markdown table of --out and exit")
     args = parser.parse_args()

@@ -11,9 +11,9 @@ have none after the initial assignment, so the long horizons are also a length e
 A rotary Transformer is loaded with a context long enough for the traces (its weights do not
 depend on the context length).
 
-Writes results/pfsa/long_horizon.json, which the PFSA-SR section of `deltalens reproduce` reads.
+Writes lab/results/pfsa/long_horizon.json, which the PFSA-SR section of `deltalens reproduce` reads.
 
-    python3 -m experiments.pfsa_long_horizon [--seeds 0 1 2] [--traces 32] [--only NAME ...]
+    python3 -m lab.experiments.pfsa_long_horizon [--seeds 0 1 2] [--traces 32] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from deltalens.models.lm.lens import attach_tokenizer
 from deltalens.training.config import load_config
 from deltalens.training.long_horizon import at_horizons, long_horizon_kl
 from deltalens.training.loop import LAST, TRAINER_STATE, train
-from experiments import entry
+from lab.experiments import entry
 
 ROOT = Path(__file__).resolve().parents[1]
 HORIZONS = (50, 150, 300)
@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument("--traces", type=arguments.COUNT, default=32, help="traces per kind (default 32)")
     parser.add_argument("--only", nargs="+", help="checkpoint names (default: every *-prob checkpoint)")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "pfsa-seeds"))
-    parser.add_argument("--out", default=str(ROOT / "results" / "pfsa" / "long_horizon.json"))
+    parser.add_argument("--out", default=str(ROOT / "lab" / "results" / "pfsa" / "long_horizon.json"))
     args = parser.parse_args()
     names = args.only or sorted(p.name for p in (ROOT / "checkpoints").iterdir() if p.name.endswith("-prob"))
     out = Path(args.out)

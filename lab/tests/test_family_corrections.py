@@ -1,4 +1,4 @@
-"""experiments/family_corrections.py on the hand-set DeltaProduct of tests/handset.py (S3, n_h = 2, head 1
+"""lab/experiments/family_corrections.py on the hand-set DeltaProduct of tests/handset.py (S3, n_h = 2, head 1
 tracks): factor 0 writes the initial values and applies each action's first swap, factor 1 only the
 second swap of a 3-cycle. So with factor 1 off the transpositions stay right and the 3-cycles go, and
 only the tracking head's factors matter."""
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from handset import product_model
 
-from experiments import family_corrections
+from lab.experiments import family_corrections
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_a_training_run_is_named_by_its_run_folder():
 
 
 def test_three_reflections_near_a_five_cycle_decode_alone_but_not_composed():
-    from experiments import family_a5_puzzle
+    from lab.experiments import family_a5_puzzle
 
     out = family_a5_puzzle.run(samples=300, lengths=(1, 4), starts=3)
     assert out["single_decoded"] == 1.0 and out["five_cycle_residual"] > 0.5  # nearest, yet far from exact
@@ -56,7 +56,7 @@ CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 
 
 def test_the_shipped_n2_a5_model_applies_single_five_cycles_its_head_does_not():
-    """results/README.md, the family: L0H2 decodes 5-cycles poorly per action, the model applies them."""
+    """lab/results/README.md, the family: L0H2 decodes 5-cycles poorly per action, the model applies them."""
     from deltalens.loading.opened import open_checkpoint
     from deltalens.probes.cycle_accuracy import reveal_frame, single_action_table
 

@@ -1,8 +1,8 @@
-"""experiments/family_products.py keeps the rows of runs whose checkpoints are gone, unless retrained."""
+"""lab/experiments/family_products.py keeps the rows of runs whose checkpoints are gone, unless retrained."""
 
 import json
 
-from experiments.family_products import merge_rows, previous_rows
+from lab.experiments.family_products import merge_rows, previous_rows
 
 
 def test_a_fresh_probe_wins_a_gone_checkpoint_keeps_its_row_and_a_retrained_cell_does_not():
@@ -21,7 +21,7 @@ def test_a_fresh_probe_wins_a_gone_checkpoint_keeps_its_row_and_a_retrained_cell
 
 def test_previous_rows_only_from_the_same_sweep(tmp_path):
     path = tmp_path / "products.json"
-    assert previous_rows(path, "sweep/family.toml") == {}
-    path.write_text(json.dumps({"sweep": "sweep/family.toml", "runs": [{"cell": "x", "reveal_accuracy_1x": 0.3}]}))
-    assert set(previous_rows(path, "sweep/family.toml")) == {"x"}
-    assert previous_rows(path, "sweep/other.toml") == {}
+    assert previous_rows(path, "lab/grids/family.toml") == {}
+    path.write_text(json.dumps({"sweep": "lab/grids/family.toml", "runs": [{"cell": "x", "reveal_accuracy_1x": 0.3}]}))
+    assert set(previous_rows(path, "lab/grids/family.toml")) == {"x"}
+    assert previous_rows(path, "lab/grids/other.toml") == {}

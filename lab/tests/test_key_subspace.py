@@ -1,4 +1,4 @@
-"""experiments/key_subspace.py and experiments/mechanism_counts.py: the rules on made-up models, the README
+"""lab/experiments/key_subspace.py and lab/experiments/mechanism_counts.py: the rules on made-up models, the README
 sections they (re)write, and (slow) the key dimension of the shipped S3 tracking head."""
 
 import importlib
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _load(name: str):
-    return importlib.import_module(f"experiments.{name}")
+    return importlib.import_module(f"lab.experiments.{name}")
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_counts_follow_the_mechanism_jsons(counts, tmp_path):
 
 @pytest.mark.slow  # about 20 s on a 2-core CPU
 def test_the_shipped_s3_tracking_heads_keys_span_three_dimensions(keys):
-    record = keys.measure(REPO / "checkpoints" / "s3-deltanet-neg-statement", REPO / "results" / "mechanism")
+    record = keys.measure(REPO / "checkpoints" / "s3-deltanet-neg-statement", REPO / "lab" / "results" / "mechanism")
     tracking = next(h for h in record["heads"] if h["head"] == record["tracking_head"])
     assert record["tracking_head"] == "L0H3" and tracking["key_dim_99"] == 3
     assert all(h["key_dim_99"] >= 8 for h in record["heads"] if h is not tracking)

@@ -8,7 +8,7 @@ from deltalens.core.errors import DeltalensError
 from deltalens.loading.opened import open_checkpoint
 from deltalens.training.belief_kl import partial_counts
 from deltalens.training.long_horizon import at_horizons, long_horizon_kl, long_traces
-from experiments.report.pfsa_section import long_horizon_lines
+from lab.experiments.report.pfsa_section import long_horizon_lines
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""experiments/mechanism_seeds.py: its decision rules on made-up sweeps, and one run on the hand-set tracker."""
+"""lab/experiments/mechanism_seeds.py: its decision rules on made-up sweeps, and one run on the hand-set tracker."""
 
 import importlib
 import json
@@ -9,7 +9,7 @@ from handset import swap_model
 
 @pytest.fixture(scope="module")
 def mech():
-    return importlib.import_module("experiments.mechanism_seeds")
+    return importlib.import_module("lab.experiments.mechanism_seeds")
 
 
 def _head(layer, head, clip=1.0, rng=1.0, reflect=1.0, mean=1.0, pca=20, probe=0.3, beta=0.8, reflections=0.0):

@@ -1,11 +1,11 @@
-"""experiments/pfsa_drain.py: the cause-vs-length rule fixed before the runs, on made-up records."""
+"""lab/experiments/pfsa_drain.py: the cause-vs-length rule fixed before the runs, on made-up records."""
 
 import importlib
 import json
 
 import pytest
 
-drain = importlib.import_module("experiments.pfsa_drain")
+drain = importlib.import_module("lab.experiments.pfsa_drain")
 H = drain.HORIZONS
 GUESS = 0.49
 
@@ -152,8 +152,8 @@ def test_the_readme_tables_are_rewritten_between_their_markers_and_the_prose_kep
     assert readme.read_text() == "no markers\n"
 
 
-# --- linearity or one-sidedness (experiments/drain_sides.py), the value-gated DeltaNet beside DeltaNet [0, 2] ---
-sides = importlib.import_module("experiments.drain_sides")
+# --- linearity or one-sidedness (lab/experiments/drain_sides.py), the value-gated DeltaNet beside DeltaNet [0, 2] ---
+sides = importlib.import_module("lab.experiments.drain_sides")
 
 
 def with_probe_mass(rec, mass):
@@ -206,7 +206,7 @@ def test_the_filters_reproduce_the_analytical_facts():
     row-only filter loses the arrangement by H = 8, its mass moving to the probe's value."""
     from deltalens.tasks.prob_spec import ProbTraceSpec
 
-    run = drain.Path(__file__).parents[1] / "results/pfsa_drain/deltanet-neg-c16-lr1e-3-s0.json"
+    run = drain.Path(__file__).parents[2] / "lab/results/pfsa_drain/deltanet-neg-c16-lr1e-3-s0.json"
     spec = ProbTraceSpec.from_dict(json.loads(run.read_text())["spec"])
     mask = sides.filter_metrics(spec, 64, drain=True, reveal="mask", n_traces=4)
     assert mask["max_tv"] < 1e-6 and mask["block_mass"] < 0.01 and mask["top_right"] == 1.0

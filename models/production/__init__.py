@@ -21,7 +21,7 @@ def production_family(arch: str) -> Any:
 
 
 def standin_kinds() -> dict[str, str]:
-    """Every model type an offline stand-in is made of (scripts/production_standin.py) -> its arch: each
+    """Every model type an offline stand-in is made of (tests/production_standin.py) -> its arch: each
     production family's text model type, and its multimodal one where the family has a tiny multimodal model."""
     from deltalens.models import families  # noqa: F401  (registers the built-in families)
     from deltalens.models.families.production_shared import PRODUCTION

@@ -35,7 +35,7 @@ class ProductionFamily:
     text_config_key: str = "text_config"  # where a multimodal config keeps its text tower
     refused: dict[str, str] = field(default_factory=dict)  # config key -> why it is not supported
     positions: str = "rotary"  # what its attention layers encode position with (cfg.positional_embedding_type)
-    # the offline stand-in (scripts/production_standin.py): vocab_size -> a tiny config of the text model, 4 layers
+    # the offline stand-in (tests/production_standin.py): vocab_size -> a tiny config of the text model, 4 layers
     # mixing its layer kinds; and, for a multimodal model type (model_types[1]), text config -> that tiny model
     tiny: Callable[[int], Any] | None = None
     tiny_multimodal: Callable[[Any], Any] | None = None

@@ -157,7 +157,7 @@ def test_a_control_changes_what_the_page_shows(server, browser, shots):
 
 def test_report_figures_draw_offline(browser, shots):
     """The reproduce report's HTML figures carry plotly.js beside them: no network is needed."""
-    figure = Path(__file__).resolve().parents[2] / "results" / "figures" / "accuracy_vs_spacing.html"
+    figure = Path(__file__).resolve().parents[2] / "lab" / "results" / "figures" / "accuracy_vs_spacing.html"
     browser.get(figure.as_uri())
     end = time.time() + 30
     while time.time() < end and not browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg"):

@@ -4,17 +4,14 @@ traces with its own tokenizer), or says in one sentence what does not apply."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from hub_standin import REPO, put_standin  # noqa: E402
 from test_app import page
 
 from deltalens.cli import app as app_cli
 from deltalens.cli.main import main
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from hub_standin import REPO, put_standin  # noqa: E402
 
 SHIPPED = Path(__file__).resolve().parents[2] / "checkpoints"
 # every page opens a model that records no task (it is asked the default task with its own tokenizer)

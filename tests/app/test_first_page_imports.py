@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from deltalens.app import preload, sweep_claims
+from deltalens.app import grid_claims, preload
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_PAGE = ("app/Home.py", "app/views/checkpoints.py")  # Home.py opens on the Checkpoints page
@@ -47,7 +47,7 @@ def test_the_first_page_draws_its_list_while_the_preload_imports(tmp_path):
     curves are drawn, the claims are announced for later, and nothing heavy was imported on the way."""
     code = f"""
 import json, sys, threading
-from deltalens.app import preload, sweep_claims
+from deltalens.app import preload, grid_claims
 gate = threading.Event()
 preload._thread = threading.Thread(target=gate.wait, daemon=True)  # a preload still importing
 preload._thread.start()
@@ -104,22 +104,22 @@ def test_the_servers_heavy_imports_wait_for_the_first_page(monkeypatch):
 
 def test_the_claims_wait_for_their_imports_then_for_a_thread_that_builds_them(tmp_path, monkeypatch):
     monkeypatch.setenv("DELTALENS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(sweep_claims, "_builders", {})
+    monkeypatch.setattr(grid_claims, "_builders", {})
     release = threading.Event()
-    monkeypatch.setattr(sweep_claims, "build", lambda: release.wait(30) and ("caption", None, []))
+    monkeypatch.setattr(grid_claims, "build", lambda: release.wait(30) and ("caption", None, []))
     key = (("paper.toml", 1),)
     monkeypatch.setattr(preload, "_thread", None)
-    assert not sweep_claims.waiting(key)  # no preload running (streamlit run, AppTest): the page builds it
+    assert not grid_claims.waiting(key)  # no preload running (streamlit run, AppTest): the page builds it
     gate = threading.Event()
     monkeypatch.setattr(preload, "_thread", threading.Thread(target=gate.wait, daemon=True))
     monkeypatch.setattr(preload, "timing", {})
     preload._thread.start()
-    sweep_claims.start_building(key)
-    assert sweep_claims.waiting(key) and sweep_claims._builders == {}  # imports still running: nothing built yet
+    grid_claims.start_building(key)
+    assert grid_claims.waiting(key) and grid_claims._builders == {}  # imports still running: nothing built yet
     gate.set()
     preload._thread.join(timeout=10)
-    sweep_claims.start_building(key)
-    assert sweep_claims.waiting(key)  # the thread builds it: the page still leaves it for later
+    grid_claims.start_building(key)
+    assert grid_claims.waiting(key)  # the thread builds it: the page still leaves it for later
     release.set()
-    sweep_claims._builders[key].join(timeout=30)
-    assert not sweep_claims.waiting(key) and sweep_claims.section(key) == ("caption", None, [])  # kept on disk
+    grid_claims._builders[key].join(timeout=30)
+    assert not grid_claims.waiting(key) and grid_claims.section(key) == ("caption", None, [])  # kept on disk

@@ -106,7 +106,7 @@ def test_config_fields_are_checked_before_anything_is_written(override, words, t
 
 
 def test_overrides_after_the_options_are_overrides_too(tmp_path, capsys):
-    # the sweep files' headers write `deltalens train CONFIG --out DIR run.seed=1`
+    # the grid files' headers write `deltalens train CONFIG --out DIR run.seed=1`
     config = tmp_path / "train.toml"
     config.write_text(dump_toml(tiny_config(steps=2)))
     out = tmp_path / "run"

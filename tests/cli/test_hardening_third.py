@@ -317,7 +317,7 @@ def test_a_tokenizer_bigger_than_the_embedding_is_refused_at_load(shipped):
 
 
 def test_slurm_ledger_with_null_log_paths_gets_a_sentence(tmp_path):
-    from deltalens.sweeps.slurm_ledger import LEDGER, Ledger
+    from deltalens.grids.slurm_ledger import LEDGER, Ledger
 
     entry = {"cell": "c", "job_id": "1_0", "config": "x", "submitted": "now", "stdout": None, "stderr": None}
     (tmp_path / LEDGER).write_text(json.dumps({"sweep": "s", "jobs": {"c": entry}}))
@@ -345,16 +345,16 @@ def test_a_hung_or_mute_sbatch_gets_a_sentence_and_no_ledger(tmp_path, monkeypat
     pytest.importorskip("submitit")
     from tiny_runs import tiny_sweep
 
-    from deltalens.sweeps import slurm_executor
-    from deltalens.sweeps.grid import load_sweep, read_results
-    from deltalens.sweeps.slurm_ledger import LEDGER
+    from deltalens.grids import slurm_executor
+    from deltalens.grids.grid import load_grid, read_results
+    from deltalens.grids.slurm_ledger import LEDGER
 
     monkeypatch.setenv("PATH", os.environ["PATH"])  # restored after the test
     fake_slurm(tmp_path, sbatch)
     monkeypatch.setattr(slurm_executor, "SBATCH_TIMEOUT_S", 1)
-    sweep = load_sweep(tiny_sweep(tmp_path))
+    sweep = load_grid(tiny_sweep(tmp_path))
     options = slurm_executor.SlurmOptions(folder=tmp_path / "slurm", poll_s=0.01)
-    runner = slurm_executor.SlurmSweep(options, scheduler=None, wait=False, log=lambda text: None)
+    runner = slurm_executor.SlurmGrid(options, scheduler=None, wait=False, log=lambda text: None)
     start = time.perf_counter()
     with pytest.raises(DeltalensError, match=words):
         runner.train_missing(sweep, read_results(sweep, tmp_path / "res"), tmp_path / "runs", tmp_path / "res", False)

@@ -18,7 +18,7 @@ time.sleep(600)
 """
 LANE = """
 import os, signal, time
-import deltalens.sweeps.lanes as lanes
+import deltalens.grids.lanes as lanes
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # a lane stuck where no interrupt reaches it
 lanes.GRACE_S = 1.0
 lanes.threading.Thread(target=lanes._watch_parent, args=(os.getppid(),), daemon=True).start()

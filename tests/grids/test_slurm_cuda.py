@@ -10,8 +10,8 @@ import pytest
 import torch
 from tiny_runs import tiny_sweep
 
-from deltalens.sweeps.grid import load_sweep
-from deltalens.sweeps.slurm_job import CellJob
+from deltalens.grids.grid import load_grid
+from deltalens.grids.slurm_job import CellJob
 
 pytestmark = [
     pytest.mark.cuda,
@@ -31,7 +31,7 @@ def test_a_gpu_job_trains_a_deltanet_cell_with_flas_kernels(tmp_path, monkeypatc
             return _kernel(*args, **kwargs)
 
         monkeypatch.setattr(fla_delta, name, counted)
-    sweep = load_sweep(tiny_sweep(tmp_path, steps=3))
+    sweep = load_grid(tiny_sweep(tmp_path, steps=3))
     cell = next(c for c in sweep.cells if c.arch == "deltanet-neg")
     summary = CellJob(cell, sweep, tmp_path / "runs", tmp_path / "res")()
     assert summary["steps"] == 3

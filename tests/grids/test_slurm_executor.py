@@ -18,19 +18,19 @@ from tiny_runs import tiny_sweep
 
 from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError
-from deltalens.sweeps import slurm_executor, slurm_job
-from deltalens.sweeps.grid import load_sweep, read_results, run_cell
-from deltalens.sweeps.slurm_executor import (
+from deltalens.grids import slurm_executor, slurm_job
+from deltalens.grids.grid import load_grid, read_results, run_cell
+from deltalens.grids.slurm_executor import (
+    SlurmGrid,
     SlurmOptions,
-    SlurmSweep,
-    cancel_sweep,
+    cancel_grid,
+    grid_states,
     parse_mem,
     parse_sbatch,
     parse_time,
-    sweep_states,
 )
-from deltalens.sweeps.slurm_job import CellJob
-from deltalens.sweeps.slurm_ledger import LEDGER, Ledger, format_states
+from deltalens.grids.slurm_job import CellJob
+from deltalens.grids.slurm_ledger import LEDGER, Ledger, format_states
 
 TIMING = ("wall_time_s", "eval_wall_time_s", "finished", "train_wall_s")
 
@@ -77,12 +77,12 @@ class FakeScheduler:
 
 
 def _sweep(tmp_path, steps=2):
-    return load_sweep(tiny_sweep(tmp_path, steps=steps))
+    return load_grid(tiny_sweep(tmp_path, steps=steps))
 
 
 def _runner(tmp_path, executor, scheduler, wait=False):
     options = SlurmOptions(folder=tmp_path / "slurm", poll_s=0.01)
-    return SlurmSweep(options, scheduler=scheduler, executor_factory=executor, wait=wait, log=lambda text: None)
+    return SlurmGrid(options, scheduler=scheduler, executor_factory=executor, wait=wait, log=lambda text: None)
 
 
 def _by_name(states):
@@ -105,7 +105,7 @@ def test_submission_writes_the_ledger_and_a_resubmission_skips_queued_and_runnin
     scheduler.states_by_id[ledger.jobs[c].job_id] = "FAILED"
     Path(ledger.jobs[c].stderr).write_text("line 1\nTraceback\nRuntimeError: out of memory\n")
     scheduler.states_by_id[ledger.jobs[d].job_id] = "COMPLETED"  # ended, yet no result file
-    states = _by_name(sweep_states(sweep, tmp_path / "res", scheduler))
+    states = _by_name(grid_states(sweep, tmp_path / "res", scheduler))
     assert [states[n].state for n in (a, b, c, d)] == ["pending", "running", "failed", "failed"]
     assert states[a].job_id == ledger.jobs[a].job_id
     assert "RuntimeError: out of memory" in states[c].detail and "FAILED" in states[c].detail
@@ -129,7 +129,7 @@ def test_jobs_that_ran_record_the_results_a_local_run_records(tmp_path):
     assert todo[0].result is not None and todo[0].result["steps"] == 2
     local = run_cell(todo[0].cell, sweep, tmp_path / "runs-local", tmp_path / "res-local", progress=False)
     assert _untimed(local) == _untimed(todo[0].result)
-    states = _by_name(sweep_states(sweep, tmp_path / "res", FakeScheduler()))
+    states = _by_name(grid_states(sweep, tmp_path / "res", FakeScheduler()))
     assert states[todo[0].cell.name].state == "done" and states[todo[0].cell.name].job_id
 
 
@@ -156,10 +156,10 @@ def test_cancel_stops_only_this_sweeps_queued_and_running_jobs(tmp_path):
     data["jobs"]["other-cell"] = {**data["jobs"][names[0]], "cell": "other-cell", "job_id": "999_0"}
     ledger.path.write_text(json.dumps(data))
     scheduler.states_by_id["999_0"] = "RUNNING"
-    cancelled = cancel_sweep(sweep, tmp_path / "res", scheduler)
+    cancelled = cancel_grid(sweep, tmp_path / "res", scheduler)
     assert sorted(s.job_id for s in cancelled) == sorted(scheduler.cancelled)
     assert sorted(scheduler.cancelled) == sorted([ledger.jobs[names[0]].job_id, ledger.jobs[names[1]].job_id])
-    states = _by_name(sweep_states(sweep, tmp_path / "res", scheduler))
+    states = _by_name(grid_states(sweep, tmp_path / "res", scheduler))
     assert states[names[0]].state == states[names[1]].state == "cancelled"
     assert Ledger.load(tmp_path / "res").jobs[names[0]].note == "cancelled"
 
@@ -280,7 +280,7 @@ def test_the_sbatch_file_carries_every_option(tmp_path, monkeypatch):
 
 def test_missing_sbatch_and_unwritable_folders_are_one_sentence(tmp_path, monkeypatch, capsys):
     sweep = tiny_sweep(tmp_path)
-    argv = ["reproduce", "--sweep", str(sweep), "--results", str(tmp_path / "res"), "--runs", str(tmp_path / "runs")]
+    argv = ["reproduce", "--grid", str(sweep), "--results", str(tmp_path / "res"), "--runs", str(tmp_path / "runs")]
     argv += ["--out", str(tmp_path / "out"), "--no-progress", "--no-pfsa"]
     assert main([*argv, "--partition", "gpu"]) == 2
     assert "only apply with --executor slurm" in capsys.readouterr().err
@@ -297,7 +297,7 @@ def test_missing_sbatch_and_unwritable_folders_are_one_sentence(tmp_path, monkey
 def test_status_without_a_ledger_lists_every_cell_missing(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("deltalens.cli.reproduce_slurm.scheduler", lambda: None)
     sweep = tiny_sweep(tmp_path)
-    code = main(["reproduce", "--sweep", str(sweep), "--results", str(tmp_path / "res"), "--status"])
+    code = main(["reproduce", "--grid", str(sweep), "--results", str(tmp_path / "res"), "--status"])
     assert code == 0
     out = capsys.readouterr().out
     assert "4 missing" in out and "s3-lstm-statement-k2-s0" in out

@@ -19,8 +19,8 @@ import pytest
 from tiny_runs import tiny_sweep
 
 from deltalens.cli.main import main
-from deltalens.sweeps.grid import load_sweep, read_results, run_cell
-from deltalens.sweeps.slurm_ledger import LEDGER
+from deltalens.grids.grid import load_grid, read_results, run_cell
+from deltalens.grids.slurm_ledger import LEDGER
 
 pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +80,7 @@ def _marks(log: Path) -> list[dict[str, str]]:
 def _argv(tmp_path: Path, sweep: Path, name: str) -> list[str]:
     return [
         "reproduce",
-        "--sweep",
+        "--grid",
         str(sweep),
         "--results",
         str(tmp_path / name / "res"),
@@ -151,7 +151,7 @@ def test_scancel_then_requeue_resumes_from_the_checkpoint(tmp_path, slurm):
     assert main([*argv, "--time", "30"]) == 0  # 30 min: submitit reads a USR2 in the first 20 as a preemption
     entry = json.loads((tmp_path / "slurm" / "res" / LEDGER).read_text())["jobs"][cell_name]
     jid, log = entry["job_id"], Path(entry["stderr"])
-    sweep = load_sweep(sweep_file)
+    sweep = load_grid(sweep_file)
     cell = next(c for c in sweep.cells if c.name == cell_name)
     state_files = lambda: list((tmp_path / "slurm" / "runs").glob(f"{cell_name}-*/last/trainer_state.json"))  # noqa: E731
 

@@ -131,7 +131,7 @@ def test_gated_family_on_cuda_matches_fla_models(arch, overrides):
         assert err_ratio(ref, ours_bf(toks)) <= 0.02
         ours_bf.set_kernel(use_fla=None)
         logits, cache = ours_bf.run_with_cache(toks, names_filter=lambda n: n.endswith("hook_state"))
-        assert cache["blocks.1.attn.hook_state"].shape[:3] == (2, 200, ours.n_heads)
+        assert cache["blocks.1.attn.hook_state"].shape[:3] == (2, 200, ours.cfg.n_heads)
         assert err_ratio(ref, logits) <= 0.02
     # training step on fla's kernels: gradients agree with our torch kernels on the GPU
     ours_f = ours.float().train()
@@ -427,16 +427,13 @@ def test_fla_kda_matches_the_torch_kernel(dtype, recurrent):
 
 
 def test_kimi_linear_standin_on_cuda_matches_cpu(tmp_path):
-    """A Kimi Linear stand-in (scripts/production_standin.py) on CUDA: its KDA layers run fla's kernels, the
+    """A Kimi Linear stand-in (tests/production_standin.py) on CUDA: its KDA layers run fla's kernels, the
     logits, the cache's recurrent states and a decode step from them equal the CPU model's."""
-    import sys
-    from pathlib import Path
+
+    from production_standin import put_standin
 
     import deltalens as dl
     from deltalens.models.production.hooked_kda import HookedKimiDeltaAttention
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    from production_standin import put_standin
 
     repo, _ = put_standin("kimi_linear", tmp_path / "hub")
     with pytest.MonkeyPatch.context() as env:

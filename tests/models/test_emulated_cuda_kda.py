@@ -10,8 +10,6 @@ the rest of the family).
 """
 
 import copy
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -95,11 +93,10 @@ def test_kda_model_on_fla_matches_cpu(dtype, T, kernel):
 
 @pytest.fixture(scope="module")
 def kimi(tmp_path_factory):
-    """scripts/production_standin.py's tiny Kimi Linear (KDA on layers 0, 1, 3), opened offline."""
-    import deltalens as dl
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    """tests/production_standin.py's tiny Kimi Linear (KDA on layers 0, 1, 3), opened offline."""
     from production_standin import put_standin
+
+    import deltalens as dl
 
     home = tmp_path_factory.mktemp("hf")
     repo, _ = put_standin("kimi_linear", home / "hub")

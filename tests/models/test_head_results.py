@@ -100,7 +100,6 @@ def test_w_q_reproduces_the_projection_before_the_convolution():
 
 def test_a_production_layer_reads_its_fused_projection_off_exactly():
     """Qwen3.5's in_proj_qkv: W_Q, W_K, W_V read off on the unit vectors reproduce q, k, v before the conv."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     from production_standin import tiny_config
 
     model = dl.build("qwen3_5", **tiny_config("qwen3_5_text").to_dict())

@@ -5,17 +5,12 @@ by the beta-range sweep -> the top head verified by a beta rescale -> its state 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from hub_standin import REPO, put_standin  # noqa: E402
 
 import deltalens as dl
 from deltalens.tasks.tokenizers.hf import HFTokenizer
 from deltalens.training.text_eval import evaluate_since_reveal
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from hub_standin import REPO, put_standin  # noqa: E402
 
 
 @pytest.fixture(scope="module")

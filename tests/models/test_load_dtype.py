@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -121,7 +120,6 @@ def test_dl_load_defaults_to_auto_and_prints_a_big_models_estimate(tmp_path, mon
 
 
 def test_a_production_model_is_loaded_in_the_chosen_dtype(tmp_path, monkeypatch):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     from production_standin import tiny_model
 
     folder = tmp_path / "olmo"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from deltalens import models
+from deltalens import ROOMS, models
 from deltalens.core.errors import DeltalensError
 from deltalens.models import checkpoint
 from deltalens.models.io import hf_folder
@@ -87,7 +87,7 @@ def test_the_file_names_are_defined_once():
     assert checkpoint.MissingCheckpointFile is hf_folder.MissingCheckpointFile
     definitions = [
         str(path.relative_to(REPO))
-        for room in ("models", "training", "loading", "sweeps", "interp", "probes", "reports", "cli", "app")
+        for room in ROOMS[ROOMS.index("models") :]
         for path in (REPO / room).rglob("*.py")
         if re.search(r"^(CONFIG_NAME|WEIGHTS_NAME) = ", path.read_text(), re.MULTILINE)
     ]

@@ -1,7 +1,7 @@
 """Production delta-rule LMs from transformers (Qwen3.5, Qwen3.5-MoE, OLMo-Hybrid, Qwen3-Next), opened by Hub id
 offline.
 
-Each stand-in is transformers' own tiny random model (scripts/production_standin.py) in a local Hub
+Each stand-in is transformers' own tiny random model (tests/production_standin.py) in a local Hub
 cache; the reference is transformers' own model loaded from the same snapshot, never ours. Measured:
 logits, the final recurrent state against transformers' cache, every S_t replayed from the hooks, an
 edit of S_t propagating as a reference recurrence says, and greedy generation.
@@ -10,17 +10,13 @@ edit of S_t propagating as a reference recurrence says, and greedy generation.
 from __future__ import annotations
 
 import importlib
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from production_standin import put_standin  # noqa: E402
 
 import deltalens as dl
 from deltalens.core.errors import DeltalensError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from production_standin import put_standin  # noqa: E402
 
 # qwen3_5, qwen3_5_moe: the multimodal models, their text towers opened
 KINDS = ("qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "olmo_hybrid", "qwen3_next")
@@ -91,7 +87,7 @@ def _reference_gdn(q, k, v, beta, alpha, edit_at=None, edit=None):
 def test_opens_by_hub_id_with_its_tokenizer_and_equal_logits(opened, kind):
     ours, theirs, tokens = opened[kind]
     assert ours.arch == kind.removesuffix("_text") and ours.tokenizer is not None
-    assert ours.n_layers == 4 and not hasattr(ours.model, "visual")  # the text tower alone
+    assert ours.cfg.n_layers == 4 and not hasattr(ours.model, "visual")  # the text tower alone
     with torch.no_grad():
         error = (ours(tokens) - theirs(tokens).logits).abs().max().item()
     assert error < 1e-4, error

@@ -1,6 +1,6 @@
 """bf16 parity of the production families: our hooked model (dl.load by Hub id, dtype="bf16") against
 transformers' own loaded in bf16 from the same offline stand-in, with the fp32 pair for reference
-(scripts/production_bf16.py prints the bf16 table of docs/guide/production-models.md from the same measurement).
+(benchmarks/production_bf16.py prints the bf16 table of docs/guide/production-models.md from the same measurement).
 
 The stated tolerances are the measured errors (docs/guide/production-models.md, bf16) with a margin of about 3x;
 in bf16 our recurrence runs in fp32 and so does transformers' chunked one, so what differs is where each rounds
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # the measurement the docs table prints
 from production_bf16 import KINDS, parity  # noqa: E402
 
 # kind -> (max abs, relative) allowed between our bf16 logits and transformers' bf16 logits

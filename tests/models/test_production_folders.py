@@ -8,18 +8,15 @@ import json
 import pickle
 import shutil
 import struct
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from production_standin import put_standin  # noqa: E402
 from safetensors.torch import load_file, save_file
 
 import deltalens as dl
 from deltalens.core.errors import DeltalensError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from production_standin import put_standin  # noqa: E402
 
 
 @pytest.fixture(scope="module")

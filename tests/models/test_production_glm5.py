@@ -1,7 +1,7 @@
 """GLM-5 Next (transformers `glm5_next`, GLM-5.3-Flash: KDA, latent attention with a sparse-attention indexer,
 MoE, hyper-connections) opened by Hub id offline, against transformers' own model loaded from the same snapshot.
 
-The stand-in is scripts/production_standin.py's tiny random model: transformers' multimodal class (the type's only
+The stand-in is tests/production_standin.py's tiny random model: transformers' multimodal class (the type's only
 language model) with a one-block vision tower, KDA on layers 0, 1, 3, indexed latent attention on 2 (its indexer
 keeps 2 pools of 4 tokens and the tail, so the 55-token traces see sparse attention), 4 residual streams. The
 reference recurrence is written here token by token: S_t = (I - beta k k^T) Diag(alpha_t) S_{t-1} + beta k v^T.
@@ -10,18 +10,14 @@ reference recurrence is written here token by token: S_t = (I - beta k k^T) Diag
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from production_standin import put_standin  # noqa: E402
 
 import deltalens as dl
 from deltalens.core.errors import DeltalensError
 from deltalens.models.production.glm5_next import FAMILY, HookedGlm5Next
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from production_standin import put_standin  # noqa: E402
 
 TEXT = ">>> a = 1\n>>> b = 2\n>>> a, b = b, a\n>>> print('a', a)\na 2\n>>> c = 3\n"
 
@@ -160,16 +156,16 @@ def test_the_residual_hooks_show_the_streams_mean(opened, cached):
     with torch.no_grad():
         streams = theirs(tokens, output_hidden_states=True).hidden_states  # each layer's input streams
     assert streams[1].shape[2] == 4 and torch.equal(cache["resid_pre", 0], cache["hook_embed"])
-    for layer in range(ours.n_layers):
+    for layer in range(ours.cfg.n_layers):
         assert (cache["resid_pre", layer] - streams[layer].mean(2)).abs().max() < 1e-5
     last = ours.text_model.norm  # the final norm reads the last layer's streams' mean
-    assert (last(cache["resid_post", ours.n_layers - 1]) - cache["ln_final.hook_normalized"]).abs().max() < 1e-5
+    assert (last(cache["resid_post", ours.cfg.n_layers - 1]) - cache["ln_final.hook_normalized"]).abs().max() < 1e-5
 
 
 def test_an_edit_of_the_combined_stream_moves_every_stream_alike(opened):
     """A vector added at hook_resid_pre is what transformers computes with it added to each of the 4 streams."""
     ours, theirs, tokens = opened
-    layer, delta = 2, 0.5 * torch.randn(ours.d_model, generator=torch.Generator().manual_seed(0))
+    layer, delta = 2, 0.5 * torch.randn(ours.cfg.d_model, generator=torch.Generator().manual_seed(0))
 
     def every_stream(module, args, kwargs):  # on transformers' own layer: (B, T, N, d_model) + delta
         return (args[0] + delta, *args[1:]), kwargs

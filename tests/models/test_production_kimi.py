@@ -1,24 +1,19 @@
 """Kimi Linear (transformers `kimi_linear`: Kimi Delta Attention with a per-channel decay, latent attention,
 MoE) opened by Hub id offline, against transformers' own model loaded from the same snapshot.
 
-The stand-in is scripts/production_standin.py's tiny random model (KDA on layers 0, 1, 3, MLA on 2, a
+The stand-in is tests/production_standin.py's tiny random model (KDA on layers 0, 1, 3, MLA on 2, a
 dense MLP on layer 0 and MoE after it). The reference recurrence below is written here, token by token,
 from fla's `naive_recurrent_kda`: S_t = (I - beta k k^T) Diag(alpha_t) S_{t-1} + beta k v^T.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from production_standin import put_standin  # noqa: E402
 
 import deltalens as dl
 from deltalens.core.errors import DeltalensError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from production_standin import put_standin  # noqa: E402
 
 TEXT = ">>> a = 1\n>>> b = 2\n>>> a, b = b, a\n>>> print('a', a)\na 2\n>>> c = 3\n"
 

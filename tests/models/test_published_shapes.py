@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # published_shapes.py: a tool users run
 from published_shapes import FIXTURES, NOMINAL, measure, published, table  # noqa: E402
 
 

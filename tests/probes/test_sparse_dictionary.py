@@ -5,8 +5,6 @@ folder format, the splice as a state edit that propagates, and the pipeline on a
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -138,7 +136,6 @@ def test_the_command_prints_scores_and_saves(tmp_path, capsys):
 def test_on_a_production_stand_in_its_states_and_writes_are_coded_and_scored(kind, tmp_path, monkeypatch):
     """transformers' Qwen3.5, OLMo-Hybrid and Kimi Linear (hybrids: 3 delta-rule layers, 1 attention layer),
     offline, asked S3 traces."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     from production_standin import put_standin
 
     repo, _ = put_standin(kind, tmp_path / "hub")

@@ -13,8 +13,8 @@ import torch
 
 from deltalens import models
 from deltalens.core.errors import DeltalensError
+from deltalens.grids.grid import CellStatus, load_grid
 from deltalens.loading.export import export_run
-from deltalens.sweeps.grid import CellStatus, load_sweep
 from deltalens.tasks import Tokenizer, make_tokenizer
 from deltalens.tasks.adversary import adversarial_sequence, adversarial_trace
 from deltalens.tasks.pfsa import joint_filter
@@ -24,8 +24,8 @@ from deltalens.training.belief_kl import partial_counts, reveal_kl, token_table,
 from deltalens.training.config import TrainConfig
 from deltalens.training.data import TrainingData
 from deltalens.training.loop import train
-from experiments.report.pfsa_section import probabilistic_checkpoints, uniform_kl
-from experiments.report.reproduce import write_report
+from lab.experiments.report.pfsa_section import probabilistic_checkpoints, uniform_kl
+from lab.experiments.report.reproduce import write_report
 
 SPEC = ProbTraceSpec(group="S3", actions=(10, 14), swap_prob=0.5, spacing=2, full_reveal_prob=0.3)
 
@@ -193,7 +193,7 @@ def test_report_gains_the_pfsa_section(tmp_path, monkeypatch):
     monkeypatch.setattr(plotly.io, "write_images", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no chrome")))
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    sweep = load_sweep(tiny_sweep(tmp_path))
+    sweep = load_grid(tiny_sweep(tmp_path))
     statuses = [CellStatus(c, short="not trained yet", reason="no result file") for c in sweep.cells]
     report = write_report(sweep, statuses, tmp_path / "reports", pfsa_checkpoints=ckpts)
     md = report.markdown.read_text()

@@ -8,7 +8,7 @@ reveals", transformer_variants_section.py). Here the grid's verdicts are revised
 rule in claims.claim_rules, and counted: the count the README quotes is `count_line`'s, never one
 written by hand.
 
-The controls are read from the results root they belong to (the folder holding the grid's results/sweep/,
+The controls are read from the results root they belong to (the folder holding the grid's lab/results/grid/,
 its siblings matched_budget/, transformer_lr/, transformer_variants/), never from where a report is written:
 `judged_claims` is what `deltalens reproduce` writes to any --out and what the dashboard shows.
 """
@@ -19,11 +19,11 @@ import dataclasses
 from collections import Counter
 from pathlib import Path
 
+from deltalens.grids.cells import Thresholds
 from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, Claim
-from deltalens.sweeps.sweep_cells import Thresholds
-from experiments.report.controls_section import ControlVerdict, matched_budget_verdicts, read_results
-from experiments.report.transformer_lr_section import revise_transformer
-from experiments.report.transformer_variants_section import PAPER_THRESHOLDS, full_actions_claims
+from lab.experiments.report.controls_section import ControlVerdict, matched_budget_verdicts, read_results
+from lab.experiments.report.transformer_lr_section import revise_transformer
+from lab.experiments.report.transformer_variants_section import PAPER_THRESHOLDS, full_actions_claims
 
 CONTROLS = ("matched_budget", "sparse_only", "transformer_lr", "transformer_variants")  # under the results root
 
@@ -84,9 +84,9 @@ def with_controls(
 
 def judged_claims(sweep, statuses, root: Path) -> list[Claim]:
     """The paper's claims from the grid's results (`statuses`, grid.read_results of `sweep`) revised by the
-    controls under `root`: the one table of results/reproduce.md and of the dashboard."""
+    controls under `root`: the one table of lab/results/reproduce.md and of the dashboard."""
+    from deltalens.grids.grid import expected_cells
     from deltalens.reports.claims import evaluate_claims
-    from deltalens.sweeps.grid import expected_cells
 
     results = [s.result for s in statuses if s.result is not None]
     claims = evaluate_claims(
@@ -122,5 +122,5 @@ def count_line(claims: list[Claim]) -> str:
         parts.append(f"{counts[NOT_MEASURED]} {'is' if counts[NOT_MEASURED] == 1 else 'are'} not measured")
     return (
         f"Count over the {len(claims)} rows above "
-        "(written from their verdicts by `experiments/report/controlled_claims.py`): " + ", ".join(parts) + "."
+        "(written from their verdicts by `lab/experiments/report/controlled_claims.py`): " + ", ".join(parts) + "."
     )

@@ -3,15 +3,15 @@
 Two controls of the paper grid's verdicts, read from result folders next to the report:
 
 * ``matched_budget/lr<lr>/``: DeltaNet β∈[0,1] at the Transformer's and the LSTM's step budget,
-  one sweep per learning rate (sweep/matched_budget/). The claim "DeltaNet β∈[0,1] fails with sparse
+  one sweep per learning rate (lab/grids/matched_budget/). The claim "DeltaNet β∈[0,1] fails with sparse
   reveals" is judged again per setting over every lr tried: it **fails** when at some lr the cell
   learned (seed mean ≥ the learned threshold at 1x, and two thirds of the seeds), **holds** when at
   every lr it did not (seed mean below it, and two thirds of the seeds), and is *mixed* otherwise. A
-  hold is *budget-bound* when a seed was still rising on pace to learn (experiments/report/curves.py).
-* ``sparse_only/<arch>/``: no dense stage and one variable per print (sweep/sparse_only/). Per
+  hold is *budget-bound* when a seed was still rising on pace to learn (lab/experiments/report/curves.py).
+* ``sparse_only/<arch>/``: no dense stage and one variable per print (lab/grids/sparse_only/). Per
   cell, how many seeds learn; "learns without a dense stage" holds when the cell learned as above.
 
-Every row carries the memoryless baselines of experiments/report/baselines_section.py at 1x (chance, last
+Every row carries the memoryless baselines of lab/experiments/report/baselines_section.py at 1x (chance, last
 reveal, window-W) and the "beyond window" verdict, so a cell that learned is also checked against
 a look-back.
 """
@@ -26,10 +26,10 @@ from typing import Any
 from deltalens.reports.claims import accuracy_at, seeds_needed, spread
 from deltalens.reports.figures import ARCH_LABELS
 from deltalens.reports.numbers import mean_range
-from experiments.report.baselines_section import CANNOT_TELL, beyond_window, cell_baselines
-from experiments.report.curves import RISING, last_quarter, on_pace
+from lab.experiments.report.baselines_section import CANNOT_TELL, beyond_window, cell_baselines
+from lab.experiments.report.curves import RISING, last_quarter, on_pace
 
-LEARNED = 0.9  # the paper grid's threshold (sweep/paper.toml [thresholds] learned)
+LEARNED = 0.9  # the paper grid's threshold (lab/grids/paper.toml [thresholds] learned)
 SEEDS = 3  # seeds of every control cell; a cell with fewer results is still training
 
 
@@ -115,7 +115,7 @@ def _pace_note(tried: list[tuple[str, dict[str, Any]]]) -> str | None:
 def matched_budget_verdicts(root: Path) -> tuple[dict[str, list[dict[str, Any]]], list[ControlVerdict]]:
     """The matched-budget cells by lr, and the claim judged again per (group, k > 1) over every lr tried:
     fails when at some lr the cell learned; holds when at every lr it did not, *budget-bound* when a seed
-    was still rising at a pace that would reach LEARNED within another budget (experiments/report/curves.py)."""
+    was still rising at a pace that would reach LEARNED within another budget (lab/experiments/report/curves.py)."""
     folders = sorted((Path(root) / "matched_budget").glob("lr*"), key=lambda p: float(p.name[2:]))
     cells = {p.name[2:]: spread(read_results(p)) for p in folders}
     cells = {lr: c for lr, c in cells.items() if c}
@@ -158,7 +158,8 @@ def matched_budget_lines(root: Path) -> list[str]:
         "## Controls: matched budgets",
         "",
         f"DeltaNet β∈[0,1] cells at {', '.join(str(s) for s in sorted(steps))} steps (the Transformer's and the "
-        "LSTM's budget; the paper grid gave DeltaNet 4,000), one sweep per learning rate (`sweep/matched_budget/`), "
+        "LSTM's budget; the paper grid gave DeltaNet 4,000), one sweep per learning rate "
+        "(`lab/grids/matched_budget/`), "
         "3 seeds, early stop at 0.999, the test split at 1x / 2x / 4x; baselines at 1x on the same traces.",
         "",
         *HEADER,
@@ -191,7 +192,7 @@ def sparse_only_lines(root: Path) -> list[str]:
     return [
         "## Controls: sparse reveals only",
         "",
-        "No dense stage (spacing k from the first step) and one variable per print (`sweep/sparse_only/`), "
+        "No dense stage (spacing k from the first step) and one variable per print (`lab/grids/sparse_only/`), "
         "8,000 steps, 3 seeds, early stop at 0.999; every paper-grid cell started with k = 1 and half its "
         "training traces printed every variable.",
         "",

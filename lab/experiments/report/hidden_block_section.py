@@ -1,6 +1,6 @@
 """The report's hidden-block table (PFSA-SR where partial observability bites) and its verdict.
 
-Reads the JSON that experiments/pfsa_hidden_block.py writes, one per trained model (<arch>-s<seed>.json)
+Reads the JSON that lab/experiments/pfsa_hidden_block.py writes, one per trained model (<arch>-s<seed>.json)
 and guesses.json, and writes: KL(exact || model) at the query after H partial reveals per
 architecture (seed mean, [min-max]) beside the uniform and last-reveal guesses and the linear
 filter's block mass; the state norms at the first and last cycle; the belief probes; and the verdict
@@ -110,7 +110,7 @@ def hidden_block_lines(folder: Path) -> list[str]:
     by_arch, guesses = read_records(folder)
     lines = ["### (e) The hidden block: queries after long partial observability", ""]
     if not by_arch or guesses is None:
-        return lines + [f"Not measured yet: run `python3 -m experiments.pfsa_hidden_block` (writes {folder}).", ""]
+        return lines + [f"Not measured yet: run `python3 -m lab.experiments.pfsa_hidden_block` (writes {folder}).", ""]
     horizons = sorted(int(h) for h in guesses["by_horizon"])
     any_record = next(iter(by_arch.values()))[0]
     spec = any_record["spec"]
@@ -118,7 +118,8 @@ def hidden_block_lines(folder: Path) -> list[str]:
         f"{spec['group']} traces of tasks/hidden_block.py: variables a-{chr(ord('a') + spec['hidden_block'] - 1)} "
         f"form a hidden block, every cycle swaps two of them, leaks one into the probe with probability "
         f"{spec['swap_prob']} and prints the probe. Trained on traces of up to {_most(spec['actions']) // 2} "
-        f"cycles with a block variable queried at {spec['query_prob']:g} of the reveals (sweep/pfsa_hidden_block/). "
+        f"cycles with a block variable queried at {spec['query_prob']:g} of the reveals "
+        "(lab/grids/pfsa_hidden_block/). "
         "Tested on the adversary: one random swap opens (the exact answer is then a (1 - p, p) pair of values for "
         "good), every later block swap is deterministic, each leak goes to the block variable the linear marginal "
         "filter holds most mass on, every probe print shows 'no leak', and after H such partial reveals the most "

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from deltalens.reports.claims import accuracy_at
 from deltalens.reports.figures import ARCH_LABELS
-from experiments.report.baselines_section import cell_baselines
-from experiments.report.controls_section import LEARNED, SEEDS, learns_verdict
-from experiments.report.curves import RISING, last_quarter, still_rising
+from lab.experiments.report.baselines_section import cell_baselines
+from lab.experiments.report.controls_section import LEARNED, SEEDS, learns_verdict
+from lab.experiments.report.curves import RISING, last_quarter, still_rising
 
 
 def long_run_lines(out: Path) -> list[str]:
@@ -48,10 +48,10 @@ def long_run_lines(out: Path) -> list[str]:
 
 
 def long_sweep_runs(out: Path) -> tuple[list[dict], dict[str, dict]]:
-    """OUT/long/*.json's evaluated results and, by cell name, the grid's run of each (OUT/sweep/<cell>.json)."""
+    """OUT/long/*.json's evaluated results and, by cell name, the grid's run of each (OUT/grid/<cell>.json)."""
     runs = [json.loads(p.read_text()) for p in sorted((Path(out) / "long").glob("*.json"))]
     runs = [r for r in runs if r.get("eval", {}).get("lengths")]  # a run still training has no eval yet
-    grid_files = {r["cell"]: Path(out) / "sweep" / f"{r['cell']}.json" for r in runs}
+    grid_files = {r["cell"]: Path(out) / "grid" / f"{r['cell']}.json" for r in runs}
     return runs, {cell: json.loads(f.read_text()) for cell, f in grid_files.items() if f.is_file()}
 
 
@@ -66,7 +66,7 @@ def _tests(result: dict) -> str:
 
 def long_sweep_lines(out: Path, threshold: float = LEARNED) -> list[str]:
     """OUT/long/*.json: grid cells trained again with a longer budget (sweep results, as in
-    OUT/sweep/), each beside the grid's own run of the cell and the memoryless baselines. Per
+    OUT/grid/), each beside the grid's own run of the cell and the memoryless baselines. Per
     cell: does it learn (the controls' rule at `threshold`) and is any seed still rising at its end."""
     return long_sweep_table(*long_sweep_runs(out), threshold)
 
@@ -82,7 +82,7 @@ def long_sweep_table(runs: list[dict], grids: dict[str, dict], threshold: float 
         "### The same cells with a longer budget",
         "",
         "Cells of this grid trained again from scratch with more steps (`long/`, same recipe but the budget, "
-        "early stop at the sweep's accuracy), beside the grid's run of the same cell and seed (`sweep/`). "
+        "early stop at the sweep's accuracy), beside the grid's run of the same cell and seed (`lab/grids/`). "
         f"'Still rising': validation gained more than {RISING} over the run's last quarter; the curves are "
         "the figure 'longer budget'.",
         "",

@@ -21,7 +21,7 @@ from deltalens.loading.opened import open_checkpoint
 from deltalens.reports.numbers import mean_range
 from deltalens.tasks.belief_decay import halving_decay, joint_decay_figure, marginal_decay, marginal_decay_figure
 from deltalens.training.belief_kl import BeliefKL, adversarial_traces, kl_figure, random_traces, uniform_reveal_kl
-from experiments.report.hidden_block_section import hidden_block_figure, hidden_block_lines
+from lab.experiments.report.hidden_block_section import hidden_block_figure, hidden_block_lines
 
 MAX_PARTIAL = 8  # columns of the KL table: partial reveals since the last full reveal
 
@@ -61,8 +61,8 @@ def _show(step) -> str:
     return "–" if step is None else str(int(step))
 
 
-LONG_HORIZON = Path("results") / "pfsa" / "long_horizon.json"  # written by experiments/pfsa_long_horizon.py
-HIDDEN_BLOCK = Path("results") / "pfsa" / "hidden_block"  # written by experiments/pfsa_hidden_block.py
+LONG_HORIZON = Path("lab") / "results" / "pfsa" / "long_horizon.json"  # written by lab/experiments/pfsa_long_horizon.py
+HIDDEN_BLOCK = Path("lab") / "results" / "pfsa" / "hidden_block"  # written by lab/experiments/pfsa_hidden_block.py
 
 
 def long_horizon_lines(record: dict[str, Any], underflow: dict[str, int | None]) -> list[str]:
@@ -209,7 +209,7 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
         "",
         "The paper's theory: a linear recurrence cannot renormalise its belief after a reveal. What that costs "
         "the exact unnormalised filters (arithmetic, not a trained model; whether trained models fail for this "
-        "reason is what results/pfsa_drain/ tests): (a) the unnormalised joint belief "
+        "reason is what lab/results/pfsa_drain/ tests): (a) the unnormalised joint belief "
         "(one entry per permutation) loses a factor P(reveal) at every partial reveal; on a fair swap followed by "
         "a reveal that factor is exactly 1/2. (b) The unnormalised marginal belief (n x n) re-pins revealed rows, "
         f"but the adversary of tasks/adversary.py drains its chosen entries by {marginal.rate:g} per reveal "
@@ -279,7 +279,7 @@ def pfsa_section(checkpoints: Path) -> PfsaSection:
         lines += [
             "### (d) Long horizons, by dtype",
             "",
-            f"Not measured yet: run `python3 -m experiments.pfsa_long_horizon` (writes {LONG_HORIZON}).",
+            f"Not measured yet: run `python3 -m lab.experiments.pfsa_long_horizon` (writes {LONG_HORIZON}).",
             "",
         ]
     hidden = Path(checkpoints).resolve().parent / HIDDEN_BLOCK

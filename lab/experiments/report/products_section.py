@@ -1,5 +1,6 @@
 """The "Per-token products" section of a reproduce report, from OUT/products.json
-(experiments/family_products.py: probes/products.py on every finished run). No file (or no run in it), no section."""
+(lab/experiments/family_products.py: probes/products.py on every finished run). No file (or no run in it), no
+section."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The reproduce report: OUT/reproduce.md with the paper's claims judged, a table per setting,
 the PFSA-SR section, and figures (HTML always, PNG when kaleido finds a browser).
 
-    report = write_report(sweep, read_results(sweep, "results/sweep"), Path("results"), Path("checkpoints"))
+    report = write_report(sweep, read_results(sweep, "lab/results/grid"), Path("lab/results"), Path("checkpoints"))
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 import plotly.io as pio
 
 from deltalens.core.atomic import write_text_atomic
+from deltalens.grids.grid import best_validation, cell_config, curriculum
 from deltalens.models import registry
 from deltalens.reports.claims import (
     DOES_NOT_HOLD,
@@ -23,14 +24,13 @@ from deltalens.reports.claims import (
     spread,
 )
 from deltalens.reports.figures import ARCH_LABELS, length_figure, long_budget_figure, search_figure, spacing_figure
-from deltalens.sweeps.grid import best_validation, cell_config, curriculum
-from experiments.report.baselines_section import baseline_lines
-from experiments.report.controlled_claims import count_line, judged_claims, missing_controls
-from experiments.report.controls_section import controls_lines
-from experiments.report.long_runs_section import long_run_lines, long_sweep_runs, long_sweep_table
-from experiments.report.pfsa_section import pfsa_section
-from experiments.report.products_section import products_lines
-from experiments.report.transformer_variants_section import transformer_variants_lines
+from lab.experiments.report.baselines_section import baseline_lines
+from lab.experiments.report.controlled_claims import count_line, judged_claims, missing_controls
+from lab.experiments.report.controls_section import controls_lines
+from lab.experiments.report.long_runs_section import long_run_lines, long_sweep_runs, long_sweep_table
+from lab.experiments.report.pfsa_section import pfsa_section
+from lab.experiments.report.products_section import products_lines
+from lab.experiments.report.transformer_variants_section import transformer_variants_lines
 
 
 @dataclass
@@ -57,7 +57,7 @@ def write_report(
     """Write OUT/reproduce.md and OUT/figures/*; a PNG failure leaves the rest intact. With
     ``pfsa_checkpoints`` the report gains the PFSA-SR section (pfsa_section.py); ``searches`` are
     the learning-rate search's statuses (training.grid.read_search). ``results`` is the folder of the
-    sweep's results (results/sweep, results/family/sweep; default: `out`/sweep): the controls, products.json
+    sweep's results (lab/results/grid, lab/results/family/grid; default: `out`/sweep): the controls, products.json
     and the paper grid's later sections are read under its parent, the results root, so what is written does
     not depend on `out`."""
     root = Path(results).parent if results is not None else Path(out)

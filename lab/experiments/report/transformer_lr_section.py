@@ -2,8 +2,8 @@
 
 The paper grid ran the Transformer at its search's choice only (1e-3 on S3, the lower edge of the search grid),
 while lr 3e-4 overturned "DeltaNet β∈[0,1] fails with sparse reveals". ``transformer_lr/lr<lr>/`` under the
-results root holds the Transformer's S3 statement cells at other lrs (sweep/transformer_lr/). The rule, stated in
-results/transformer_lr/README.md before those runs, with the controls' definitions (learned: seed mean and two
+results root holds the Transformer's S3 statement cells at other lrs (lab/grids/transformer_lr/). The rule, stated in
+lab/results/transformer_lr/README.md before those runs, with the controls' definitions (learned: seed mean and two
 thirds of the seeds >= 0.9 at 1x; stays below: seed mean and two thirds of the seeds < 0.9):
 
 * "needs dense reveals" does not hold when at some lr a k > 1 cell learned; holds when at some lr the k = 1
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_TESTABLE, Claim, longest_accuracy, spread
-from experiments.report.controls_section import SEEDS, learned, read_results, stays_below
-from experiments.report.curves import on_pace
+from lab.experiments.report.controls_section import SEEDS, learned, read_results, stays_below
+from lab.experiments.report.curves import on_pace
 
 LEARNED = 0.9
 FOLDER = "transformer_lr"

@@ -1,6 +1,6 @@
 """The report's Transformer variants, each cell beside the paper grid's Transformer and its baselines.
 
-Read from ``transformer_variants/*.json`` next to the report (sweep/transformer_variants/):
+Read from ``transformer_variants/*.json`` next to the report (lab/grids/transformer_variants/):
 
 * positions and depth: no position encoding (NoPE), 4 and 6 layers, on the paper grid's S3 swap
   traces at k = 1 and 4. Beside each, the report's own sweep's Transformer (the paper grid: rotary
@@ -15,7 +15,7 @@ Read from ``transformer_variants/*.json`` next to the report (sweep/transformer_
   DeltaNet β∈[0,2] on the same traces is the reference.
 
 Rows carry the memoryless baselines (chance, last reveal, window-W) and the beyond-window verdict of
-experiments/report/baselines_section.py, as the controls' rows do.
+lab/experiments/report/baselines_section.py, as the controls' rows do.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from deltalens.grids.cells import Thresholds
 from deltalens.reports.claims import (
     CLAIMS,
     DOES_NOT_HOLD,
@@ -35,9 +36,8 @@ from deltalens.reports.claims import (
 )
 from deltalens.reports.figures import ARCH_LABELS
 from deltalens.reports.numbers import mean_range
-from deltalens.sweeps.sweep_cells import Thresholds
-from experiments.report.baselines_section import cell_baselines
-from experiments.report.controls_section import (
+from lab.experiments.report.baselines_section import cell_baselines
+from lab.experiments.report.controls_section import (
     HEADER,
     SEEDS,
     control_row,
@@ -48,7 +48,7 @@ from experiments.report.controls_section import (
     stays_below,
 )
 
-PAPER_THRESHOLDS = Thresholds()  # sweep/paper.toml's: 0.9 at 1x (learned) and at the longest length
+PAPER_THRESHOLDS = Thresholds()  # lab/grids/paper.toml's: 0.9 at 1x (learned) and at the longest length
 VARIANTS = ("transformer-nope", "transformer-4l", "transformer-6l")
 
 
@@ -122,7 +122,7 @@ def positions_depth_lines(
         "## Transformer variants: positions and depth",
         "",
         "The paper grid's Transformer used rotary positions and 2 layers. The same swap traces and its searched "
-        "lr with no position encoding (NoPE) or more layers (`sweep/transformer_variants/positions_depth.toml`, "
+        "lr with no position encoding (NoPE) or more layers (`lab/grids/transformer_variants/positions_depth.toml`, "
         f"{_budgets(order)}), 3 seeds, early stop at 0.999; each variant's row follows the paper grid's row of "
         "the same cell. Baselines at 1x on the same traces.",
         "",
@@ -154,7 +154,7 @@ def full_actions_lines(results: list[dict[str, Any]], thresholds: Thresholds = P
         "## Transformer variants: the full action set with dense reveals",
         "",
         "Every action one uniformly random group element written as one statement, a reveal after every action "
-        "(k = 1) from the first step (`sweep/transformer_variants/full_actions*.toml`, the paper grid's searched "
+        "(k = 1) from the first step (`lab/grids/transformer_variants/full_actions*.toml`, the paper grid's searched "
         f"lrs and budgets: {_budgets(order)}), 3 seeds; DeltaNet β∈[0,2] on the same traces for reference.",
         "",
         *HEADER,

@@ -1,13 +1,13 @@
-"""The claims after the controls and their count (experiments/report/controlled_claims.py)."""
+"""The claims after the controls and their count (lab/experiments/report/controlled_claims.py)."""
 
 import re
 import shutil
 from pathlib import Path
 
 from deltalens.reports.claims import CLAIMS, DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, Claim
-from experiments.report.controlled_claims import count_line, with_controls
+from lab.experiments.report.controlled_claims import count_line, with_controls
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def claim(key: str, setting: str, verdict: str, budget_bound: bool = False) -> Claim:
@@ -33,7 +33,7 @@ def test_the_count_follows_the_verdicts():
 
 
 def test_the_lr_grid_revises_the_grids_pos_fails_per_setting(tmp_path):
-    shutil.copytree(REPO / "results" / "matched_budget", tmp_path / "matched_budget")
+    shutil.copytree(REPO / "lab" / "results" / "matched_budget", tmp_path / "matched_budget")
     grid = [
         claim("pos-fails", "S3 statement", HOLDS),
         claim("pos-fails", "S5 statement", HOLDS),
@@ -52,9 +52,9 @@ def test_the_lr_grid_revises_the_grids_pos_fails_per_setting(tmp_path):
 
 
 def test_the_readme_quotes_the_count_the_report_computed():
-    """The README's headline count (and the docs site's results page's) is the one under results/reproduce.md's
+    """The README's headline count (and the docs site's results page's) is the one under lab/results/reproduce.md's
     claims table."""
-    report = (REPO / "results" / "reproduce.md").read_text()
+    report = (REPO / "lab" / "results" / "reproduce.md").read_text()
     line = next(line for line in report.splitlines() if line.startswith("Count over the"))
     counted = line.split(": ", 1)[1].replace("**", "").rstrip(".")
     assert re.fullmatch(r"\d+ claims? holds?.*", counted)
@@ -72,29 +72,29 @@ def _claims_table(markdown: str) -> list[str]:
 
 def test_the_report_is_the_same_whatever_out_is_and_the_dashboard_shows_its_table(tmp_path):
     """`deltalens reproduce --no-train --out ELSEWHERE` reads the controls under the results root, not --out:
-    its claims table is the committed results/reproduce.md's, and the dashboard's table is the same rows."""
-    from deltalens.app import sweep_claims
-    from deltalens.sweeps.grid import load_sweep, read_sweep
-    from experiments.report.controlled_claims import judged_claims
-    from experiments.report.reproduce import write_report
+    its claims table is the committed lab/results/reproduce.md's, and the dashboard's table is the same rows."""
+    from deltalens.app import grid_claims
+    from deltalens.grids.grid import load_grid, read_grid
+    from lab.experiments.report.controlled_claims import judged_claims
+    from lab.experiments.report.reproduce import write_report
 
-    sweep = load_sweep(REPO / "sweep" / "paper.toml")
-    sweep, statuses, _ = read_sweep(sweep, REPO / "results" / "sweep")
-    report = write_report(sweep, statuses, tmp_path / "elsewhere", results=REPO / "results" / "sweep")
+    sweep = load_grid(REPO / "lab" / "grids" / "paper.toml")
+    sweep, statuses, _ = read_grid(sweep, REPO / "lab" / "results" / "grid")
+    report = write_report(sweep, statuses, tmp_path / "elsewhere", results=REPO / "lab" / "results" / "grid")
     written = _claims_table(report.markdown.read_text())
-    committed = _claims_table((REPO / "results" / "reproduce.md").read_text())
+    committed = _claims_table((REPO / "lab" / "results" / "reproduce.md").read_text())
     assert written == committed and len(written) == 1 + 15  # the header and the 15 claims
-    _, table, _ = sweep_claims.build()
-    judged = judged_claims(sweep, statuses, REPO / "results")
+    _, table, _ = grid_claims.build()
+    judged = judged_claims(sweep, statuses, REPO / "lab" / "results")
     assert list(table.verdict) == [c.verdict for c in judged] and list(table.claim) == [c.statement for c in judged]
     assert len(table) == len(committed) - 1
 
 
 def test_a_report_without_its_controls_says_which_are_missing(tmp_path):
-    from deltalens.sweeps.grid import load_sweep, read_sweep
-    from experiments.report.reproduce import write_report
+    from deltalens.grids.grid import load_grid, read_grid
+    from lab.experiments.report.reproduce import write_report
 
-    sweep = load_sweep(REPO / "sweep" / "paper.toml")
-    sweep, statuses, _ = read_sweep(sweep, REPO / "results" / "sweep")
-    text = write_report(sweep, statuses, tmp_path / "out", results=tmp_path / "bare" / "sweep").markdown.read_text()
+    sweep = load_grid(REPO / "lab" / "grids" / "paper.toml")
+    sweep, statuses, _ = read_grid(sweep, REPO / "lab" / "results" / "grid")
+    text = write_report(sweep, statuses, tmp_path / "out", results=tmp_path / "bare" / "grid").markdown.read_text()
     assert "matched_budget/, sparse_only/, transformer_lr/, transformer_variants/ are not there" in text

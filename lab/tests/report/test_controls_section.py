@@ -1,12 +1,12 @@
-"""The controls' tables and verdicts (experiments/report/controls_section.py), on copies of committed results."""
+"""The controls' tables and verdicts (lab/experiments/report/controls_section.py), on copies of committed results."""
 
 import json
 import shutil
 from pathlib import Path
 
-from experiments.report.controls_section import controls_lines
+from lab.experiments.report.controls_section import controls_lines
 
-COMMITTED = Path(__file__).resolve().parents[2] / "results"
+COMMITTED = Path(__file__).resolve().parents[3] / "lab" / "results"
 
 
 def copy_cell(src: Path, dst: Path, accuracies: list[float], curves: list[list[float]] | None = None) -> None:

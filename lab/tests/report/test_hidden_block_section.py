@@ -1,8 +1,8 @@
-"""The hidden-block table and its verdict rule (experiments/report/hidden_block_section.py), on made-up records."""
+"""The hidden-block table and its verdict rule (lab/experiments/report/hidden_block_section.py), on made-up records."""
 
 import json
 
-from experiments.report.hidden_block_section import (
+from lab.experiments.report.hidden_block_section import (
     behind,
     hidden_block_figure,
     hidden_block_lines,
@@ -104,5 +104,5 @@ def test_the_section_shows_every_architecture_guesses_and_states(tmp_path):
 
 
 def test_an_empty_folder_says_what_to_run(tmp_path):
-    assert "python3 -m experiments.pfsa_hidden_block" in "\n".join(hidden_block_lines(tmp_path))
+    assert "python3 -m lab.experiments.pfsa_hidden_block" in "\n".join(hidden_block_lines(tmp_path))
     assert hidden_block_figure(tmp_path) is None

@@ -4,9 +4,9 @@ of the committed family grid's S4 DeltaProduct n_h = 2 runs."""
 import json
 from pathlib import Path
 
-from experiments.report.long_runs_section import long_sweep_lines, still_rising
+from lab.experiments.report.long_runs_section import long_sweep_lines, still_rising
 
-GRID = Path(__file__).resolve().parents[2] / "results" / "family" / "sweep"
+GRID = Path(__file__).resolve().parents[3] / "lab" / "results" / "family" / "grid"
 CELL = "s4-deltaproduct-n2-statement-k4-s{}"
 
 
@@ -31,11 +31,9 @@ def test_still_rising_reads_the_last_quarter_and_an_early_stop():
 def test_long_runs_beside_the_grid_run_with_a_verdict(tmp_path):
     assert long_sweep_lines(tmp_path) == []
     (tmp_path / "long").mkdir()
-    (tmp_path / "sweep").mkdir()
+    (tmp_path / "grid").mkdir()
     for seed in range(3):
-        (tmp_path / "sweep" / f"{CELL.format(seed)}.json").write_bytes(
-            (GRID / f"{CELL.format(seed)}.json").read_bytes()
-        )
+        (tmp_path / "grid" / f"{CELL.format(seed)}.json").write_bytes((GRID / f"{CELL.format(seed)}.json").read_bytes())
     runs = [
         long_copy(0, 0.999, [0.4, 0.8, 0.99, 0.999], stopped_early=True),
         long_copy(1, 0.95, [0.4, 0.7, 0.9, 0.95]),

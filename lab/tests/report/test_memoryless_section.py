@@ -1,6 +1,6 @@
 """The baselines table of the reproduce report: accuracies judged against the window predictor."""
 
-from experiments.report.baselines_section import CANNOT_TELL, baseline_lines, beyond_window, cell_baselines
+from lab.experiments.report.baselines_section import CANNOT_TELL, baseline_lines, beyond_window, cell_baselines
 
 
 def result(seed: int, accuracy: float, k: int = 4) -> dict:

@@ -1,4 +1,4 @@
-"""`deltalens reproduce`: sweep file, cell configs, resumable cells, claims, report and figures."""
+"""`deltalens reproduce`: grid file, cell configs, resumable cells, claims, report and figures."""
 
 from __future__ import annotations
 
@@ -14,28 +14,28 @@ import plotly.io
 import pytest
 from tiny_runs import TINY, tiny_sweep
 
-import deltalens.sweeps.grid as sweep_module
+import deltalens.grids.grid as sweep_module
 from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError
-from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, evaluate_claims
-from deltalens.sweeps.grid import (
+from deltalens.grids.grid import (
     Cell,
     CellStatus,
     SearchRun,
     Thresholds,
     cell_config,
     choose_lrs,
-    load_sweep,
+    load_grid,
     read_results,
     read_search,
     run_cell,
     with_choices,
 )
+from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, evaluate_claims
 from deltalens.training.config import load_config
 from deltalens.training.loop import LAST, TRAINER_STATE, RunLock
-from experiments.report.reproduce import write_report
+from lab.experiments.report.reproduce import write_report
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 CELLS = [
     "s3-deltanet-neg-statement-k1-s0",
@@ -49,7 +49,7 @@ def cli(tmp_path, *extra: str) -> int:
     return main(
         [
             "reproduce",
-            "--sweep",
+            "--grid",
             str(tmp_path / "tiny.toml"),
             "--results",
             str(tmp_path / "results"),
@@ -65,12 +65,12 @@ def cli(tmp_path, *extra: str) -> int:
 
 
 def test_paper_sweep_has_every_cell_the_search_and_the_shipped_task():
-    sweep = load_sweep(REPO / "sweep" / "paper.toml")
+    sweep = load_grid(REPO / "lab" / "grids" / "paper.toml")
     names = [c.name for c in sweep.cells]
     assert len(names) == (2 * 4 * 3 + 2) * 3 == len(set(names))  # every cell with seeds 0, 1, 2
     assert "s5-deltanet-pos-statement-k8-s2" in names and "s3-transformer-code-k4-s0" in names
     assert "s3-transformer-code-k1-s0" not in names  # code cells at spacing 4 only
-    searches = read_search(sweep, REPO / "results" / "sweep")
+    searches = read_search(sweep, REPO / "lab" / "results" / "grid")
     assert len(searches) == 2 * 4 * 2 and all(s.result is not None for s in searches)  # committed search results
     chosen = choose_lrs(sweep, searches)
     assert set(chosen) == {(g, a) for g in ("S3", "S5") for a in sweep.models} and set(chosen.values()) <= {1e-3, 3e-3}
@@ -185,7 +185,7 @@ def test_tiny_sweep_end_to_end_then_nothing_is_retrained(tmp_path, monkeypatch, 
 
 
 def test_killed_cell_resumes_from_its_run(tmp_path, monkeypatch):
-    sweep = load_sweep(tiny_sweep(tmp_path, steps=4))
+    sweep = load_grid(tiny_sweep(tmp_path, steps=4))
     cell = sweep.cells[0]
     real_train = sweep_module.train
     calls = []
@@ -293,7 +293,7 @@ def test_claims_follow_the_thresholds():
 
 
 def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, capsys):
-    sweep = load_sweep(tiny_sweep(tmp_path))
+    sweep = load_grid(tiny_sweep(tmp_path))
     statuses = [CellStatus(c, short="not trained yet", reason="no result file") for c in sweep.cells]
     statuses[1].result = {**result("deltanet-neg", 2, [0.95, 0.9, 0.8]), "wall_time_s": 60.0}
     stale = tmp_path / "reports" / "figures" / "accuracy_vs_length.png"
@@ -329,7 +329,7 @@ def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, 
 def test_pngs_take_each_figures_own_size_and_every_chance_line_is_named(tmp_path, monkeypatch):
     """plotly's write_images sizes every figure 700 x 500 unless told: the report passes the layout's size.
     The length figure's chance lines are labelled once per setting, never with plotly's "new text"."""
-    sweep = load_sweep(tiny_sweep(tmp_path))
+    sweep = load_grid(tiny_sweep(tmp_path))
     statuses = [CellStatus(c, short="not trained yet", reason="no result file") for c in sweep.cells]
     statuses[1].result = {**result("deltanet-neg", 2, [0.95, 0.9, 0.8]), "wall_time_s": 60.0}
     asked = {}
@@ -401,7 +401,7 @@ def test_bad_sweep_file_is_one_clear_line(tmp_path, capsys, text, message):
     assert err.startswith("deltalens: error: ") and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "reports").exists()
     with pytest.raises(DeltalensError):
-        load_sweep(tmp_path / "tiny.toml")
+        load_grid(tmp_path / "tiny.toml")
 
 
 def test_bad_model_table_stops_before_any_training(tmp_path, capsys, monkeypatch):
@@ -409,7 +409,7 @@ def test_bad_model_table_stops_before_any_training(tmp_path, capsys, monkeypatch
     monkeypatch.setattr(sweep_module, "train", lambda *a, **k: pytest.fail("trained despite a broken [models] table"))
     assert cli(tmp_path) == 2
     err = capsys.readouterr().err
-    assert err.startswith("deltalens: error: sweep file") and "[models.lstm]" in err and err.count("\n") == 1, err
+    assert err.startswith("deltalens: error: grid file") and "[models.lstm]" in err and err.count("\n") == 1, err
 
 
 def test_interrupt_still_writes_the_report(tmp_path, capsys, monkeypatch):
@@ -485,7 +485,7 @@ def test_search_runs_first_and_its_choice_configures_every_cell(tmp_path, capsys
     )
     (tmp_path / "tiny.toml").write_text(text)
     assert cli(tmp_path, "--only", "search-*", "*-k1-s1") == 0
-    sweep = load_sweep(tmp_path / "tiny.toml")
+    sweep = load_grid(tmp_path / "tiny.toml")
     searches = read_search(sweep, tmp_path / "results")
     assert sorted(s.cell.name for s in searches) == sorted(
         f"search-s3-{a}-lr{lr}" for a in ("deltanet-neg", "lstm") for lr in ("0.001", "0.03")
@@ -506,7 +506,7 @@ def test_search_runs_first_and_its_choice_configures_every_cell(tmp_path, capsys
 
 
 def test_choose_lrs_takes_the_highest_validation_peak_then_the_faster_run():
-    sweep = load_sweep(REPO / "sweep" / "paper.toml")
+    sweep = load_grid(REPO / "lab" / "grids" / "paper.toml")
 
     def status(group, arch, lr, curve):
         history = [{"step": 100 * (i + 1), "reveal_accuracy": a} for i, a in enumerate(curve)]
@@ -545,7 +545,7 @@ def test_lanes_stop_with_the_sweep_and_keep_their_checkpoints(tmp_path, how):
         "-m",
         "deltalens.cli.main",
         "reproduce",
-        "--sweep",
+        "--grid",
         str(tmp_path / "tiny.toml"),
         "--results",
         str(tmp_path / "results"),
@@ -595,9 +595,9 @@ def test_lanes_stop_with_the_sweep_and_keep_their_checkpoints(tmp_path, how):
 
 def test_lanes_train_in_parallel_and_a_crashing_lane_is_that_cells_failure_only(tmp_path, capsys):
     """One sweep in 2 lanes (a lane is a process: ~10 s of imports each, so one test covers both)."""
-    from deltalens.sweeps.grid import config_hash
+    from deltalens.grids.grid import config_hash
 
-    sweep = load_sweep(tiny_sweep(tmp_path))
+    sweep = load_grid(tiny_sweep(tmp_path))
     broken = next(c for c in sweep.cells if c.name == "s3-lstm-statement-k1-s0")
     # a trainer state that is not JSON: run_cell raises a plain ValueError inside the worker process
     state = tmp_path / "runs" / f"{broken.name}-{config_hash(cell_config(broken, sweep))}" / LAST / TRAINER_STATE
@@ -631,7 +631,7 @@ def test_a_diverging_search_run_is_recorded_and_the_other_lr_is_chosen(tmp_path,
 
     monkeypatch.setattr(sweep_module, "train", diverging)
     assert cli(tmp_path, "--only", "search-*") == 0
-    sweep = load_sweep(tmp_path / "tiny.toml")
+    sweep = load_grid(tmp_path / "tiny.toml")
     searches = read_search(sweep, tmp_path / "results")
     failed = [s.result for s in searches if s.result.get("failed")]
     assert len(failed) == 2 and all("nan" in r["failed"] for r in failed)  # one per architecture
@@ -641,7 +641,7 @@ def test_a_diverging_search_run_is_recorded_and_the_other_lr_is_chosen(tmp_path,
 def test_a_family_sweep_names_its_architectures_and_reports_the_products(tmp_path):
     """A sweep of the delta-rule family: its own title, a family table row per architecture with the hooks
     and probes that apply, no claims about architectures it lacks, and the products section when
-    experiments/family_products.py left products.json in the results root (the folder holding the results)."""
+    lab/experiments/family_products.py left products.json in the results root (the folder holding the results)."""
     text = TINY.format(steps=2).replace('archs = ["deltanet-neg", "lstm"]', 'archs = ["deltanet-neg", "dp2"]')
     text = text.replace("[sweep]", '[sweep]\ntitle = "Family test"\nclaims = false')
     text = text.replace("spacings = [1, 2]", "spacings = [1]")
@@ -754,7 +754,7 @@ def test_claims_of_a_setting_are_only_about_its_architectures():
 
 
 def test_longer_runs_outside_the_protocol_are_tabled_with_their_trend(tmp_path):
-    from experiments.report.long_runs_section import long_run_lines
+    from lab.experiments.report.long_runs_section import long_run_lines
 
     assert long_run_lines(tmp_path) == []
     curve = [{"step": s, "reveal_accuracy": a} for s, a in ((500, 0.3), (1000, 0.5), (1500, 0.62), (2000, 0.7))]

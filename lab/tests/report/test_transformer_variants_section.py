@@ -1,4 +1,4 @@
-"""The Transformer variants' tables and verdicts (experiments/report/transformer_variants_section.py), on copies
+"""The Transformer variants' tables and verdicts (lab/experiments/report/transformer_variants_section.py), on copies
 of the committed paper-grid Transformer results with their arch, action set and accuracies replaced."""
 
 import json
@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_TESTABLE
-from experiments.report.transformer_variants_section import (
+from lab.experiments.report.transformer_variants_section import (
     full_actions_claims,
     generalises_verdict,
     transformer_variants_lines,
 )
 
-COMMITTED = Path(__file__).resolve().parents[2] / "results" / "sweep"
+COMMITTED = Path(__file__).resolve().parents[3] / "lab" / "results" / "grid"
 
 
 def cell(arch: str, accuracies, action_set: str = "swaps", k: int = 1, tokenizer: str = "statement") -> list[dict]:
