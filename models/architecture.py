@@ -1,16 +1,16 @@
-"""What kind of model this is: the architecture every deltalens model carries, and its shape.
+"""What kind of model this is: the architecture every deltalens model carries.
 
     architecture_of(model)   its family's name: 'deltanet', 'transformer', ... (models/registry.py)
     is_delta_rule(arch)      True for the delta-rule family (beta, a matrix state S_t)
     article_of(arch)            "a DeltaNet", for sentences
-    n_layers_of(model), n_heads_of(model)
     delta_layers_of(model)   the layers that run a delta rule (beta, S_t); a hybrid's others are attention
                              (attention_layers_of) or non-linear recurrences (M²RNN)
     require_delta_rule(model, what)   one sentence for tools that need beta or the matrix state S_t
 
 What each architecture is (names, hooks, which probes and interventions apply) is its record in
 models/registry.py; `ARCHITECTURES` (the registered names) and `FAMILY` (name -> record, what the report
-and the dashboard print) are read from it when asked for.
+and the dashboard print) are read from it when asked for. A model's shape is asked of its TransformerLens-style
+`model.cfg` alone, on every family (n_layers, n_heads: 0 for the LSTM, d_model, d_head, d_vocab, n_ctx).
 
 >>> "deltanet" in dl.ARCHITECTURES and "lstm" in dl.ARCHITECTURES
 True
@@ -54,19 +54,6 @@ def architecture_of(model) -> str:
     return arch
 
 
-def n_layers_of(model) -> int:
-    cfg = getattr(model, "cfg", None)
-    if cfg is not None and getattr(cfg, "n_layers", None):
-        return int(cfg.n_layers)
-    return int(getattr(model, "model_config", {}).get("n_layers") or len(model.blocks))
-
-
-def n_heads_of(model) -> int:
-    if architecture_of(model) == "lstm":
-        return 0
-    return int(model.cfg.n_heads)
-
-
 def delta_layers_of(model) -> list[int]:
     """The layers that run a delta rule: the model's own `delta_layers` (hybrids: fla's `attn` layers, a
     production model's full-attention layers and the DeltaNet / M²RNN hybrid's M²RNN layers left out); none
@@ -74,13 +61,13 @@ def delta_layers_of(model) -> list[int]:
     if not is_delta_rule(architecture_of(model)):
         return []
     layers = getattr(model, "delta_layers", None)
-    return list(range(n_layers_of(model))) if layers is None else list(layers)
+    return list(range(model.cfg.n_layers)) if layers is None else list(layers)
 
 
 def attention_layers_of(model) -> list[int]:
     """The softmax-attention layers (every layer of the Transformer, a hybrid's attention layers, else none)."""
     if architecture_of(model) == "transformer":
-        return list(range(n_layers_of(model)))
+        return list(range(model.cfg.n_layers))
     return list(getattr(model, "attention_layers", None) or [])
 
 

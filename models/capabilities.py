@@ -98,10 +98,10 @@ TOOLS: dict[str, tuple[str, ...]] = {
 
 def capabilities_of(model) -> frozenset[str]:
     """The capabilities `model` has, read off its hooks and layers."""
-    from deltalens.models.architecture import delta_layers_of, n_layers_of
+    from deltalens.models.architecture import delta_layers_of
 
     hooks = getattr(model, "hook_dict", {}) or {}
-    layers = range(n_layers_of(model))
+    layers = range(model.cfg.n_layers)
     delta = delta_layers_of(model)
     found = set()
     if delta:

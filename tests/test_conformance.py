@@ -343,6 +343,31 @@ def test_the_published_table_is_the_declarations():
     assert applicability_markdown() in page
 
 
+SHAPE = ("n_layers", "n_heads", "d_model", "d_head", "d_vocab", "n_ctx")  # TransformerLens's cfg fields
+
+
+@pytest.mark.parametrize("row_name", list(ROWS))
+def test_a_model_answers_its_shape_through_cfg_alone(zoo, row_name):
+    """TransformerLens's habit on every family: `model.cfg` holds the shape, what the modules and hooks have,
+    and the model repeats none of it as an attribute of its own."""
+    from deltalens.models import architecture
+    from deltalens.models.architecture import delta_layers_of
+
+    model = zoo[row_name].model
+    cfg = model.cfg
+    assert [name for name in SHAPE if not hasattr(cfg, name)] == []
+    assert [name for name in (*SHAPE, "d_k", "d_v") if hasattr(model, name)] == []
+    assert not hasattr(architecture, "n_layers_of") and not hasattr(architecture, "n_heads_of")
+    assert len(model.blocks) == cfg.n_layers and tuple(model.W_U.shape) == (cfg.d_model, cfg.d_vocab)
+    layers = delta_layers_of(model) or range(cfg.n_layers)  # a hybrid's heads: its delta-rule layers'
+    names = [f"blocks.{layer}.attn.hook_z" for layer in layers if f"blocks.{layer}.attn.hook_z" in model.hook_dict]
+    if not names:  # the LSTM: no heads
+        assert cfg.n_heads == 0 == cfg.d_head and row_name == "lstm"
+        return
+    _, cache = model.run_with_cache(zoo[row_name].batch["tokens"][:1, :8], names_filter=names)
+    assert all(cache[name].shape[2:] == (cfg.n_heads, cfg.d_head) for name in names)  # (batch, pos, head, d_head)
+
+
 @pytest.mark.parametrize("tool", list(TOOLS))
 @pytest.mark.parametrize("row_name", list(ROWS))
 def test_cell(zoo, row_name, tool):

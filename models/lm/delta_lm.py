@@ -207,53 +207,29 @@ class HookedDeltaLM(LensModel, HookedRootModule):
 
         return cache, swap(fwd_hooks, False), swap(bwd_hooks, True)
 
-    # ---- shape helpers ---------------------------------------------------------------------
+    # ---- shape: asked through cfg alone (TransformerLens's habit) --------------------------
 
     @property
     def blocks(self) -> nn.ModuleList:
         return self.model.layers
 
     @property
-    def n_layers(self) -> int:
-        return self.config.num_hidden_layers
-
-    @property
-    def n_heads(self) -> int:
-        """Heads of the recurrence (Gated DeltaNet: its value heads, num_v_heads)."""
-        mixer = self._first_mixer()
-        return mixer.num_heads if mixer is not None else self.config.num_heads
-
-    @property
-    def d_model(self) -> int:
-        return self.config.hidden_size
-
-    @property
-    def d_k(self) -> int:
-        """Key (and query) dimension per head."""
-        mixer = self._first_mixer()
-        return mixer.head_k_dim if mixer is not None else 0
-
-    @property
-    def d_v(self) -> int:
-        """Value dimension per head."""
-        mixer = self._first_mixer()
-        return mixer.head_v_dim if mixer is not None else 0
-
-    @property
     def cfg(self) -> SimpleNamespace:
         """TransformerLens-style config (n_layers, d_model, n_heads, d_head, d_vocab, n_ctx,
         normalization_type, ...) plus the delta rule's own (d_k, d_v, allow_neg_eigval, n_factors, ...)."""
+        n_layers, mixer = self.config.num_hidden_layers, self._first_mixer()
+        d_v = mixer.head_v_dim if mixer is not None else 0
         return lens_cfg(
             model_name=type(self).__name__,
             model_type=self.arch,
             original_architecture=self.settings.fla_model,
-            n_layers=self.n_layers,
-            n_heads=self.n_heads,
-            d_model=self.d_model,
-            d_head=self.d_v,
-            d_k=self.d_k,
-            d_v=self.d_v,
-            d_mlp=self.model.layers[0].mlp.intermediate_size if self.n_layers else 0,
+            n_layers=n_layers,
+            n_heads=mixer.num_heads if mixer is not None else self.config.num_heads,  # Gated DeltaNet: num_v_heads
+            d_model=self.config.hidden_size,
+            d_head=d_v,
+            d_k=mixer.head_k_dim if mixer is not None else 0,  # per head: the key's (and query's) width
+            d_v=d_v,
+            d_mlp=self.model.layers[0].mlp.intermediate_size if n_layers else 0,
             d_vocab=self.config.vocab_size,
             d_vocab_out=self.config.vocab_size,
             n_ctx=self.config.max_position_embeddings,  # no limit for the recurrence; fla's field
@@ -363,8 +339,9 @@ class HookedDeltaLM(LensModel, HookedRootModule):
         """The delta-rule mixers of all layers (None; a hybrid's attention layers left out) or of one."""
         if layer is None:
             return [block.attn for block in self.model.layers if not _is_attention(block.attn)]
-        if not -self.n_layers <= layer < self.n_layers:
-            raise IndexError(f"layer {layer} is out of range for a model with {self.n_layers} layers.")
+        n_layers = self.config.num_hidden_layers
+        if not -n_layers <= layer < n_layers:
+            raise IndexError(f"layer {layer} is out of range for a model with {n_layers} layers.")
         mixer = self.model.layers[layer].attn
         if _is_attention(mixer):
             raise DeltalensError(
@@ -374,20 +351,20 @@ class HookedDeltaLM(LensModel, HookedRootModule):
         return [mixer]
 
     def _first_mixer(self) -> Optional[nn.Module]:
-        """The first delta-rule mixer (what the per-head shape properties describe), or None."""
+        """The first delta-rule mixer (what cfg's per-head shape fields describe), or None."""
         mixers = self._mixers(None)
         return mixers[0] if mixers else None
 
     @property
     def attention_layers(self) -> list[int]:
         """The layers that are softmax attention (a hybrid's config.attn); [] for a pure delta-rule stack."""
-        return attention_layers(parse_attention(getattr(self.config, "attn", None), self.n_layers))
+        return attention_layers(parse_attention(getattr(self.config, "attn", None), self.config.num_hidden_layers))
 
     @property
     def delta_layers(self) -> list[int]:
         """The layers that run the delta rule (every layer but the attention ones)."""
         skip = set(self.attention_layers)
-        return [layer for layer in range(self.n_layers) if layer not in skip]
+        return [layer for layer in range(self.config.num_hidden_layers) if layer not in skip]
 
     def set_beta_range(
         self,

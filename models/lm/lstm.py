@@ -86,6 +86,7 @@ class LSTMConfig:
     attn_only = False
     n_heads = 0
     d_head = 0
+    n_ctx = None  # no context limit: the recurrence reads a trace of any length
     positional_embedding_type = "none"
 
     @property

@@ -123,20 +123,21 @@ class HookedDeltaM2RNN(OwnConfigLM):
     @property
     def delta_layers(self) -> list[int]:
         """The layers that run the delta rule (the others are M²RNN)."""
-        return [layer for layer in range(self.n_layers) if not self.config.is_nonlinear(layer)]
+        return [layer for layer in range(self.config.num_hidden_layers) if not self.config.is_nonlinear(layer)]
 
     @property
     def nonlinear_layers(self) -> list[int]:
         """The M²RNN layers."""
-        return [layer for layer in range(self.n_layers) if self.config.is_nonlinear(layer)]
+        return [layer for layer in range(self.config.num_hidden_layers) if self.config.is_nonlinear(layer)]
 
     def _mixers(self, layer: Optional[int]) -> list[nn.Module]:
         """The DeltaNet mixers (None: all of them), or one layer's, refused in words on an M²RNN layer."""
         if layer is None:
             return [self.model.layers[i].attn for i in self.delta_layers]
-        if not -self.n_layers <= layer < self.n_layers:
-            raise IndexError(f"layer {layer} is out of range for a model with {self.n_layers} layers.")
-        if layer % self.n_layers not in self.delta_layers:
+        n_layers = self.config.num_hidden_layers
+        if not -n_layers <= layer < n_layers:
+            raise IndexError(f"layer {layer} is out of range for a model with {n_layers} layers.")
+        if layer % n_layers not in self.delta_layers:
             raise DeltalensError(
                 f"layer {layer} of this hybrid is an M²RNN layer (no beta, no delta rule); "
                 f"pick a DeltaNet layer, one of {self.delta_layers}."

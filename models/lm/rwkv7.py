@@ -134,7 +134,7 @@ class HookedRWKV7(GatedMixin, HookedDeltaLM):
     def _backbone_forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (B, T) -> the final LayerNorm's output (B, T, d_model): v_first handed from block to block."""
         x = self.model.embeddings(tokens)
-        first = self.model.layers[0] if self.n_layers else None
+        first = self.model.layers[0] if len(self.model.layers) else None
         if first is not None and hasattr(first, "pre_norm"):
             x = first.pre_norm(x)
         x = self.model.hook_embed(x)  # (B, T, d_model)

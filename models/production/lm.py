@@ -273,7 +273,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
         so that cache.apply_ln_to_stack(resid) @ W_U gives the logits. The gain is read off the norm itself (its
         output on a constant input), whatever form the family's RMSNorm has (weight, or 1 + weight)."""
         norm = self.text_model.norm
-        ones = torch.ones(1, self.d_model, device=self.device, dtype=norm.weight.dtype)
+        ones = torch.ones(1, self.text_config.hidden_size, device=self.device, dtype=norm.weight.dtype)
         with torch.no_grad():
             gain = norm(ones).float()[0] * _rms(ones.float(), _eps(norm))[0]  # (d_model,)
         return (self.lm_head.weight.float() * gain).T
@@ -322,10 +322,6 @@ class HookedProductionLM(LensModel, HookedRootModule):
         return [_Block(attn=getattr(layer, "linear_attn", None) or layer.self_attn) for layer in self.text_model.layers]
 
     @property
-    def n_layers(self) -> int:
-        return len(self.text_model.layers)
-
-    @property
     def delta_layers(self) -> list[int]:
         return [i for i, layer in enumerate(self.text_model.layers) if self._delta_mixer(layer) is not None]
 
@@ -336,9 +332,10 @@ class HookedProductionLM(LensModel, HookedRootModule):
     def _mixers(self, layer: Optional[int]) -> list[nn.Module]:
         if layer is None:
             return [m for m in map(self._delta_mixer, self.text_model.layers) if m is not None]
-        if not -self.n_layers <= layer < self.n_layers:
-            raise IndexError(f"layer {layer} is out of range for a model with {self.n_layers} layers.")
-        if layer % self.n_layers not in self.delta_layers:
+        n_layers = len(self.text_model.layers)
+        if not -n_layers <= layer < n_layers:
+            raise IndexError(f"layer {layer} is out of range for a model with {n_layers} layers.")
+        if layer % n_layers not in self.delta_layers:
             raise DeltalensError(
                 f"layer {layer} of this {self.family.display} model is softmax attention (no beta, state or "
                 f"recurrence); pick a delta-rule layer, one of {self.delta_layers}."
@@ -357,22 +354,6 @@ class HookedProductionLM(LensModel, HookedRootModule):
         return self._mixers(None)[0]
 
     @property
-    def n_heads(self) -> int:
-        return self._first_mixer.num_heads
-
-    @property
-    def d_k(self) -> int:
-        return self._first_mixer.head_k_dim
-
-    @property
-    def d_v(self) -> int:
-        return self._first_mixer.head_v_dim
-
-    @property
-    def d_model(self) -> int:
-        return self.text_config.hidden_size
-
-    @property
     def n_factors(self) -> int:
         return 1
 
@@ -387,17 +368,17 @@ class HookedProductionLM(LensModel, HookedRootModule):
     @property
     def cfg(self) -> SimpleNamespace:
         """TransformerLens-style config, plus the delta rule's own (d_k, d_v, allow_neg_eigval, ...)."""
-        config = self.text_config
+        config, mixer = self.text_config, self._first_mixer
         return lens_cfg(
             model_name=type(self.hf).__name__,
             model_type=self.arch,
             original_architecture=type(self.hf).__name__,
-            n_layers=self.n_layers,
-            n_heads=self.n_heads,
-            d_model=self.d_model,
-            d_head=self.d_v,
-            d_k=self.d_k,
-            d_v=self.d_v,
+            n_layers=len(self.text_model.layers),
+            n_heads=mixer.num_heads,  # the delta-rule layers' (a hybrid's attention layers may have others)
+            d_model=config.hidden_size,
+            d_head=mixer.head_v_dim,
+            d_k=mixer.head_k_dim,
+            d_v=mixer.head_v_dim,
             d_mlp=getattr(config, "intermediate_size", None),
             d_vocab=config.vocab_size,
             d_vocab_out=config.vocab_size,
@@ -405,7 +386,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
             act_fn=getattr(config, "hidden_act", "silu"),
             positional_embedding_type=self.family.positions,
             eps=getattr(config, "rms_norm_eps", 1e-6),
-            allow_neg_eigval=self._first_mixer.allow_neg_eigval,
+            allow_neg_eigval=mixer.allow_neg_eigval,
             device=self.device,
             state_norm_every=0,
             n_factors=1,
