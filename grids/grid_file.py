@@ -68,9 +68,7 @@ def load_grid(path: str | Path) -> Grid:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise DeltalensError(
-            f"grid file {path} does not exist; pass --grid (the paper's grid is lab/grids/paper.toml)"
-        )
+        raise DeltalensError(f"grid file {path} does not exist; pass --grid (the paper's grid is lab/grids/paper.toml)")
     try:
         return tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
