@@ -3,6 +3,7 @@
     architecture_of(model)   its family's name: 'deltanet', 'transformer', ... (models/registry.py)
     is_delta_rule(arch)      True for the delta-rule family (beta, a matrix state S_t)
     article_of(arch)            "a DeltaNet", for sentences
+    delta_layer_index(model, layer, instead)   one layer, refused in words when it runs no delta rule
     delta_layers_of(model)   the layers that run a delta rule (beta, S_t); a hybrid's others are attention
                              (attention_layers_of) or non-linear recurrences (M²RNN)
     require_delta_rule(model, what)   one sentence for tools that need beta or the matrix state S_t
@@ -62,6 +63,21 @@ def delta_layers_of(model) -> list[int]:
         return []
     layers = getattr(model, "delta_layers", None)
     return list(range(model.cfg.n_layers)) if layers is None else list(layers)
+
+
+def delta_layer_index(
+    model, layer: int, instead: str, pick: str = "a delta-rule layer", allowed: list[int] | None = None
+) -> int:
+    """`layer` (negative counts from the end) as an index into the model's stack: an IndexError when out of range,
+    a DeltalensError saying what the layer is `instead` when it is not one of `allowed` (default: the delta-rule
+    layers; a hybrid's others are attention or M²RNN)."""
+    n_layers = model.cfg.n_layers
+    allowed = model.delta_layers if allowed is None else allowed
+    if not -n_layers <= layer < n_layers:
+        raise IndexError(f"layer {layer} is out of range for a model with {n_layers} layers.")
+    if layer % n_layers not in allowed:
+        raise DeltalensError(f"layer {layer} of this {instead}; pick {pick}, one of {allowed}.")
+    return layer % n_layers
 
 
 def attention_layers_of(model) -> list[int]:

@@ -47,6 +47,7 @@ from transformer_lens.utilities import Slice
 from transformer_lens.utilities import remove_batch_dim as drop_batch_dim
 
 from deltalens.core.errors import DeltalensError
+from deltalens.models.architecture import delta_layer_index
 from deltalens.models.init_skipped import random_init_skipped
 from deltalens.models.io.configs import FlaSettings, fla_class, fla_model_config, to_fla_config
 from deltalens.models.io.deltalens_section import explained_build_errors
@@ -339,16 +340,13 @@ class HookedDeltaLM(LensModel, HookedRootModule):
         """The delta-rule mixers of all layers (None; a hybrid's attention layers left out) or of one."""
         if layer is None:
             return [block.attn for block in self.model.layers if not _is_attention(block.attn)]
-        n_layers = self.config.num_hidden_layers
-        if not -n_layers <= layer < n_layers:
-            raise IndexError(f"layer {layer} is out of range for a model with {n_layers} layers.")
-        mixer = self.model.layers[layer].attn
-        if _is_attention(mixer):
-            raise DeltalensError(
-                f"layer {layer} of this hybrid is softmax attention (no beta, state or recurrence); "
-                f"pick a delta-rule layer, one of {self.delta_layers}."
-            )
-        return [mixer]
+        not_attention = [
+            i for i in range(self.cfg.n_layers) if i not in self.attention_layers
+        ]  # the M²RNN refuses itself
+        index = delta_layer_index(
+            self, layer, "hybrid is softmax attention (no beta, state or recurrence)", allowed=not_attention
+        )
+        return [self.model.layers[index].attn]
 
     def _first_mixer(self) -> Optional[nn.Module]:
         """The first delta-rule mixer (what cfg's per-head shape fields describe), or None."""

@@ -25,6 +25,7 @@ from typing import Any, Optional
 import torch.nn as nn
 
 from deltalens.core.errors import DeltalensError
+from deltalens.models.architecture import delta_layer_index
 from deltalens.models.io.config_from_dict import config_from_dict
 from deltalens.models.layers.deltanet_mixer import DeltaNetMixer
 from deltalens.models.layers.m2rnn_mixer import M2RNNMixer
@@ -134,12 +135,5 @@ class HookedDeltaM2RNN(OwnConfigLM):
         """The DeltaNet mixers (None: all of them), or one layer's, refused in words on an M²RNN layer."""
         if layer is None:
             return [self.model.layers[i].attn for i in self.delta_layers]
-        n_layers = self.config.num_hidden_layers
-        if not -n_layers <= layer < n_layers:
-            raise IndexError(f"layer {layer} is out of range for a model with {n_layers} layers.")
-        if layer % n_layers not in self.delta_layers:
-            raise DeltalensError(
-                f"layer {layer} of this hybrid is an M²RNN layer (no beta, no delta rule); "
-                f"pick a DeltaNet layer, one of {self.delta_layers}."
-            )
-        return [self.model.layers[layer].attn]
+        index = delta_layer_index(self, layer, "hybrid is an M²RNN layer (no beta, no delta rule)", "a DeltaNet layer")
+        return [self.model.layers[index].attn]

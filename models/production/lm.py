@@ -39,6 +39,7 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
+from deltalens.models.architecture import delta_layer_index
 from deltalens.models.io.hf_folder import refuse_nonfinite
 from deltalens.models.lm.delta_lm import HookedDeltaLM
 from deltalens.models.lm.lens import LensModel, lens_cfg
@@ -332,15 +333,9 @@ class HookedProductionLM(LensModel, HookedRootModule):
     def _mixers(self, layer: Optional[int]) -> list[nn.Module]:
         if layer is None:
             return [m for m in map(self._delta_mixer, self.text_model.layers) if m is not None]
-        n_layers = len(self.text_model.layers)
-        if not -n_layers <= layer < n_layers:
-            raise IndexError(f"layer {layer} is out of range for a model with {n_layers} layers.")
-        if layer % n_layers not in self.delta_layers:
-            raise DeltalensError(
-                f"layer {layer} of this {self.family.display} model is softmax attention (no beta, state or "
-                f"recurrence); pick a delta-rule layer, one of {self.delta_layers}."
-            )
-        return [m for m in [self._delta_mixer(self.text_model.layers[layer])] if m is not None]
+        instead = f"{self.family.display} model is softmax attention (no beta, state or recurrence)"
+        mixer = self._delta_mixer(self.text_model.layers[delta_layer_index(self, layer, instead)])
+        return [mixer] if mixer is not None else []
 
     # the interventions of our own delta-rule models, on these mixers
     set_beta_range = HookedDeltaLM.set_beta_range
