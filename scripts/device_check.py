@@ -2,6 +2,8 @@
 
     python3 scripts/device_check.py --json              # on a machine with a CUDA GPU (about 6 minutes)
     python3 scripts/device_check.py --dry-run --json    # what it would run and skip (automatic without CUDA)
+    python3 scripts/device_check.py --json --wheels .whl  # where fla / transformer_lens are missing: installs
+                                                          # first the wheels scripts/gpu_wheels.py downloaded
 
 What it runs, each part under its own time limit so the whole stays under `--budget` seconds (360):
 
@@ -19,7 +21,11 @@ What it runs, each part under its own time limit so the whole stays under `--bud
             transformers' Qwen3.5 against deltalens on the same folders, capture at reveal positions, the
             shipped recipe's training time), under its share of the budget; its JSON under "gpu".
 
-Every part reports its own error instead of stopping the others.
+Every part reports its own error instead of stopping the others. `--wheels DIR` comes before them all: it
+installs DIR/*.whl (no index, no dependencies) into a temporary folder put first on sys.path and on the parts'
+PYTHONPATH, before anything imports fla or transformer_lens; the JSON's "wheels" says which, how long it took,
+and which requirement of theirs the machine does not meet. No wheel there, or pip failing, stops the check
+with one line on stderr and the JSON's "wheels" error (exit code 2).
 """
 
 # ruff: noqa: B023 (the closures in loops are called inside the iteration that defines them)
@@ -27,9 +33,13 @@ Every part reports its own error instead of stopping the others.
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
+import importlib
+import importlib.metadata
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,12 +68,79 @@ PLAN = {
     "bench": f"fwd+bwd / capture / train step tokens/s, fla vs torch kernels, fp32 and bf16, at {BENCH}",
     "gpu": "benchmarks/gpu.py --json (issue 56; its plan: benchmarks/gpu.py --dry-run)",
 }
+DISTRIBUTIONS = {  # module -> its distribution: the facts give each one's version and folder
+    "triton": "triton", "fla": "flash-linear-attention", "transformer_lens": "transformer-lens",
+    "transformers": "transformers",
+}  # fmt: skip
 GPU_SHARE = 0.4  # of the budget, for benchmarks/gpu.py (its first calls compile and autotune fla's kernels)
 
 
 def err_ratio(ref, got) -> float:
     ref, got = ref.detach().float().cpu(), got.detach().float().cpu()
     return float((ref - got).square().mean().sqrt() / (ref.square().mean().sqrt() + 1e-12))
+
+
+# ---- 0. carried wheels: fla and transformer_lens on a machine whose image lacks them -----------------
+
+
+def wheel_plan(folder: Path) -> dict:
+    """The wheels in `folder` by name and version (from their file names), or the reason there are none."""
+    wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+    if not wheels:
+        why = "no such folder" if not folder.is_dir() else "no .whl file in it"
+        return {"folder": str(folder), "error": f"--wheels {folder}: {why} (python3 scripts/gpu_wheels.py makes them)"}
+    rows = [dict(zip(("name", "version"), w.name.split("-")[:2]), file=w.name) for w in wheels]
+    names = [row["name"].lower().replace("_", "-") for row in rows]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # pip stops on two versions of one package; say which
+        return {"folder": str(folder), "error": f"--wheels {folder}: two versions of {', '.join(twice)}"}
+    return {"folder": str(folder), "wheels": rows}
+
+
+def unmet_requirements(site: Path) -> list[str]:
+    """Each requirement of a carried package that this machine does not meet (absent, or another version):
+    the wheels go in without their dependencies, so this is where a missing one shows."""
+    from packaging.requirements import Requirement
+
+    unmet = []
+    for dist in importlib.metadata.distributions(path=[str(site)]):
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            try:
+                have = importlib.metadata.version(req.name)
+            except importlib.metadata.PackageNotFoundError:
+                unmet.append(f"{dist.name} needs {req}: absent")
+                continue
+            if not req.specifier.contains(have, prereleases=True):
+                unmet.append(f"{dist.name} needs {req}: {have} here")
+    return sorted(set(unmet))
+
+
+def install_wheels(folder: Path, dry_run: bool) -> dict:
+    """pip-install folder/*.whl into a fresh folder first on sys.path and PYTHONPATH (the subprocesses')."""
+    plan = wheel_plan(folder)
+    if "error" in plan:
+        return plan
+    site = Path("<a temporary folder>") if dry_run else Path(tempfile.mkdtemp(prefix="deltalens-wheels-"))
+    command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
+    command += ["--no-cache-dir", "--upgrade", "--target", str(site)]
+    command += [str(folder / w["file"]) for w in plan["wheels"]]
+    plan["command"] = " ".join(command[2:])
+    if dry_run:
+        return {**plan, "installed": False, "would_install": [f"{w['name']}=={w['version']}" for w in plan["wheels"]]}
+    atexit.register(shutil.rmtree, site, True)  # after the parts' subprocesses, which import from it, are done
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    plan["install_s"] = round(time.perf_counter() - started, 1)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {**plan, "error": f"pip could not install the wheels of {folder} (exit {done.returncode}): {last}"}
+    sys.path.insert(0, str(site))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    importlib.invalidate_caches()
+    return {**plan, "installed": True, "site": str(site), "unmet_requirements": unmet_requirements(site)}
 
 
 # ---- 1. the cuda tests ------------------------------------------------------------------------------
@@ -279,6 +356,15 @@ def run_gpu_bench(limit_s: float, dry_run: bool = False) -> dict:
 # ---- main -----------------------------------------------------------------------------------------------
 
 
+def _imported(module: str, dist: str) -> str:
+    """The package's version and the folder it imports from (a carried wheel's or the image's), or why not."""
+    try:
+        folder = Path(importlib.import_module(module).__file__ or "").parent
+        return f"{importlib.metadata.version(dist)} ({folder})"
+    except Exception as err:
+        return f"not importable: {type(err).__name__}: {str(err)[:200]}"
+
+
 def device_facts() -> dict:
     import torch
 
@@ -286,22 +372,12 @@ def device_facts() -> dict:
     if facts["cuda"]:
         facts["device"] = torch.cuda.get_device_name(0)
         facts["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
-    try:
-        import fla
-
-        facts["fla"] = getattr(fla, "__version__", "unknown")
-    except Exception as err:
-        facts["fla"] = f"not importable: {type(err).__name__}"
-    try:
-        import triton
-
-        facts["triton"] = triton.__version__
-    except Exception:
-        facts["triton"] = None
+    for module, dist in DISTRIBUTIONS.items():
+        facts[module] = _imported(module, dist)
     return facts
 
 
-def dry_run(facts: dict, reason: str) -> dict:
+def dry_run(facts: dict, reason: str, command: str) -> dict:
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "tests/models/test_cuda.py", "-o", "addopts=", "-m", "cuda", "--co", "-q"],
         cwd=ROOT,
@@ -317,8 +393,27 @@ def dry_run(facts: dict, reason: str) -> dict:
         "skipped": {part: reason for part in PLAN},
         "cuda_tests": {"count": len(tests), "ids": tests},
         "gpu_plan": run_gpu_bench(120, dry_run=True),
-        "command": "python3 scripts/device_check.py --json",
+        "command": command,
     }
+
+
+def run_parts(args: argparse.Namespace, report: dict, clock: Budget) -> dict:
+    """The four parts on the GPU, each under its share of the budget."""
+    # shares of the budget: tests 30%, parity as long as it takes (about 10%), gpu 40%, bench what is left
+    gpu_share = GPU_SHARE * args.budget if "gpu" not in args.skip else 0.0
+    if "tests" not in args.skip:
+        report["tests"] = timed(lambda: run_tests(0.3 * args.budget))
+    if "parity" not in args.skip:
+        report["parity"] = timed(run_parity)
+    if "bench" not in args.skip:
+        left = clock.left(reserve=gpu_share + 10)
+        report["bench"] = timed(lambda: run_bench(max(left, 20.0)))
+    if "gpu" not in args.skip:
+        left = clock.left(reserve=5)
+        report["gpu"] = timed(lambda: run_gpu_bench(max(left, 60.0)))
+    report["skipped"] = {part: "--skip" for part in args.skip}
+    report["wall_s"] = round(clock.spent(), 1)
+    return report
 
 
 def main(argv=None) -> int:
@@ -329,32 +424,28 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="say what would run and what is skipped; run nothing")
     parser.add_argument("--budget", type=float, default=360.0, help="seconds for the whole check (default 360)")
     parser.add_argument("--skip", nargs="*", default=[], choices=sorted(PLAN), help="parts to leave out")
+    parser.add_argument("--wheels", type=Path, help="install these wheels first (a folder of scripts/gpu_wheels.py)")
     parser.add_argument("--out", help="also write the JSON to this file")
     args = parser.parse_args(argv)
+    clock = Budget(args.budget)  # the wheels' install counts against the budget too
     os.environ.setdefault("PYTHONPATH", str(ROOT))
+    import torch  # before the wheels: whether there is a GPU decides whether they are installed or only listed
 
+    rehearsal = args.dry_run or not torch.cuda.is_available()
+    wheels = install_wheels(args.wheels.resolve(), dry_run=rehearsal) if args.wheels else None
+    if wheels is not None and "error" in wheels:  # without fla / transformer_lens every part would fail
+        print(f"device_check: {wheels['error']}", file=sys.stderr)
+        print_report({"dry_run": rehearsal, "wheels": wheels}, args.json, args.out)
+        return 2
     facts = device_facts()
-    if args.dry_run or not facts["cuda"]:
-        report = dry_run(
-            facts, "--dry-run" if args.dry_run else "no CUDA device here (torch.cuda.is_available() is False)"
-        )
+    if rehearsal:
+        command = "python3 scripts/device_check.py --json" + (f" --wheels {args.wheels}" if args.wheels else "")
+        why = "--dry-run" if args.dry_run else "no CUDA device here (torch.cuda.is_available() is False)"
+        report = dry_run(facts, why, command)
     else:
-        clock = Budget(args.budget)
-        report = {"dry_run": False, "facts": facts, "budget_s": args.budget}
-        # shares of the budget: tests 30%, parity as long as it takes (about 10%), gpu 40%, bench what is left
-        gpu_share = GPU_SHARE * args.budget if "gpu" not in args.skip else 0.0
-        if "tests" not in args.skip:
-            report["tests"] = timed(lambda: run_tests(0.3 * args.budget))
-        if "parity" not in args.skip:
-            report["parity"] = timed(run_parity)
-        if "bench" not in args.skip:
-            left = clock.left(reserve=gpu_share + 10)
-            report["bench"] = timed(lambda: run_bench(max(left, 20.0)))
-        if "gpu" not in args.skip:
-            left = clock.left(reserve=5)
-            report["gpu"] = timed(lambda: run_gpu_bench(max(left, 60.0)))
-        report["skipped"] = {part: "--skip" for part in args.skip}
-        report["wall_s"] = round(clock.spent(), 1)
+        report = run_parts(args, {"dry_run": False, "facts": facts, "budget_s": args.budget}, clock)
+    if wheels is not None:
+        report["wheels"] = wheels
     return print_report(report, args.json, args.out)
 
 
