@@ -173,6 +173,9 @@ def test_ctrl_c_or_kill_during_a_submission_leaves_every_submitted_job_in_the_le
     helper = threading.Thread(target=stop.wait, daemon=True)
     if other_thread:
         helper.start()
+    # Ctrl-C's own handler, as in a terminal: a shell starts a background job with SIGINT ignored, and Python
+    # then keeps it ignored, so a suite started with `&` would otherwise never see the signal
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     sweep = _sweep(tmp_path)
     todo = read_results(sweep, tmp_path / "res")
     executor = FakeExecutor(tmp_path, during=lambda: os.kill(os.getpid(), signum))
@@ -182,6 +185,7 @@ def test_ctrl_c_or_kill_during_a_submission_leaves_every_submitted_job_in_the_le
         )
     finally:
         stop.set()
+        signal.signal(signal.SIGINT, previous)
     assert outcome.interrupted  # the signal took effect, after the ledger was written
     assert len(executor.submitted) == 4
     assert sorted(Ledger.load(tmp_path / "res").jobs) == sorted(executor.submitted)
