@@ -230,7 +230,7 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="a tiny config: checks the steps in seconds")
     parser.add_argument("--keep", action="store_true", help="keep the folder and the capture")
     parser.add_argument(
-        "--out", default=None, help="the JSON's file (default: lab/results/big_bf16.json unless --small)"
+        "--out", default=None, help="the JSON's file (default: benchmarks/results/big_bf16.json unless --small)"
     )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -32,7 +32,7 @@ def _add(total, outcome) -> None:
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "reproduce",
-        help="train the paper's experiment sweep (what is missing) and write lab/results/reproduce.md",
+        help="train the paper's experiment grid (what is missing) and write lab/results/reproduce.md",
         description="Reproduce Siems et al. (2026): train every cell of a grid file (group x architecture x "
         "reveal spacing x tokenizer) that has no result yet, evaluate it at 1x, 2x and 4x the training length, "
         "and write a markdown report with the paper's claims judged against the measured numbers, plus plotly "

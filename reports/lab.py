@@ -1,6 +1,6 @@
 """The lab's code (lab/experiments/: the report's sections, the controls) from the clone deltalens runs from.
 
-The lab sits beside lab/grids/ and lab/results/ outside the installed package, so the library never imports it by
+The lab (lab/: its code, grids and results) sits outside the installed package, so the library never imports it by
 name; `deltalens reproduce` and the dashboard's claims table reach it here, and a non-editable install (a
 wheel, which carries no lab/experiments/) gets one sentence instead.
 """
