@@ -34,7 +34,7 @@ from deltalens.training.long_horizon import at_horizons, long_horizon_kl
 from deltalens.training.loop import LAST, TRAINER_STATE, train
 from lab.experiments import entry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (lab/experiments/ is two below it)
 HORIZONS = (50, 150, 300)
 
 

@@ -120,3 +120,11 @@ def test_report_reading_names_a_growing_kl_and_the_dtype_gap():
     text = "\n".join(long_horizon_lines(record, {"float32": 150, "bfloat16": 134, "float16": 25}))
     assert "linear grows (0.100 -> 0.900)" in text and "uniform guess 0.060 at 300" in text
     assert "by more than 0.050 nats" in text
+
+
+def test_the_script_finds_the_shipped_checkpoints_and_its_record_from_the_lab():
+    import importlib
+
+    script = importlib.import_module("lab.experiments.pfsa_long_horizon")
+    assert (script.ROOT / "checkpoints" / "s3-deltanet-neg-statement-prob" / "config.json").is_file()
+    assert (script.ROOT / "lab" / "results" / "pfsa" / "long_horizon.json").is_file()
