@@ -2,7 +2,7 @@
 
     deltalens reproduce --executor slurm --partition gpu --time 4:00:00 --gpus-per-run 1 --mem 8G
     deltalens reproduce --status          done / pending / running / failed per cell, with job ids
-    deltalens reproduce --cancel          scancel this sweep's queued and running jobs
+    deltalens reproduce --cancel          scancel this grid's queued and running jobs
 
 The cells run as Slurm jobs through grids/slurm_executor.py; their results land in the same
 result files as a local run's, and the rest of `deltalens reproduce` (the search first, then the
@@ -28,7 +28,7 @@ def add_arguments(parser) -> None:
         help="lanes: local processes (default, see --lanes); slurm: every missing cell one job of a job array",
     )
     group.add_argument("--status", action="store_true", help="list every cell as done/pending/running/failed and stop")
-    group.add_argument("--cancel", action="store_true", help="scancel this sweep's queued and running jobs and stop")
+    group.add_argument("--cancel", action="store_true", help="scancel this grid's queued and running jobs and stop")
     group.add_argument("--no-wait", action="store_true", help="submit the jobs and return without waiting for them")
     group.add_argument("--partition", help="Slurm partition (default: the cluster's default)")
     group.add_argument("--time", default="60", help="time limit per job: minutes or H:MM:SS (default 60)")

@@ -17,7 +17,7 @@ holds on traces longer than those trained on. The protocol, the same for every a
     record  results_dir/<cell>.json: config, steps, wall time, validation curve, accuracy per length
 
 The result files are the durable record (runs/ is scratch and git-ignored). A cell counts as done
-when its result file holds exactly the config the sweep asks for now, so a changed budget retrains
+when its result file holds exactly the config the grid asks for now, so a changed budget retrains
 instead of mixing budgets in one table. A killed cell resumes from its run directory, which is
 named by a hash of its config for the same reason.
 
@@ -157,7 +157,7 @@ def train_missing(
     lanes = capped_lanes(lanes, len(todo))
     check_models(sweep, {s.cell.arch for s in todo})
     check_output_folders(todo, runs_dir, results_dir)  # before any cell trains
-    bar = progress_bar(total=len(todo), enabled=progress, desc="sweep", unit="cell")
+    bar = progress_bar(total=len(todo), enabled=progress, desc="grid", unit="cell")
 
     def record(status: CellStatus, call, any_error: bool = False) -> None:
         try:
@@ -213,9 +213,9 @@ def check_output_folders(todo: list[CellStatus], runs_dir: str | Path, results_d
     for folder in sorted(folders):
         existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
         if existing is not None and not existing.is_dir():
-            raise DeltalensError(f"{existing} is a file, so {folder} cannot hold the sweep's output; choose a folder")
+            raise DeltalensError(f"{existing} is a file, so {folder} cannot hold the grid's output; choose a folder")
         if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
-            raise DeltalensError(f"{existing} is not writable, so {folder} cannot hold the sweep's output")
+            raise DeltalensError(f"{existing} is not writable, so {folder} cannot hold the grid's output")
 
 
 def _run_cell_quietly(status: CellStatus, sweep: Grid, runs_dir: str | Path, results_dir: str | Path) -> dict:

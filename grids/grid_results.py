@@ -1,6 +1,6 @@
 """A sweep's result files: which job is done, which waits and why, and the learning rates the search chose.
 
-A job counts as done when its result file holds exactly the config the sweep asks for now
+A job counts as done when its result file holds exactly the config the grid asks for now
 (``canonical_config``: today's keys, the validation seed spelled out), so a changed budget
 retrains instead of mixing budgets in one table.
 """
@@ -39,7 +39,7 @@ def result_path(job: Cell | SearchRun, results_dir: str | Path) -> Path:
 
 
 def _status(job: Cell | SearchRun, sweep: Grid, results_dir: str | Path) -> CellStatus:
-    """The job's result when its file holds the config the sweep asks for now, else why not."""
+    """The job's result when its file holds the config the grid asks for now, else why not."""
     path = result_path(job, results_dir)
     status = CellStatus(job)
     try:
@@ -69,11 +69,11 @@ def _status(job: Cell | SearchRun, sweep: Grid, results_dir: str | Path) -> Cell
         status.short = "other budget"
         steps = recorded.get("run", {}).get("steps")
         status.reason = (
-            f"{path} is from a {steps}-step run, the sweep asks for {wanted['run']['steps']} steps; it is retrained"
+            f"{path} is from a {steps}-step run, the grid asks for {wanted['run']['steps']} steps; it is retrained"
         )
     else:
         status.short = "other config"
-        status.reason = f"{path} was trained with a config other than the sweep's; it is retrained"
+        status.reason = f"{path} was trained with a config other than the grid's; it is retrained"
     return status
 
 
@@ -99,7 +99,7 @@ def best_validation(result: dict[str, Any]) -> tuple[float, int]:
 
 def _lr_of(job: Cell | SearchRun) -> float:
     if not isinstance(job, SearchRun):
-        raise DeltalensError(f"{job.name} is a sweep cell, not a run of the learning-rate search; it has no lr")
+        raise DeltalensError(f"{job.name} is a grid cell, not a run of the learning-rate search; it has no lr")
     return job.lr
 
 
@@ -129,7 +129,7 @@ def read_grid(sweep: Grid, results_dir: str | Path) -> tuple[Grid, list[CellStat
 
 
 def select_cells(
-    statuses: list[CellStatus], globs: list[str] | None, where: str = "the sweep", require_match: bool = True
+    statuses: list[CellStatus], globs: list[str] | None, where: str = "the grid", require_match: bool = True
 ) -> list[CellStatus]:
     """The cells to train: those without a result whose name matches a glob (all when no globs).
     Cells left out are marked "not selected"; globs that match no cell at all are an error

@@ -68,7 +68,7 @@ def _guarded(work: Callable[[Any], Any], item: Any) -> Any:
     """Start `item` only while the sweep runs: the executor hands a lane its next cell ahead of
     time, and after an interrupt (or the sweep's death) that cell must not start."""
     if _stop is None:  # _start_lane sets it
-        raise DeltalensError("a sweep cell runs in a lane that run_in_lanes started; this process is not one")
+        raise DeltalensError("a grid cell runs in a lane that run_in_lanes started; this process is not one")
     if _stop.is_set() or os.getppid() != _parent:
         raise KeyboardInterrupt
     try:

@@ -181,7 +181,7 @@ def sbatch_failure(err: BaseException) -> str:
         said = unclear.group(1).strip().splitlines()
         return (
             f"sbatch answered without a job id ({said[-1][:200] if said else 'nothing'!r}), so no job is in the "
-            "ledger; check squeue for this sweep's jobs before submitting again"
+            "ledger; check squeue for this grid's jobs before submitting again"
         )
     cause = getattr(err, "__cause__", None)
     if getattr(cause, "returncode", None) in (124, 137, -9) and shutil.which("timeout"):

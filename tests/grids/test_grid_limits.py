@@ -48,7 +48,7 @@ def test_a_results_path_that_is_a_file_is_refused_before_training(tmp_path, caps
     argv = ["reproduce", "--sweep", str(tmp_path / "tiny.toml"), "--results", str(tmp_path / "results")]
     code = main([*argv, "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--no-progress", "--no-pfsa"])
     err = capsys.readouterr().err
-    assert code == 2 and "is a file, so" in err and "cannot hold the sweep's output" in err, err
+    assert code == 2 and "is a file, so" in err and "cannot hold the grid's output" in err, err
     assert not (tmp_path / "runs").exists()  # nothing trained
 
 

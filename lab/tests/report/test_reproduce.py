@@ -181,7 +181,7 @@ def test_tiny_sweep_end_to_end_then_nothing_is_retrained(tmp_path, monkeypatch, 
     # another budget: the old results no longer count
     assert cli(tmp_path, "--no-train", "--steps", "5") == 0
     md = (tmp_path / "reports" / "reproduce.md").read_text()
-    assert "**0 of 4 runs measured**" in md and "is from a 3-step run, the sweep asks for 5 steps" in md
+    assert "**0 of 4 runs measured**" in md and "is from a 3-step run, the grid asks for 5 steps" in md
 
 
 def test_killed_cell_resumes_from_its_run(tmp_path, monkeypatch):
