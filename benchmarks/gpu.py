@@ -9,7 +9,7 @@
 Parts, each under its share of --budget (a part that fails, or is past its share, says so; the others run):
 
   machine   bf16 and fp32 matmul TFLOP/s (torch.mm), device-to-device copy GB/s; versions; which backend fla's
-            chunk entry points dispatch to (models/ops/fla_state_rows.fla_backend) and FLA_DISABLE_BACKEND_DISPATCH
+            chunk entry points dispatch to (models/ops/fla_kernels.fla_backend) and FLA_DISABLE_BACKEND_DISPATCH
   deltanet  fla's DeltaNetForCausalLM and deltalens opening the same saved folder (dl.load), both bf16:
             logits parity; forward and forward+backward tokens/s; deltalens's capture of beta at every layer plus
             one layer's S_t at the reveal positions (every 64th token; a StateTap: the fla_rows path), its time
@@ -124,7 +124,7 @@ def _paths(model) -> list[str]:
 def machine(sizes: dict, device: str, limit_s: float) -> dict:
     import torch
 
-    from deltalens.models.ops.fla_state_rows import fla_backend
+    from deltalens.models.ops.fla_kernels import FLA_OPERATIONS, fla_backend
 
     n, out = sizes["matmul"], {}
     for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
@@ -135,7 +135,7 @@ def machine(sizes: dict, device: str, limit_s: float) -> dict:
     dst = torch.empty_like(src)
     copy_s = seconds_per_call(lambda: dst.copy_(src), device, limit_s / 4)
     out["copy_gb_s"] = round(2 * src.numel() * 4 / copy_s / 1e9, 1)  # read + write
-    out["fla_backend"] = {"delta_rule": fla_backend(False), "gated_delta_rule": fla_backend(True)}
+    out["fla_backend"] = {operation: fla_backend(operation) for operation in FLA_OPERATIONS}
     out["FLA_DISABLE_BACKEND_DISPATCH"] = os.environ.get("FLA_DISABLE_BACKEND_DISPATCH")
     return out
 

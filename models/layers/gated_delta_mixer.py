@@ -79,6 +79,7 @@ def ranged_gate(mixer: Any, g: torch.Tensor) -> torch.Tensor:
 class _GatedDeltaMixer(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin, nn.Module):
     """The shared layer; subclasses read their fla config into the fields below."""
 
+    fla_operation = "gated_delta_rule"
     factor_axis = False  # hooks and the beta range have a factor axis (DeltaProduct) or not (Gated DeltaNet)
 
     def __init__(

@@ -41,6 +41,7 @@ from typing import Any, Optional
 from torch import Tensor
 
 from deltalens.models.ops.common import StateEdit
+from deltalens.models.ops.fla_kernels import fla_backend
 from deltalens.models.ops.kernel_select import FLA_CHUNK, FLA_RECURRENT, FLA_ROWS, REFERENCE, KernelChoice
 
 __all__ = ["Recurrence", "HookedRecurrenceMixin", "StateTap", "logger"]
@@ -93,9 +94,15 @@ class HookedRecurrenceMixin:
     layer_idx: int
 
     last_kernel: Optional[KernelChoice] = None  # the path the latest forward took
+    fla_operation = "delta_rule"  # the fla entry points an fla path calls (fla_kernels.FLA_OPERATIONS)
     state_tap: Optional[StateTap] = None  # set by a capture that keeps some positions' S_t (module docstring)
 
+    def _dispatch(self, path: str) -> str:
+        """fla may hand an fla_chunk / fla_recurrent call to another backend: the words that say which."""
+        return f"; fla dispatch: {fla_backend(self.fla_operation)}" if path in (FLA_CHUNK, FLA_RECURRENT) else ""
+
     def _record(self, choice: KernelChoice) -> KernelChoice:
+        choice = KernelChoice(choice.path, choice.reason + self._dispatch(choice.path))
         self.last_kernel = choice
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("blocks.%d.attn: %s", self.layer_idx, choice)
@@ -129,7 +136,8 @@ class HookedRecurrenceMixin:
         plain = kernels.select(wants_states=False, state_edit=False)
         if plain.path in (FLA_CHUNK, FLA_RECURRENT):  # the plain forward's o: capture keeps its logits
             o = kernels.fast(plain)  # after with_states: a chunked run carries fla's final state on
-            self._record(KernelChoice(choice.path, f"{choice.reason}; o from {plain.path}, as the plain forward"))
+            why = f"{choice.reason}; o from {plain.path}, as the plain forward{self._dispatch(plain.path)}"
+            self._record(KernelChoice(choice.path, why))
         version = states._version  # detects hooks that edit in place and return None
         seen = self.hook_state(states)
         untouched = states._version == version

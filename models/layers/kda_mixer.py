@@ -85,6 +85,8 @@ class KDARecurrenceMixin(HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin)
     """The gate (through hook_gate and its clamp) and the recurrence (through hook_state) of a KDA layer,
     whichever library's parameters it holds; a layer supplies `_raw_log_decay` and calls `_init_kda_hooks`."""
 
+    fla_operation = "kda"
+
     factor_axis = False
     n_factors = 1
     use_decay = True

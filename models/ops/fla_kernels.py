@@ -45,6 +45,29 @@ def fla_kernels_available() -> bool:
     return True
 
 
+FLA_OPERATIONS = ("delta_rule", "gated_delta_rule", "kda")  # the fla entry points deltalens calls
+
+
+def fla_backend(operation: str) -> str:
+    """Which implementation fla's entry points for `operation` (one of FLA_OPERATIONS) would dispatch to
+    here: "triton" (fla's own kernels), another registered backend's name (e.g. "flash_qla" for the gated
+    delta rule at K = V = 128, "flash_kda"), or "dispatch disabled" under FLA_DISABLE_BACKEND_DISPATCH=1.
+    Call-time checks (head size, dtype, allow_neg_eigval) can still send a call back to Triton."""
+    if operation not in FLA_OPERATIONS:
+        raise ValueError(f"fla_backend: {operation!r} is not one of {', '.join(FLA_OPERATIONS)}.")
+    try:  # fla 0.6's registry (private names: another version may differ)
+        import fla.backends as backends
+
+        if backends._DISPATCH_DISABLED:
+            return "dispatch disabled"
+        if operation == "delta_rule":
+            return "triton"  # fla 0.6 registers no other backend for the plain delta rule's entry points
+        active = backends._load_operation_registry(operation).get_active()
+    except Exception as error:  # a fact to report, not a reason to fail
+        return f"unknown ({type(error).__name__}: {error})"
+    return "triton" if active is None else str(active.backend_type)
+
+
 def _one_dtype(q, k, v, beta):
     """q, k, v, beta in the dtype the fla call takes (`fla_dtype`)."""
     dtype = fla_dtype(q, k, v)

@@ -13,7 +13,7 @@ with the arguments fla's entry points pass, so o is the plain forward's (the sam
 inputs), and then rebuilds S_t at the kept rows from k, w, u, h and G (fla keeps G in log2 units and h,
 w, u in the inputs' dtype: the states o was read from). One forward, no per-token loop, no
 [B, T, H, K, V] tensor. fla's gated entry point may dispatch to another backend (FlashQLA at K = V = 128,
-`fla_backend` says which would serve); the pieces are always fla's Triton kernels.
+`fla_kernels.fla_backend` says which would serve); the pieces are always fla's Triton kernels.
 
 Where fla's fused recurrent kernel serves o (fp32: the chunk kernels refuse it), o comes from that kernel
 and the factors from our chunked fp32 torch form (`chunk_state_factors`). No gradient flows through
@@ -33,7 +33,7 @@ from deltalens.models.ops.fla_kernels import fla_delta_rule, fla_gated_delta_rul
 from deltalens.models.ops.precision import fla_dtype
 from deltalens.models.ops.state_rows import chunk_state_factors, rebuild_state_rows
 
-__all__ = ["fla_state_rows", "fla_chunk_pieces", "fla_backend", "FLA_CHUNK_SIZES"]
+__all__ = ["fla_state_rows", "fla_chunk_pieces", "FLA_CHUNK_SIZES"]
 
 FLA_CHUNK_SIZES = (16, 32, 64)  # what fla's chunk kernels take; anything else runs as 64 (as fla_delta_rule)
 
@@ -96,24 +96,6 @@ def fla_chunk_pieces(q, k, v, beta, g, scale, initial_state, output_final_state:
         o = chunk_fwd_o(q=q, k=k, v=v_new, h=h, g=g_log2, scale=scale, cu_seqlens=None, chunk_size=C)
     G = None if g_log2 is None else g_log2 * math.log(2)
     return o, S, (k, w, u, h, G)
-
-
-def fla_backend(gated: bool) -> str:
-    """Which implementation fla's public chunk entry point would dispatch to here: "triton" (fla's own
-    kernels, what `fla_chunk_pieces` runs) or another registered backend's name (e.g. "flash_qla"),
-    "dispatch disabled" under FLA_DISABLE_BACKEND_DISPATCH=1. Call-time checks (head size, dtype) can still
-    send a call back to Triton."""
-    try:  # fla 0.6's registry (private names: another version may differ)
-        import fla.backends as backends
-
-        if backends._DISPATCH_DISABLED:
-            return "dispatch disabled"
-        if not gated:
-            return "triton"  # fla 0.6 registers no other backend for the plain delta rule's entry point
-        active = backends._load_operation_registry("gated_delta_rule").get_active()
-    except Exception as error:  # a fact to report, not a reason to fail
-        return f"unknown ({type(error).__name__}: {error})"
-    return "triton" if active is None else active.backend_type
 
 
 def _on_device(x: torch.Tensor):

@@ -38,6 +38,7 @@ __all__ = ["HookedGatedDeltaNetLayer"]
 class HookedGatedDeltaNetLayer(TransformersDeltaLayer, HeadWeightViews, BetaRangeMixin, HookedRecurrenceMixin):
     """Mixin placed before a transformers Gated DeltaNet class in the bases."""
 
+    fla_operation = "gated_delta_rule"
     factor_axis = False
     n_factors = 1
     use_decay = True

@@ -123,6 +123,29 @@ def test_family_logits_on_fla_match_cpu(name):
     assert (got - ref).abs().max() <= 1e-4
 
 
+OPERATION = {"deltanet": "delta_rule", "deltanet-renorm": "delta_rule", "kda": "kda"}  # else gated_delta_rule
+
+
+@pytest.mark.parametrize("name", FAMILY)
+def test_last_kernel_names_the_backend_fla_dispatches_to(name, monkeypatch):
+    """Each layer's last_kernel ends with fla's dispatch for its entry points (issue 56), and says so when
+    FLA_DISABLE_BACKEND_DISPATCH switched dispatch off."""
+    import fla.backends
+
+    from deltalens.models.ops.fla_kernels import fla_backend
+
+    model, toks = _model(name), _tokens()
+    layers = [m for m in model.blocks.modules() if getattr(m, "fla_operation", None)]
+    assert layers and {m.fla_operation for m in layers} == {OPERATION.get(name, "gated_delta_rule")}
+    for disabled in (False, True):
+        monkeypatch.setattr(fla.backends, "_DISPATCH_DISABLED", disabled)
+        with torch.no_grad(), emulated_cuda():
+            model(toks)
+        backend = "dispatch disabled" if disabled else fla_backend(layers[0].fla_operation)
+        assert not backend.startswith("unknown")
+        assert all(m.last_kernel.reason.endswith(f"; fla dispatch: {backend}") for m in layers)
+
+
 @pytest.mark.parametrize("name", FAMILY)
 def test_capture_gives_the_plain_forward_logits(name):
     """Defect 3: with a hook on hook_state the forward used to run the torch kernel instead of fla's, so a
