@@ -81,6 +81,11 @@ def _absent(model, name: str) -> str:
     if name == "beta_logit":
         return f"{article_of(arch)} built with use_beta=False has a constant beta: there is no hook_beta_logit."
     if name == "gate":
+        if site_layers(model, "vgate"):  # the value-gated DeltaNet: its gate acts on the value side
+            return (
+                f"{article_of(arch)} has no decay gate (hook_gate): its gate multiplies the state's value "
+                "columns; capture 'vgate' (hook_vgate) for it."
+            )
         return (
             f"{article_of(arch)} without a decay gate has no hook_gate (DeltaNet, or a DeltaProduct built with "
             "use_forget_gate=False); its state does not decay."

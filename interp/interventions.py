@@ -46,6 +46,7 @@ import torch
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.accuracy import accuracy_under, reveal_accuracy  # noqa: E402,F401 (re-exported)
 from deltalens.interp.capture import Capture, capture, expand_names
+from deltalens.interp.capture_names import site_layers
 from deltalens.models.architecture import (
     architecture_of,
     article_of,
@@ -307,9 +308,11 @@ def clamp_gate(model, layer: int, head: int | None, lo: float = 1.0, hi: float =
     require_delta_rule(model, "decay gate")
     _check_head(model, layer, head)
     if not getattr(model, "gated", False):
+        value_gated = site_layers(model, "vgate")
+        value_side = " (its value gate, hook_vgate, takes a hook: run_with_hooks)" if value_gated else ""
         raise DeltalensError(
             f"{article_of(architecture_of(model))}'s delta-rule layers have no decay gate (no hook_gate): its state "
-            "does not decay, so there is no gate to clamp."
+            f"does not decay, so there is no gate to clamp{value_side}."
         )
     if not 0.0 <= lo <= hi <= 1.0:
         raise DeltalensError(f"the gate range needs 0 <= lo <= hi <= 1, got [{lo}, {hi}].")

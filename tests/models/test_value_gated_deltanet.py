@@ -201,3 +201,18 @@ def test_a_few_training_steps_lower_the_loss():
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0]
     assert model.blocks[0].attn.vg_proj.weight.grad.abs().sum() > 0
+
+
+def test_the_decay_gate_tools_point_at_the_value_gate():
+    """capture('gate') and clamp_gate refuse in one sentence that names hook_vgate, which a capture of 'vgate' gives."""
+    import deltalens as dl
+    from deltalens.core.errors import DeltalensError
+
+    model = models.build("value_gated_deltanet", vocab_size=32, hidden_size=32, num_hidden_layers=1, num_heads=2)
+    toks = torch.randint(0, 32, (1, 6), generator=torch.Generator().manual_seed(0))
+    for refused in (lambda: dl.capture(model, toks, names=["gate"]), lambda: dl.clamp_gate(model, 0, 0)):
+        with pytest.raises(DeltalensError, match="hook_vgate") as error:
+            refused()
+        assert "\n" not in str(error.value)
+    gate = dl.capture(model, toks, names=["vgate"])["blocks.0.attn.hook_vgate"]
+    assert gate.shape[:2] == (6, 2) and bool(((gate > 0) & (gate < 1)).all())  # (positions, heads, d_v)
