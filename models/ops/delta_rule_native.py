@@ -24,10 +24,11 @@ def _kernels() -> Optional[ctypes.CDLL]:
     lib = library(NAME)
     if lib is not None and lib.delta_rule_forward.argtypes is None:
         sizes: list[Any] = [ctypes.c_int64] * 5  # Any: ctypes' argtypes mix pointer and integer types
-        lib.delta_rule_forward.argtypes = [ctypes.c_void_p] * 8 + sizes
-        lib.delta_rule_backward.argtypes = [ctypes.c_void_p] * 14 + sizes
-        lib.delta_rule_forward_states.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] + sizes
-        lib.delta_rule_forward_rows.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_int64] + sizes
+        decay: list[Any] = [ctypes.c_void_p] * 5 + [ctypes.c_int64]  # q, k, v, beta, alpha and alpha's width A
+        lib.delta_rule_forward.argtypes = decay + [ctypes.c_void_p] * 3 + sizes
+        lib.delta_rule_backward.argtypes = decay + [ctypes.c_void_p] * 9 + sizes
+        lib.delta_rule_forward_states.argtypes = decay + [ctypes.c_void_p] * 3 + [ctypes.c_int64] + sizes
+        lib.delta_rule_forward_rows.argtypes = decay + [ctypes.c_void_p] * 4 + [ctypes.c_int64] + sizes
         lib.delta_rule_forward.restype = lib.delta_rule_backward.restype = None
         lib.delta_rule_forward_states.restype = lib.delta_rule_forward_rows.restype = None
         lib.delta_rule_block.restype = ctypes.c_int64
@@ -64,7 +65,8 @@ class _NativeDeltaRule(torch.autograd.Function):
         block = _loaded().delta_rule_block()
         # every block-th state, for the backward pass (which recomputes the states in between)
         ckpt = q.new_empty(B, -(-T // block), H, K, V) if any(ctx.needs_input_grad) else None
-        _loaded().delta_rule_forward(*map(pointer, (q, k, v, beta, alpha, S, o, ckpt)), B, T, H, K, V)
+        decay = (*map(pointer, (q, k, v, beta, alpha)), _width(alpha))
+        _loaded().delta_rule_forward(*decay, *map(pointer, (S, o, ckpt)), B, T, H, K, V)
         if ckpt is not None:
             ctx.save_for_backward(q, k, v, beta, ckpt, alpha)
         return o, S
@@ -84,10 +86,16 @@ class _NativeDeltaRule(torch.autograd.Function):
         dq, dk, dv, dbeta = (torch.empty_like(x) for x in (q, k, v, beta))
         dalpha = None if alpha is None else torch.empty_like(alpha)
         scratch = q.new_empty(_loaded().delta_rule_block(), H, K, V)
+        decay = (*map(pointer, (q, k, v, beta, alpha)), _width(alpha))
         _loaded().delta_rule_backward(
-            *map(pointer, (q, k, v, beta, alpha, ckpt, dO, dS, dq, dk, dv, dbeta, dalpha, scratch)), B, T, H, K, V
+            *decay, *map(pointer, (ckpt, dO, dS, dq, dk, dv, dbeta, dalpha, scratch)), B, T, H, K, V
         )
         return dq, dk, dv, dbeta, dS, dalpha
+
+
+def _width(alpha: Optional[torch.Tensor]) -> int:
+    """A, the decays per head and token: 1 (alpha [B, T, H]; or none) or V (alpha [B, T, H, V], per value column)."""
+    return 1 if alpha is None or alpha.dim() == 3 else int(alpha.shape[-1])
 
 
 def _checked_inputs(q, k, v, beta, initial_state, alpha) -> torch.Tensor:
@@ -106,10 +114,11 @@ def _checked_inputs(q, k, v, beta, initial_state, alpha) -> torch.Tensor:
         or v.shape[:3] != (B, T, H)
         or beta.shape != (B, T, H)
         or S0.shape != (B, H, K, V)
-        or (alpha is not None and alpha.shape != (B, T, H))
+        or (alpha is not None and alpha.shape not in ((B, T, H), (B, T, H, V)))
     ):
         raise ValueError(
-            "shapes must be q, k [B, T, H, K], v [B, T, H, V], beta and alpha [B, T, H], state [B, H, K, V]."
+            "shapes must be q, k [B, T, H, K], v [B, T, H, V], beta [B, T, H], alpha [B, T, H] or [B, T, H, V], "
+            "state [B, H, K, V]."
         )
     return S0
 
@@ -118,8 +127,8 @@ def native_delta_rule(q, k, v, beta, initial_state: Optional[torch.Tensor], alph
     """(o [B, T, H, V], S_T [B, H, K, V]) for prepared fp32 CPU inputs (q already scaled).
 
     alpha [B, T, H]: a decay applied to the state before each token's update (the gated delta rule;
-    None: none). Differentiable in every input; for the backward it keeps every 16th state
-    (B*T*H*K*V/16 floats).
+    None: none); alpha [B, T, H, V]: one per value column, S_{t-1} Diag(alpha_t) (the value-gated delta
+    rule). Differentiable in every input; for the backward it keeps every 16th state (B*T*H*K*V/16 floats).
     """
     S0 = _checked_inputs(q, k, v, beta, initial_state, alpha)
     return _NativeDeltaRule.apply(q, k, v, beta, S0, alpha)
@@ -159,7 +168,8 @@ def native_delta_rule_with_states(
     o = q.new_empty(B, T, H, V)
     if rows is None:
         states = q.new_empty(B, T // stride, H, K, V)
-        _loaded().delta_rule_forward_states(*map(pointer, (q, k, v, beta, alpha, S, o, states)), stride, B, T, H, K, V)
+        decay = (*map(pointer, (q, k, v, beta, alpha)), _width(alpha))
+        _loaded().delta_rule_forward_states(*decay, *map(pointer, (S, o, states)), stride, B, T, H, K, V)
         return o, S, states
     b_idx, step_idx = (torch.as_tensor(x, dtype=torch.long).cpu() for x in rows)
     slots = torch.full((B, T // stride), -1, dtype=torch.long)
@@ -167,5 +177,6 @@ def native_delta_rule_with_states(
     if int((slots >= 0).sum()) != len(b_idx):
         raise ValueError("rows must name each (batch, step) once.")
     states = q.new_empty(len(b_idx), H, K, V)
-    _loaded().delta_rule_forward_rows(*map(pointer, (q, k, v, beta, alpha, S, o, states, slots)), stride, B, T, H, K, V)
+    decay = (*map(pointer, (q, k, v, beta, alpha)), _width(alpha))
+    _loaded().delta_rule_forward_rows(*decay, *map(pointer, (S, o, states, slots)), stride, B, T, H, K, V)
     return o, S, states

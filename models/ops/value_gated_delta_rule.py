@@ -14,10 +14,12 @@ commute, and column c of the state runs the *gated* delta rule with the scalar d
 
     S_t[:, c] = (I - beta_t k_t k_t^T) gamma_t[c] S_{t-1}[:, c] + beta_t k_t v_t[c].
 
-So the fast paths spread every value channel into a head of its own (H x V heads, value size 1; the
-query, key and beta repeated) and call `chunk_gated_delta_rule` (the C kernel on a CPU, the chunked
-torch form elsewhere; fla's kernels are not asked: value size 1 is not a shape they serve), then fold
-the heads back. `value_gated_delta_rule_recurrence` is the token-by-token reference they are tested against.
+On a CPU the C kernel (models/ops/csrc/delta_rule.c) takes gamma_t as a per-column decay directly,
+forward and backward. The chunked torch path spreads every value channel into a head of its own
+(H x V heads, value size 1; the query, key and beta repeated), calls `chunk_gated_delta_rule`'s chunked
+form, then folds the heads back: d_v times the work, so it serves where the C kernel does not (fla's
+kernels are not asked: value size 1 is not a shape they serve). `value_gated_delta_rule_recurrence` is
+the token-by-token reference both are tested against.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ import torch
 from einops import rearrange
 
 from deltalens.models.ops.common import StateEdit, check_shapes, scan_tokens
+from deltalens.models.ops.delta_rule_native import native_delta_rule, native_delta_rule_with_states
 from deltalens.models.ops.gated_delta_rule import chunk_gated_delta_rule
-from deltalens.models.ops.kernel_select import KernelChoice, select_kernel_for
-from deltalens.models.ops.precision import fp32_recurrence
+from deltalens.models.ops.kernel_select import C_STATES, C, KernelChoice, select_kernel_for
+from deltalens.models.ops.precision import fp32_recurrence, no_autocast
 from deltalens.models.ops.replay import replay_chunked
 
 __all__ = [
@@ -101,9 +104,10 @@ def _fold_states(states: torch.Tensor, V: int) -> torch.Tensor:
 
 
 def select_value_gated_kernel(q, k, v, beta, g, initial_state=None, **flags) -> KernelChoice:
-    """The gated delta rule's kernel choice for the spread inputs, never fla's (module docstring)."""
+    """The gated delta rule's kernel choice (the facts it reads, device, dtype, gradients and length, are the
+    spread inputs' too), never fla's (module docstring)."""
     flags.pop("use_fla", None)
-    return select_kernel_for(*spread(q, k, v, beta, g, initial_state), use_fla=False, **flags)
+    return select_kernel_for(q, k, v, beta, g, initial_state, use_fla=False, **flags)
 
 
 def chunk_value_gated_delta_rule(
@@ -127,9 +131,12 @@ def chunk_value_gated_delta_rule(
     _check(q, k, v, beta, g, initial_state)
     V = v.shape[-1]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    qs, ks, vs, bs, gs, s0 = spread(q, k, v, beta, g, initial_state)
     if kernel is None:
-        kernel = select_kernel_for(qs, ks, vs, bs, gs, s0, wants_states=with_states, use_fla=False)
+        kernel = select_value_gated_kernel(q, k, v, beta, g, initial_state, wants_states=with_states)
+    if kernel.path in (C, C_STATES):
+        with no_autocast():  # the recurrence in fp32 (models/ops/precision.py)
+            return _native(q, k, v, beta, g, scale, initial_state, output_final_state, kernel.path == C_STATES, rows)
+    qs, ks, vs, bs, gs, s0 = spread(q, k, v, beta, g, initial_state)
     o, final, states = chunk_gated_delta_rule(
         qs, ks, vs, bs, gs, scale, s0, output_final_state, chunk_size=chunk_size, use_fla=False,
         with_states=with_states, kernel=kernel, rows=rows,
@@ -138,6 +145,18 @@ def chunk_value_gated_delta_rule(
     final = None if final is None else _fold_states(final, V)
     states = None if states is None else _fold_states(states, V)
     return o, final, states
+
+
+def _native(q, k, v, beta, g, scale, initial_state, output_final_state, with_states, rows):
+    """The C kernel with gamma_t = exp(g_t) as its per-column decay; (o in q's dtype, S_T or None, states or None)."""
+    B, T, H, K = q.shape
+    S = q.new_zeros(B, H, K, v.shape[-1], dtype=torch.float32) if initial_state is None else initial_state.float()
+    prepared = (q.float() * scale, k.float(), v.float(), beta.float())
+    if with_states:
+        o, S, states = native_delta_rule_with_states(*prepared, S, alpha=g.float().exp(), rows=rows)
+    else:
+        (o, S), states = native_delta_rule(*prepared, S, alpha=g.float().exp()), None
+    return o.to(q.dtype), (S if output_final_state else None), states
 
 
 @fp32_recurrence

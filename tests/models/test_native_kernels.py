@@ -243,3 +243,31 @@ def test_a_conv_given_the_wrong_channel_count_raises_instead_of_reading_past_its
     conv = ShortConvolution(24, 4, bias=True)
     with pytest.raises(RuntimeError):
         conv(torch.randn(2, 5, 48))
+
+
+@pytest.mark.parametrize("shape", [(2, 37, 2, 16, 16), (1, 21, 3, 8, 5), (1, 17, 1, 32, 32)])
+def test_c_kernel_per_column_decay_is_the_value_gated_recurrence(shape):
+    """alpha [B, T, H, V]: S_{t-1} Diag(alpha_t), forward (o, S_T, kept states) and backward to every input,
+    against autograd through the value-gated reference; T not a multiple of the kernel's 16-token block."""
+    from deltalens.models.ops.value_gated_delta_rule import value_gated_delta_rule_recurrence
+
+    q, k, v, beta, S0 = _inputs(*shape)
+    B, T, H, _, V = shape
+    g = F.logsigmoid(torch.randn(B, T, H, V, generator=torch.Generator().manual_seed(3)) + 2).requires_grad_()
+    twins = [x.detach().clone().requires_grad_() for x in (q, k, v, beta, g, S0)]
+    o, S = native_delta_rule(q, k, v, beta, S0, alpha=g.exp())
+    o_ref, S_ref, states_ref = value_gated_delta_rule_recurrence(
+        *twins[:5], scale=1.0, initial_state=twins[5], output_final_state=True
+    )
+    assert (o - o_ref).abs().max() <= TOL and (S - S_ref).abs().max() <= TOL
+    weights = (torch.randn_like(o), torch.randn_like(S))
+    ((o * weights[0]).sum() + (S * weights[1]).sum()).backward()
+    ((o_ref * weights[0]).sum() + (S_ref * weights[1]).sum()).backward()
+    for fast, ref in zip((q, k, v, beta, g, S0), twins):
+        assert (fast.grad - ref.grad).abs().max() <= TOL * max(1.0, ref.grad.abs().max().item())
+    with torch.no_grad():
+        rows = (torch.tensor([0, 0]), torch.tensor([shape[1] - 1, 3]))
+        _, _, kept = native_delta_rule_with_states(q, k, v, beta, S0, alpha=g.exp(), rows=rows)
+    assert (kept - states_ref.detach()[rows]).abs().max() <= TOL
+    with pytest.raises(ValueError, match="alpha"):
+        native_delta_rule(q, k, v, beta, S0, alpha=g.exp()[..., :-1])

@@ -105,13 +105,28 @@ def test_the_fast_paths_equal_the_reference(native, chunk):
         torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
 
 
-def test_gradients_of_the_fast_path_equal_the_reference():
+@pytest.mark.parametrize("native", [True, False], ids=["c", "chunked"])
+def test_gradients_of_the_fast_paths_equal_the_reference(native):
+    """Through o and the final state, to every input and the initial state: the C kernel's per-column decay
+    backward and the chunked form's, against autograd through the reference."""
+    from deltalens.models.ops.kernel_select import select_kernel_for
+    from deltalens.models.ops.native import library
+
+    if native and library("delta_rule") is None:
+        pytest.skip("no C compiler: the C kernel does not build here")
     q, k, v, beta, gate = _inputs(seed=2)
-    inputs = [x.clone().requires_grad_() for x in (q, k, v, beta, gate.log())]
+    S0 = torch.randn(2, 3, 4, 5)
+    inputs = [x.clone().requires_grad_() for x in (q, k, v, beta, gate.log(), S0)]
     twins = [x.detach().clone().requires_grad_() for x in inputs]
-    weights = torch.randn(2, 13, 3, 5)
-    (chunk_value_gated_delta_rule(*inputs)[0] * weights).sum().backward()
-    (value_gated_delta_rule_recurrence(*twins)[0] * weights).sum().backward()
+    weights, final_weights = torch.randn(2, 13, 3, 5), torch.randn(2, 3, 4, 5)
+    kernel = select_kernel_for(*inputs, native=native, use_fla=False)
+    o, final, _ = chunk_value_gated_delta_rule(
+        *inputs[:5], initial_state=inputs[5], output_final_state=True, kernel=kernel
+    )
+    ((o * weights).sum() + (final * final_weights).sum()).backward()
+    o_ref, final_ref, _ = value_gated_delta_rule_recurrence(*twins[:5], initial_state=twins[5], output_final_state=True)
+    ((o_ref * weights).sum() + (final_ref * final_weights).sum()).backward()
+    assert kernel.path == ("c" if native else "chunked")
     for fast, ref in zip(inputs, twins):
         torch.testing.assert_close(fast.grad, ref.grad, atol=1e-4, rtol=1e-4)
 
