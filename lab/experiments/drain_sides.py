@@ -164,3 +164,37 @@ def sides_verdict(cells: dict, lr: str, cycles: int, guess: dict, horizons: tupl
     if probe < SPREAD and abs(kl - guess[str(worst)]) <= SPREAD:
         return f"support for the renormalisation / precision view at {where} ({facts})"
     return f"mixed at {where} ({facts})"
+
+
+# a head "closes a column at the reveals" when its smallest gamma averages below CLOSED there and at least OPEN
+# at every other token (selective: a head whose gate is low everywhere only decays)
+CLOSED, OPEN = 0.1, 0.5
+
+
+def gate_table(cells: dict[tuple[str, int, str], list[dict]]) -> list[str]:
+    """The value gate of every value-gated run (its record's `vgate`, `gate_stats` on drain traces at H = 16):
+    per head, the smallest channel's gamma at the revealed values' tokens / at every other token, and how many
+    heads close a column at the reveals (below CLOSED there, at least OPEN elsewhere)."""
+    runs = sorted((r for (arch, _, _), records in cells.items() if arch == "vgated" for r in records if r.get("vgate")),
+                  key=lambda r: r["name"])  # fmt: skip
+    if not runs:
+        return ["(no value-gated record yet)"]
+    heads = sorted(runs[0]["vgate"], key=lambda h: tuple(int(x) for x in h.split(".")))
+    lines = [
+        "| run | "
+        + " | ".join(f"L{h.split('.')[0]}H{h.split('.')[1]}" for h in heads)
+        + " | heads closing at reveals |",
+        "|---|" + "---|" * (len(heads) + 1),
+    ]
+    for record in runs:
+        gate = record["vgate"]
+        closing = sum(gate[h][0] < CLOSED and gate[h][1] >= OPEN for h in heads)
+        cols = " | ".join(f"{gate[h][0]:.3f} / {gate[h][1]:.2f}" for h in heads)
+        lines.append(f"| {record['name']} | {cols} | {closing} of {len(heads)} |")
+    lines += [
+        "",
+        "Cells: the smallest channel's gamma averaged over the revealed values' tokens / over every other token, "
+        f"8 drain traces at H = 16; a head closes a column at the reveals when the first is below {CLOSED} and the "
+        f"second at least {OPEN}.",
+    ]
+    return lines

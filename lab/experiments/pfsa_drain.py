@@ -414,13 +414,16 @@ def write_figure(fig, stem: Path) -> None:
 def fill_readme(readme: Path, folder: Path) -> None:
     """Rewrite the generated blocks of a README: the lines between ``<!-- table -->`` and ``<!-- /table -->``
     (``table``) and between ``<!-- seeds -->`` and ``<!-- /seeds -->`` (``seed_table``), and where it has their
-    markers ``<!-- probe -->`` (``probe_table``) and ``<!-- filters -->`` (``filter_table``); the prose stays."""
+    markers ``<!-- probe -->`` (``probe_table``), ``<!-- filters -->`` (``filter_table``) and ``<!-- gate -->``
+    (``drain_sides.gate_table``); the prose stays."""
     text = readme.read_text()
     blocks = [("table", table(folder)), ("seeds", seed_table(folder))]
     if "<!-- probe -->" in text:  # the later blocks only where the README has their markers
         blocks.append(("probe", probe_table(folder)))
     if "<!-- filters -->" in text and (folder / "filters.json").is_file():
         blocks.append(("filters", filter_table(folder)))
+    if "<!-- gate -->" in text:
+        blocks.append(("gate", drain_sides.gate_table(read_records(folder))))
     for name, lines in blocks:
         start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
         if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):

@@ -201,6 +201,19 @@ def test_the_sides_rule_needs_both_models_to_hold_the_mixture_and_the_probe_mass
     assert sides.sides_verdict(unmeasured, "1e-3", 64, guess, H).startswith("not measured at lr 1e-3, 64 cycles")
 
 
+def test_the_gate_table_counts_heads_that_close_a_column_at_the_reveals_only(tmp_path):
+    cells = sides_folder(tmp_path, (DRAINED, FLAT))
+    for record in cells[("vgated", 16, "1e-3")]:  # L0H0 selective, L0H1 low everywhere, L1H0 open at reveals
+        record["vgate"] = {"0.0": [0.01, 0.9], "0.1": [0.05, 0.06], "1.0": [0.8, 0.7]}
+    table = sides.gate_table(cells)
+    assert table[0].startswith("| run | L0H0 | L0H1 | L1H0 | heads closing at reveals |")
+    rows = [line for line in table if line.startswith("| vgated-c16-lr1e-3-s")]
+    assert len(rows) == 3 and all(
+        row.endswith("| 0.010 / 0.90 | 0.050 / 0.06 | 0.800 / 0.70 | 1 of 3 |") for row in rows
+    )
+    assert sides.gate_table({}) == ["(no value-gated record yet)"]
+
+
 def test_the_filters_reproduce_the_analytical_facts():
     """The column-masked filter, read out per row, is exact on drain where its block mass has decayed; the
     row-only filter loses the arrangement by H = 8, its mass moving to the probe's value."""
