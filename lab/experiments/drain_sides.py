@@ -139,7 +139,8 @@ def sides_verdict(cells: dict, lr: str, cycles: int, guess: dict, horizons: tupl
         if max(seed_mean(records, first, adv, "kl") for adv in ("drain", "no_drain")) > guess[str(first)] - GAP
     ]
     if unheld:
-        return f"not testable at {where}: {' and '.join(unheld)} do not hold the mixture at H = {first}"
+        verb = "does" if len(unheld) == 1 else "do"
+        return f"not testable at {where}: {' and '.join(unheld)} {verb} not hold the mixture at H = {first}"
     upto = [h for h in horizons if h <= RULE_HORIZON]
     gap = {h: seed_mean(gated, h, "drain", "kl") - seed_mean(gated, h, "no_drain", "kl") for h in upto}
     plain_gap = seed_mean(plain, RULE_HORIZON, "drain", "kl") - seed_mean(plain, RULE_HORIZON, "no_drain", "kl")
