@@ -23,6 +23,9 @@ through the hook only when something hooks it), hook_z. A hook that changes hook
 ("replacement"): the layer re-runs the recurrence, and at each (sequence, step) the hook changed, the
 edited S_t is what o_t reads and what step t + 1 continues from.
 
+A long sequence runs in chunks (models/lm/chunked.py) with `carry` set: each chunk's recurrence starts from
+the last one's S_T and its short convolutions from the last inputs, as the delta-rule mixers do.
+
 A plain per-step loop in torch (tiny models; no kernel). Initialisation: W = I per head and f_bias =
 forget_bias (config), so that at step 0 the state is mostly kept and the candidate tanh(S W + k v^T)
 starts as a saturating accumulator rather than a random map that would wipe the memory.
@@ -30,13 +33,15 @@ starts as a saturating accumulator rather than a random map that would wipe the 
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from einops import rearrange
 from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
+from deltalens.models.layers.carry import Carry, keep_last, silu_qkv, start_state
 from deltalens.models.layers.head_results import HeadWeightViews
 from deltalens.models.layers.rms_norm import RMSNorm
 from deltalens.models.layers.short_conv import ShortConvolution
@@ -52,8 +57,9 @@ def m2rnn_recurrence(
     f: torch.Tensor,
     W: torch.Tensor,
     pinned: tuple[torch.Tensor, torch.Tensor] | None = None,
+    initial: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """o (B, T, H, d_v) and every S_t (B, T, H, d_k, d_v), from S_0 = 0.
+    """o (B, T, H, d_v) and every S_t (B, T, H, d_k, d_v), from S_0 = `initial` (B, H, d_k, d_v; None: 0).
 
     q, k (B, T, H, d_k); v (B, T, H, d_v); f (B, T, H) in (0, 1); W (H, d_v, d_v).
     pinned = (mask (B, T) bool, states (B, T, H, d_k, d_v)): where the mask is set, S_t is replaced by
@@ -70,7 +76,10 @@ def m2rnn_recurrence(
     if pinned is not None:
         mask = pinned[0].T[:, None, :, None].expand(T, H, B, d_k).reshape(T, H, B * d_k, 1).unbind(0)
         fixed = pinned[1].to(k.dtype).permute(1, 2, 0, 3, 4).reshape(T, H, B * d_k, d_v).unbind(0)
-    S = k.new_zeros(H, B * d_k, d_v)
+    if initial is None:
+        S = k.new_zeros(H, B * d_k, d_v)
+    else:  # a chunk continuing the one before it (head-major, as the loop runs)
+        S = initial.to(k.dtype).permute(1, 0, 2, 3).reshape(H, B * d_k, d_v)
     states = []
     for t, (write_t, keep_t) in enumerate(zip(write.unbind(0), keep.unbind(0))):
         S = torch.lerp(S, torch.tanh(torch.baddbmm(write_t, S, W)), keep_t)  # f S + (1 - f) tanh(S W + k v^T)
@@ -123,6 +132,7 @@ class M2RNNMixer(HeadWeightViews, nn.Module):
         self.hook_gate = HookPoint()  # (B, T, H) f_t
         self.hook_state = HookPoint()  # (B, T, H, d_k, d_v)
         self.hook_z = HookPoint()  # (B, T, H, d_v)
+        self.carry: Optional[Carry] = None  # set while a long sequence runs in chunks (models/lm/chunked.py)
 
     def reset_parameters(self) -> None:
         """W = I per head, f_bias = forget_bias (the module docstring says why)."""
@@ -131,32 +141,35 @@ class M2RNNMixer(HeadWeightViews, nn.Module):
             self.f_bias.fill_(self.forget_bias)
 
     def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        if self.use_short_conv:
-            q, k, v = self.q_conv1d(self.q_proj(x)), self.k_conv1d(self.k_proj(x)), self.v_conv1d(self.v_proj(x))
-        else:
-            q, k, v = F.silu(self.q_proj(x)), F.silu(self.k_proj(x)), F.silu(self.v_proj(x))
-        q, k, v = (rearrange(a, "b t (h d) -> b t h d", h=self.num_heads) for a in (q, k, v))
+        q, k, v = (rearrange(a, "b t (h d) -> b t h d", h=self.num_heads) for a in silu_qkv(self, x))
         return l2_normalize(q), l2_normalize(k), v
 
     def _recurrence(self, q, k, v, f) -> torch.Tensor:
         """o; the states are shown on hook_state only when it has a hook, and an edit there replays."""
-        o, states = m2rnn_recurrence(q, k, v, f, self.W)
+        S0 = start_state(self.carry, None)
+        o, states = m2rnn_recurrence(q, k, v, f, self.W, initial=S0)
         if not self.hook_state.has_hooks():
+            keep_last(self.carry, states)
             return o
         states = states.contiguous()  # a view of the loop's steps; the hook gets a tensor of its own
         version = states._version  # an in-place edit returns None but bumps the version
         seen = self.hook_state(states)
         if seen is states and states._version == version:
+            keep_last(self.carry, states)
             return o
-        original = m2rnn_recurrence(q, k, v, f, self.W)[1] if seen is states else states
+        original = m2rnn_recurrence(q, k, v, f, self.W, initial=S0)[1] if seen is states else states
         changed = (seen != original).flatten(2).any(-1)  # (B, T): the steps the hook edited
-        return m2rnn_recurrence(q, k, v, f, self.W, pinned=(changed, seen.detach()))[0]
+        o, replayed = m2rnn_recurrence(q, k, v, f, self.W, pinned=(changed, seen.detach()), initial=S0)
+        keep_last(self.carry, replayed)  # the next chunk continues the edited trajectory
+        return o
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model) -> (B, T, d_model)
         q, k, v = self._qkv(x)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         f = self.hook_gate(torch.sigmoid(self.f_proj(x) + self.f_bias))  # (B, T, H)
         o = self.hook_z(self._recurrence(q, k, v, f).to(x.dtype))  # (B, T, H, d_v)
+        if self.carry is not None:
+            self.carry.tokens += x.shape[1]
         return self._read_out(o, x)
 
     def _read_out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # (..., H, d_v) -> (..., d_model)

@@ -36,11 +36,18 @@ def _recurrent_layers(model) -> list:
         arch = architecture_of(model)
     except DeltalensError:  # not a deltalens model (a stand-in in a test, say): run it whole
         return []
-    if is_delta_rule(arch):
-        return [block.attn for block in model.blocks]
     if arch == "lstm":
         return list(model.blocks)
-    return []
+    if not (is_delta_rule(arch) or arch == "m2rnn"):
+        return []
+    layers = [block.attn for block in model.blocks]
+    missing = [i for i, layer in enumerate(layers) if not hasattr(layer, "carry")]
+    if missing:  # such a layer would restart from a zero state in every chunk: wrong, and silently so
+        raise DeltalensError(
+            f"{type(layers[missing[0]]).__name__} (layer {missing[0]}) cannot carry its state from one chunk to "
+            "the next: run the sequence whole"
+        )
+    return layers
 
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter

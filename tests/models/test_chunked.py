@@ -20,6 +20,9 @@ BUILDS = {
         dict(hidden_size=32, num_hidden_layers=2, num_heads=2, head_dim=8, num_householder=2, use_forget_gate=True),
     ),
     "lstm": ("lstm", dict(d_model=32, n_layers=2)),
+    "m2rnn": ("m2rnn", dict(hidden_size=32, num_hidden_layers=2, num_heads=2)),
+    # M²RNN in the middle: a chunk's DeltaNet layers above it read what its carried state gives
+    "deltanet_m2rnn": ("deltanet_m2rnn", dict(hidden_size=32, num_hidden_layers=3, num_heads=2, nonlinear_every=2)),
 }
 
 
@@ -46,10 +49,11 @@ def test_chunked_logits_equal_the_whole_forward(model, chunk):
 def test_chunked_capture_equals_run_with_cache(name):
     arch, config = BUILDS[name]
     model = models.build(arch, vocab_size=24, **config).eval()
-    wanted = ("hook_state", "hook_beta", "hook_resid_post")
+    wanted = ("hook_state", "hook_beta", "hook_resid_post")  # M²RNN layers have no beta
     _, whole = model.run_with_cache(TOKENS, names_filter=lambda name: name.endswith(wanted))
     _, chunked = forward_in_chunks(model, TOKENS, chunk_size=40, names_filter=lambda name: name.endswith(wanted))
-    assert set(chunked) == set(whole.keys()) and len(chunked) == 3 * model.cfg.n_layers
+    betas = len(getattr(model, "delta_layers", range(model.cfg.n_layers)))
+    assert set(chunked) == set(whole.keys()) and len(chunked) == 2 * model.cfg.n_layers + betas
     for name, value in chunked.items():
         assert value.shape == whole[name].shape and (value - whole[name]).abs().max() <= 1e-5, name
 
@@ -73,3 +77,6 @@ def test_what_cannot_run_in_chunks_is_refused():
     with pytest.raises(DeltalensError, match="run it whole"):
         forward_in_chunks(lstm, TOKENS, chunk_size=50, names_filter=lambda name: name.endswith("hook_cell"))
     assert all(block.carry is None for block in lstm.blocks)  # the carry never outlives the call
+    del deltanet.blocks[0].attn.carry  # a mixer that cannot carry would restart every chunk from a zero state
+    with pytest.raises(DeltalensError, match=r"DeltaNetMixer \(layer 0\) cannot carry its state"):
+        forward_in_chunks(deltanet, TOKENS, chunk_size=50)
