@@ -64,6 +64,7 @@ from deltalens.models.architecture import (
     require_delta_rule,
 )
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, StateTap
+from deltalens.models.layers.replayed_states import note_recorder
 
 __all__ = [
     "ATTN_SHORTHANDS",
@@ -362,9 +363,18 @@ def _slices(model, tokens, lengths, keep, names, hooks, with_logits, plan, sink,
         t, p = keep[start:stop, :T_b].nonzero(as_tuple=True)
         t_dev, p_dev = t.to(device), p.to(device)
         if own_hooks:
+            states: dict[str, torch.Tensor] = {}  # a hook_state's rows, handed over after the forward
 
-            def gather(tensor, hook, t=t_dev, p=p_dev):
-                sink.add(hook.name, _rows(tensor, hook.name, t, p, T))
+            def gather(tensor, hook, t=t_dev, p=p_dev, kept=states):
+                if not hook.name.endswith("hook_state"):
+                    sink.add(hook.name, _rows(tensor, hook.name, t, p, T))
+                    return
+
+                def store(trajectory: torch.Tensor, key: str = hook.name) -> None:
+                    kept[key] = _rows(trajectory, key, t, p, T)
+
+                store(tensor)
+                note_recorder(hook, store)  # a layer that replays an edit hands over the trajectory it ran
 
             for name, mixer in tapped.items():
 
@@ -376,6 +386,8 @@ def _slices(model, tokens, lengths, keep, names, hooks, with_logits, plan, sink,
             with model.hooks(fwd_hooks=[*hooks, *gathered]):
                 skip_head = not with_logits and is_delta_rule(architecture_of(model))
                 out = model(piece, return_type=None) if skip_head else model(piece)  # None: no LM head
+            for name, rows in states.items():
+                sink.add(name, rows)
         else:  # TransformerLens's bridge: its own caching hooks, the slice's cache dropped after it
             with model.hooks(fwd_hooks=list(hooks)):
                 out, cache = model.run_with_cache(piece, names_filter=lambda n: n in wanted)

@@ -63,6 +63,11 @@ class Row:
 def _capture(row: Row, name: str):
     cap = dl.capture(row.model, row.batch, names=(name,))
     assert len(cap) == int(row.batch["lengths"].sum()) and cap.names
+    if name == "state":  # TransformerLens's pos_slice cuts S_t (batch, pos, head, d_k, d_v) at pos, not d_k
+        tokens, hooked = row.batch["tokens"][:2], lambda hook: hook.endswith("hook_state")
+        _, whole = row.model.run_with_cache(tokens, names_filter=hooked)
+        _, cut = row.model.run_with_cache(tokens, names_filter=hooked, pos_slice=[1, 3])
+        assert all(torch.equal(cut[key], whole[key][:, [1, 3]]) for key in whole.keys())
     return cap
 
 
@@ -211,6 +216,24 @@ def _patch_state(row: Row):
     clean, corrupt = row.pair
     _, cache = row.model.run_with_cache(clean["tokens"], names_filter=lambda name: name.endswith("hook_state"))
     assert 0 <= dl.accuracy_under(row.model, corrupt, dl.patch_state(layer, head, cache)) <= 1
+    _the_patched_cache_is_the_trajectory_run(row, layer, head, cache, corrupt["tokens"])
+
+
+def _the_patched_cache_is_the_trajectory_run(row: Row, layer: int, head: int, clean_cache, tokens) -> None:
+    """Patched at one position, the cache (and a capture) shows the states the layer ran on after it: pinning
+    every position to the cached trajectory gives the patched run's logits, and the states moved after it."""
+    name, at = f"blocks.{layer}.attn.hook_state", 3
+    patch = dl.patch_state(layer, head, clean_cache, positions=[at])
+    with patch.applied(row.model):
+        patched, cache = row.model.run_with_cache(tokens, names_filter=name)
+    captured = dl.capture(row.model, tokens, names=(name,), hooks=patch.hooks).padded(name)
+    _, plain = row.model.run_with_cache(tokens, names_filter=name)
+    moved = (cache[name] - plain[name]).abs().amax(dim=(0, 2, 3, 4))  # per position
+    assert moved[at + 1 :].max() > moved[:at].max()  # the edit carried on (a production stand-in's decays: faintly)
+    pinned = row.model.run_with_hooks(tokens, fwd_hooks=[(name, lambda states, hook: cache[name].clone())])
+    assert (pinned - patched).abs().max() <= 1e-4 * max(1.0, patched.abs().max().item())
+    lengths = captured.shape[1]
+    assert (captured - cache[name][:, :lengths]).abs().max() <= 1e-5
 
 
 def _cli(row: Row, *args: str):

@@ -85,7 +85,7 @@ def keep_last(carry: Optional[Carry], states: torch.Tensor) -> torch.Tensor:
     return states
 
 
-def replay_kept(carry: Optional[Carry], o: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
-    """A replay's read-out, the final state of the trajectory it followed kept for the next chunk."""
+def replay_kept(carry: Optional[Carry], o: torch.Tensor, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A replay's read-out and the trajectory it followed, whose final state is kept for the next chunk."""
     keep_last(carry, states)
-    return o
+    return o, states

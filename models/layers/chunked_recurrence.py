@@ -58,7 +58,7 @@ def chunked_recurrence(
         o, _, states = chunked(*inputs, initial_state=initial_state, chunk_size=chunk_size, with_states=True)
         return o, keep_last(carry, states)
 
-    def replay_from(original: Tensor, seen: Tensor) -> Tensor:
+    def replay_from(original: Tensor, seen: Tensor) -> tuple[Tensor, Tensor]:
         return replay_kept(carry, *replay(*inputs, original, seen, chunk_size=chunk_size))
 
     return Recurrence(

@@ -23,9 +23,10 @@ only those rows (a reveal-position capture never holds the layer's (B, T, H, d_k
 with fla's kernels and no gradient wanted (the selector's `fla_rows`), the plain forward's fla kernel
 gives o and the kept rows are rebuilt from its chunk-start states and WY factors
 (models/ops/fla_state_rows.py): a capture there costs the plain forward plus the rows. Otherwise the
-tap receives the kept rows of whatever states the path above computed (under a hook, the states the hook
-returned: what o read). State edits (state_edit, a hook that changes hook_state) keep the reference and
-replay paths above: an edited S_t is what the recurrence continues from.
+tap receives the kept rows of whatever states the path above computed (after a hook that changed them, the
+trajectory the layer replayed, which a cache of hook_state shows too: models/layers/replayed_states.py).
+State edits (state_edit, a hook that changes hook_state) keep the reference and replay paths above: an
+edited S_t is what the recurrence continues from.
 
 Each mixer supplies its kernels as a `Recurrence` of closures over its prepared inputs, and records
 the path that ran as `mixer.last_kernel` (a KernelChoice), also logged on "deltalens.kernels".
@@ -40,6 +41,7 @@ from typing import Any, Optional
 
 from torch import Tensor
 
+from deltalens.models.layers.replayed_states import recording
 from deltalens.models.ops.common import StateEdit
 from deltalens.models.ops.fla_kernels import fla_backend
 from deltalens.models.ops.kernel_select import FLA_CHUNK, FLA_RECURRENT, FLA_ROWS, REFERENCE, KernelChoice
@@ -58,7 +60,7 @@ class Recurrence:
         state_edit and hook_edited.
     reference(edit) -> (o, states): token by token with `edit` after every token (None: no edit).
     fast(kernel) -> o: the chosen fast path. with_states(kernel) -> (o, states): the chosen states path.
-    replay(original, edited) -> o: continue from every state `edited` changed.
+    replay(original, edited) -> (o, states): continue from every state `edited` changed; the trajectory run.
     read_out(states) -> o: o_t = S_t^T (scale q_t) from the hooked states, so that backward hooks on
         hook_state receive dL/dS_t; None = keep the kernel's o.
     """
@@ -67,7 +69,7 @@ class Recurrence:
     reference: Callable[[Optional[StateEdit]], tuple[Tensor, Tensor]]
     fast: Callable[[KernelChoice], Tensor]
     with_states: Callable[[KernelChoice], tuple[Tensor, Tensor]]
-    replay: Callable[[Tensor, Tensor], Tensor]
+    replay: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
     read_out: Optional[Callable[[Tensor], Tensor]] = None
     with_state_rows: Optional[Callable[[KernelChoice, tuple[Tensor, Tensor]], tuple[Tensor, Tensor]]] = None
     """with_state_rows(kernel, (b, t)) -> (o, states of those rows (n, H, d_k, d_v)); None: index with_states."""
@@ -138,20 +140,25 @@ class HookedRecurrenceMixin:
             o = kernels.fast(plain)  # after with_states: a chunked run carries fla's final state on
             why = f"{choice.reason}; o from {plain.path}, as the plain forward{self._dispatch(plain.path)}"
             self._record(KernelChoice(choice.path, why))
-        version = states._version  # detects hooks that edit in place and return None
-        seen = self.hook_state(states)
-        untouched = states._version == version
-        if tap is not None:
-            tap.take(seen)
-        if seen is states and untouched:
-            if kernels.read_out is not None and self.hook_state.has_hooks(dir="bwd"):
-                # Read o out of the hooked tensor so backward hooks on hook_state receive dL/dS_t
-                # (the read-out path at step t; the path through later steps is not routed here).
-                o = kernels.read_out(seen)
+        with recording(self.hook_state) as replayed:
+            version = states._version  # detects hooks that edit in place and return None
+            seen = self.hook_state(states)
+            untouched = states._version == version
+            if seen is states and untouched:
+                if tap is not None:
+                    tap.take(seen)
+                if kernels.read_out is not None and self.hook_state.has_hooks(dir="bwd"):
+                    # Read o out of the hooked tensor so backward hooks on hook_state receive dL/dS_t
+                    # (the read-out path at step t; the path through later steps is not routed here).
+                    o = kernels.read_out(seen)
+                return o
+            original = states if untouched else kernels.with_states(choice)[1].detach()
+            self._record(kernels.select(wants_states=True, state_edit=False, hook_edited=True))
+            o, trajectory = kernels.replay(original, seen)
+            replayed(trajectory)  # caches show the states the layer ran, not the unedited ones after an edit
+            if tap is not None:
+                tap.take(trajectory)
             return o
-        original = states if untouched else kernels.with_states(choice)[1].detach()
-        self._record(kernels.select(wants_states=True, state_edit=False, hook_edited=True))
-        return kernels.replay(original, seen)
 
     def _tapped(self, kernels: Recurrence, tap: StateTap) -> Tensor:
         """o, with only the tapped rows' S_t computed (module docstring)."""

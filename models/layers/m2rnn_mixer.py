@@ -43,6 +43,7 @@ from transformer_lens.hook_points import HookPoint
 from deltalens.core.errors import DeltalensError
 from deltalens.models.layers.carry import Carry, keep_last, silu_qkv, start_state
 from deltalens.models.layers.head_results import HeadWeightViews
+from deltalens.models.layers.replayed_states import recording
 from deltalens.models.layers.rms_norm import RMSNorm
 from deltalens.models.layers.short_conv import ShortConvolution
 from deltalens.models.ops.common import l2_normalize
@@ -152,16 +153,18 @@ class M2RNNMixer(HeadWeightViews, nn.Module):
             keep_last(self.carry, states)
             return o
         states = states.contiguous()  # a view of the loop's steps; the hook gets a tensor of its own
-        version = states._version  # an in-place edit returns None but bumps the version
-        seen = self.hook_state(states)
-        if seen is states and states._version == version:
-            keep_last(self.carry, states)
+        with recording(self.hook_state) as replayed:
+            version = states._version  # an in-place edit returns None but bumps the version
+            seen = self.hook_state(states)
+            if seen is states and states._version == version:
+                keep_last(self.carry, states)
+                return o
+            original = m2rnn_recurrence(q, k, v, f, self.W, initial=S0)[1] if seen is states else states
+            changed = (seen != original).flatten(2).any(-1)  # (B, T): the steps the hook edited
+            o, trajectory = m2rnn_recurrence(q, k, v, f, self.W, pinned=(changed, seen.detach()), initial=S0)
+            replayed(trajectory)  # a cache shows the states the layer ran (models/layers/replayed_states.py)
+            keep_last(self.carry, trajectory)  # the next chunk continues the edited trajectory
             return o
-        original = m2rnn_recurrence(q, k, v, f, self.W, initial=S0)[1] if seen is states else states
-        changed = (seen != original).flatten(2).any(-1)  # (B, T): the steps the hook edited
-        o, replayed = m2rnn_recurrence(q, k, v, f, self.W, pinned=(changed, seen.detach()), initial=S0)
-        keep_last(self.carry, replayed)  # the next chunk continues the edited trajectory
-        return o
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d_model) -> (B, T, d_model)
         q, k, v = self._qkv(x)

@@ -31,7 +31,8 @@ DEFAULT_CHUNK = 4096  # tokens per chunk: a few MB of activations at this projec
 
 
 def _recurrent_layers(model) -> list:
-    """The layers that carry a state between chunks; none for a Transformer or any other model."""
+    """The layers that carry a state between chunks; none (the model runs whole) for a Transformer, any other
+    model, or one with a layer that cannot carry its state."""
     try:
         arch = architecture_of(model)
     except DeltalensError:  # not a deltalens model (a stand-in in a test, say): run it whole
@@ -41,13 +42,8 @@ def _recurrent_layers(model) -> list:
     if not (is_delta_rule(arch) or arch == "m2rnn"):
         return []
     layers = [block.attn for block in model.blocks]
-    missing = [i for i, layer in enumerate(layers) if not hasattr(layer, "carry")]
-    if missing:  # such a layer would restart from a zero state in every chunk: wrong, and silently so
-        raise DeltalensError(
-            f"{type(layers[missing[0]]).__name__} (layer {missing[0]}) cannot carry its state from one chunk to "
-            "the next: run the sequence whole"
-        )
-    return layers
+    # A layer without a carry (a production hybrid's own attention) would restart in every chunk: run whole
+    return layers if all(hasattr(layer, "carry") for layer in layers) else []
 
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter

@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from functools import partial
 from types import SimpleNamespace
 from typing import Any, Optional, Union
 
@@ -43,8 +42,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
-from transformer_lens.utilities import Slice
-from transformer_lens.utilities import remove_batch_dim as drop_batch_dim
 
 from deltalens.core.errors import DeltalensError
 from deltalens.models.architecture import delta_layer_index
@@ -177,36 +174,6 @@ class HookedDeltaLM(LensModel, HookedRootModule):
             self.mod_dict[name] = module
             if isinstance(module, HookPoint):
                 self.hook_dict[name] = module
-
-    def get_caching_hooks(
-        self,
-        names_filter=None,
-        incl_bwd: bool = False,
-        device=None,
-        remove_batch_dim: bool = False,
-        cache: Optional[dict] = None,
-        pos_slice=None,
-    ) -> tuple[dict, list, list]:
-        """HookedRootModule's caching hooks, except that `pos_slice` cuts hook_state along its
-        position axis (dim 1 of (batch, pos, head, d_k, d_v)); the generic rule would cut d_k."""
-        cache, fwd_hooks, bwd_hooks = super().get_caching_hooks(
-            names_filter, incl_bwd, device, remove_batch_dim=remove_batch_dim, cache=cache, pos_slice=pos_slice
-        )
-        positions = Slice.unwrap(pos_slice)
-
-        def save_state(tensor: torch.Tensor, hook: HookPoint, is_backward: bool = False) -> None:
-            stored = tensor.detach().to(device)
-            if remove_batch_dim:
-                stored = drop_batch_dim(stored)
-            cache[hook.name + ("_grad" if is_backward else "")] = positions.apply(stored, dim=-4)
-
-        def swap(hooks: list, is_backward: bool) -> list:
-            return [
-                (name, partial(save_state, is_backward=is_backward) if name.endswith("hook_state") else fn)
-                for name, fn in hooks
-            ]
-
-        return cache, swap(fwd_hooks, False), swap(bwd_hooks, True)
 
     # ---- shape: asked through cfg alone (TransformerLens's habit) --------------------------
 

@@ -20,13 +20,18 @@ from __future__ import annotations
 import re
 import types
 from collections.abc import Sequence
+from functools import partial
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from transformer_lens import ActivationCache
+from transformer_lens.hook_points import HookPoint
+from transformer_lens.utilities import Slice
+from transformer_lens.utilities import remove_batch_dim as drop_batch_dim
 
 from deltalens.core.errors import DeltalensError, did_you_mean
+from deltalens.models.layers.replayed_states import note_recorder
 from deltalens.models.lm.hook_names import act_name
 from deltalens.tasks.tokenizers import BOS_ID, PAD_ID, Tokenizer
 
@@ -178,6 +183,44 @@ class LensModel:
             kwargs["names_filter"] = _layer_filter(kwargs.get("names_filter"), layers, self.cfg.n_layers)
         out, cache = super().run_with_cache(*model_args, **kwargs)  # type: ignore[misc]  # HookedRootModule's
         return out, LensCache(dict(cache), self, has_batch_dim=not kwargs.get("remove_batch_dim", False))
+
+    def get_caching_hooks(
+        self,
+        names_filter=None,
+        incl_bwd: bool = False,
+        device=None,
+        remove_batch_dim: bool = False,
+        cache: Optional[dict] = None,
+        pos_slice=None,
+    ) -> tuple[dict, list, list]:
+        """HookedRootModule's caching hooks, except for hook_state: `pos_slice` cuts it along its position
+        axis (dim 1 of (batch, pos, head, d_k, d_v); the generic rule would cut d_k), and where a hook edited
+        the states, the cache keeps the trajectory the layer replayed (models/layers/replayed_states.py)."""
+        cache, fwd_hooks, bwd_hooks = super().get_caching_hooks(  # type: ignore[misc]  # HookedRootModule's
+            names_filter, incl_bwd, device, remove_batch_dim=remove_batch_dim, cache=cache, pos_slice=pos_slice
+        )
+        positions = Slice.unwrap(pos_slice)
+
+        def save_state(tensor: torch.Tensor, hook: HookPoint, is_backward: bool = False) -> None:
+            key = hook.name + ("_grad" if is_backward else "")
+
+            def store(states: torch.Tensor) -> None:
+                stored = states.detach().to(device)
+                if remove_batch_dim:
+                    stored = drop_batch_dim(stored)
+                cache[key] = positions.apply(stored, dim=-4)
+
+            store(tensor)
+            if not is_backward:
+                note_recorder(hook, store)
+
+        def swap(hooks: list, is_backward: bool) -> list:
+            return [
+                (name, partial(save_state, is_backward=is_backward) if name.endswith("hook_state") else fn)
+                for name, fn in hooks
+            ]
+
+        return cache, swap(fwd_hooks, False), swap(bwd_hooks, True)
 
     def to_single_token(self, string: str) -> int:
         return to_single_token(self, string)

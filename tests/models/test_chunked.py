@@ -77,6 +77,18 @@ def test_what_cannot_run_in_chunks_is_refused():
     with pytest.raises(DeltalensError, match="run it whole"):
         forward_in_chunks(lstm, TOKENS, chunk_size=50, names_filter=lambda name: name.endswith("hook_cell"))
     assert all(block.carry is None for block in lstm.blocks)  # the carry never outlives the call
-    del deltanet.blocks[0].attn.carry  # a mixer that cannot carry would restart every chunk from a zero state
-    with pytest.raises(DeltalensError, match=r"DeltaNetMixer \(layer 0\) cannot carry its state"):
-        forward_in_chunks(deltanet, TOKENS, chunk_size=50)
+
+
+@torch.no_grad()
+def test_a_model_with_a_layer_that_cannot_carry_runs_whole():
+    """Such a layer (a production hybrid's own attention) would restart from nothing in every chunk."""
+    torch.manual_seed(0)
+    model = models.build(
+        "qwen3_5", vocab_size=24, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, linear_key_head_dim=16, linear_value_head_dim=8, linear_num_key_heads=1,
+        linear_num_value_heads=2, layer_types=["linear_attention", "full_attention"], bos_token_id=1, pad_token_id=0,
+    ).eval()  # fmt: skip
+    whole = model(TOKENS)
+    assert not hasattr(model.blocks[1].attn, "carry")  # transformers' own attention layer
+    assert torch.equal(forward_in_chunks(model, TOKENS, chunk_size=7), whole)
+    assert torch.equal(argmax_in_chunks(model, TOKENS, chunk_size=7), whole.argmax(-1))
