@@ -124,16 +124,22 @@ def _position_mask(positions: Positions, B: int, T: int, device) -> torch.Tensor
     """(B, T) bool mask, or None for every position."""
     if positions is None:
         return None
-    if isinstance(positions, int):
-        positions = [positions]
-    if isinstance(positions, torch.Tensor) and positions.dtype == torch.bool:
+    try:  # a list or a numpy array of bools is a mask too, not the indices 0 and 1
+        positions = torch.as_tensor(positions)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise DeltalensError(f"positions must be indices or a bool mask, got {positions!r}") from err
+    if positions.is_floating_point() and not positions.numel():  # [] reads as float: no position at all
+        positions = positions.long()
+    if positions.is_floating_point() or positions.is_complex():
+        raise DeltalensError(f"positions must be whole numbers (indices) or bools (a mask), got {positions.tolist()}")
+    if positions.dtype == torch.bool:
         mask = positions.to(device)
         if mask.ndim == 1:
             mask = mask[None, :].expand(B, -1)
         if mask.shape != (B, T):
             raise DeltalensError(f"a position mask must be (T,) or (B, T) = ({B}, {T}); got {tuple(mask.shape)}.")
         return mask
-    index = torch.as_tensor(positions, dtype=torch.long)
+    index = positions.reshape(-1).long()
     if index.numel() and (index.min() < -T or index.max() >= T):
         raise DeltalensError(f"positions {index.tolist()} are outside a sequence of {T} tokens.")
     mask = torch.zeros(T, dtype=torch.bool)
@@ -220,7 +226,7 @@ def rescale_beta(
             return out
 
         return Intervention(f"{where} beta x{multiplier:g}", [(name, multiply)], layer, head)
-    new_lo, new_hi = (0.0, 1.0) if to is None else (float(to[0]), float(to[1]))
+    new_lo, new_hi = (0.0, 1.0) if to is None else _target_range(to)
     if to is not None and not 0.0 <= new_lo <= new_hi <= 2.0:  # NaN fails too; the default range passes
         raise DeltalensError(
             f"the beta range needs 0 <= lo <= hi <= 2 (eigenvalues 1 - beta in [-1, 1]), got [{to[0]}, {to[1]}]."
@@ -236,6 +242,17 @@ def rescale_beta(
 
     span = f"[{float(lo.min()):g}, {float(hi.max()):g}]"
     return Intervention(f"{where} beta {span}->[{new_lo:g}, {new_hi:g}]", [(name, hook)], layer, head)
+
+
+def _target_range(to: Any) -> tuple[float, float]:
+    """rescale_beta's `to` as (lo, hi), or one sentence on what it must be."""
+    try:
+        pair = [] if isinstance(to, (str, bytes)) else [float(x) for x in to]
+    except (TypeError, ValueError):
+        pair = []
+    if len(pair) != 2:
+        raise DeltalensError(f"to= is a target range (lo, hi), e.g. to=(0.0, 1.0); got {to!r}.")
+    return pair[0], pair[1]
 
 
 def clip_beta(model, layer: int, head: int | None, hi: float = 1.0, factor: int | None = None) -> Intervention:

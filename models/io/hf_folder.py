@@ -313,6 +313,14 @@ def refuse_nonfinite(model, logits):
     bad = nonfinite_weights(model)
     if not bad:
         return logits
+    saved = set(model.state_dict())
+    if not any(name in saved for name, _ in bad):  # e.g. a beta range: set in memory, never read from a file
+        listed = _names([name for name, _ in bad])
+        raise DeltalensError(
+            f"{listed} hold non-finite values set after loading (they are not saved with the weights), so the "
+            "model's outputs are not finite: reset them (a beta range: model.reset_beta_range())"
+        )
+    bad = [(name, count) for name, count in bad if name in saved]
     where = getattr(model, "weights_source", None) or "this model"
     listed = _names([f"{name} ({count} values)" for name, count in bad])
     raise DeltalensError(

@@ -13,6 +13,8 @@ from typing import Union
 
 import torch
 
+from deltalens.core.errors import DeltalensError
+
 __all__ = ["BetaRangeMixin", "Index"]
 
 Index = Union[int, Sequence[int], None]  # a head or factor, a list of them, or None for all
@@ -48,12 +50,17 @@ class BetaRangeMixin:
 
     def set_beta_range(self, lo: float, hi: float, head: Index = None, factor: Index = None) -> None:
         """beta = lo + (hi - lo) * sigmoid(logit) for `head` and Householder `factor` (None = all)."""
+        lo, hi = float(lo), float(hi)
+        if not 0.0 <= lo <= hi <= 2.0:  # NaN fails too
+            raise DeltalensError(
+                f"a beta range needs 0 <= lo <= hi <= 2 (eigenvalues 1 - beta in [-1, 1]), got [{lo}, {hi}]"
+            )
         heads = self._heads(head)
         if not self.factor_axis:
             if factor not in (None, 0):
                 raise IndexError(f"factor {factor} is out of range: this layer applies one factor per token.")
-            self.beta_lo[heads] = float(lo)
-            self.beta_hi[heads] = float(hi)
+            self.beta_lo[heads] = lo
+            self.beta_hi[heads] = hi
             return
         factors: slice | torch.Tensor = slice(None)
         if factor is not None:
@@ -62,8 +69,8 @@ class BetaRangeMixin:
                 raise IndexError(f"factor {factor} is out of range for {self.n_factors} factor(s) per token.")
         if isinstance(heads, torch.Tensor) and isinstance(factors, torch.Tensor):
             heads, factors = heads[:, None], factors[None, :]
-        self.beta_lo[heads, factors] = float(lo)
-        self.beta_hi[heads, factors] = float(hi)
+        self.beta_lo[heads, factors] = lo
+        self.beta_hi[heads, factors] = hi
 
     def _in_range(self, logit: torch.Tensor) -> torch.Tensor:
         """lo + (hi - lo) * sigmoid(logit), in fp32 at least whatever the matmuls' dtype (it drives the recurrence:

@@ -175,6 +175,34 @@ def test_patching_is_causal_in_time(hand, batch):
         reveal_accuracy(model, batch, bad)
 
 
+@pytest.mark.parametrize("form", [lambda mask: mask, lambda mask: mask.tolist(), lambda mask: mask.numpy()])
+def test_a_bool_mask_patches_the_positions_it_marks_in_any_form(hand, batch, form):
+    """A list or array of bools is a mask (not the indices 0 and 1); the same positions as their indices."""
+    model, t = hand.model, 20
+    tokens = batch["tokens"][:4]
+    _, cache = model.run_with_cache(tokens.roll(1, 0), names_filter="blocks.1.attn.hook_state")
+    mask = torch.zeros(tokens.shape[1], dtype=torch.bool)
+    mask[t] = True
+    with patch_state(*TRACK, cache, positions=[t]).applied(model):
+        by_index = model(tokens)
+    with patch_state(*TRACK, cache, positions=form(mask)).applied(model):
+        by_mask = model(tokens)
+    assert torch.equal(by_mask, by_index) and not torch.equal(by_mask[:, t:], model(tokens)[:, t:])
+
+
+def test_positions_that_are_not_whole_numbers_are_refused(hand, batch):
+    _, cache = hand.model.run_with_cache(batch["tokens"][:2], names_filter="blocks.1.attn.hook_state")
+    with pytest.raises(DeltalensError, match="whole numbers"):
+        with patch_state(*TRACK, cache, positions=[1.5]).applied(hand.model):
+            hand.model(batch["tokens"][:2])
+
+
+@pytest.mark.parametrize("to", [1.0, (0.0, 1.0, 2.0), "01", (0.0,)])
+def test_a_target_range_that_is_not_a_pair_is_refused(hand, to):
+    with pytest.raises(DeltalensError, match=r"to= is a target range \(lo, hi\)"):
+        rescale_beta(hand.model, *TRACK, to=to)
+
+
 def test_sweep_ranks_the_tracking_head_first(hand, batch):
     result = sweep(hand.model, batch, "beta-range", batch_size=16, progress=False)
     assert result.baseline == 1.0 and result.n_traces == 48

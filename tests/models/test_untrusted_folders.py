@@ -128,6 +128,23 @@ def test_a_nan_weight_is_named_where_it_surfaces_not_scanned_at_load(tmp_path):
     assert not torch.isfinite(model(tokens)).all()
 
 
+def test_a_nan_set_in_memory_is_not_blamed_on_the_file():
+    """A beta range is a buffer outside the weights: a NaN there says so, and set_beta_range refuses one."""
+    model = models.load(SHIPPED)
+    tokens = torch.tensor([[1, 5, 6, 7, 8, 9]])
+    for lo, hi in [(float("nan"), 1.0), (1.0, 0.0), (-1.0, 3.0)]:
+        with pytest.raises(DeltalensError, match=r"needs 0 <= lo <= hi <= 2"):
+            model.set_beta_range(0, 3, lo, hi)
+    try:
+        model.blocks[0].attn.beta_lo[3] = float("nan")
+        with pytest.raises(DeltalensError, match=r"beta_lo hold non-finite values set after loading") as caught:
+            model(tokens)
+        assert "checkpoint" not in str(caught.value) and "reset_beta_range" in str(caught.value)
+    finally:
+        model.reset_beta_range()
+    assert torch.isfinite(model(tokens)).all()
+
+
 def test_integer_weights_for_a_float_parameter_are_refused(tmp_path):
     name = "lm_head.weight"
     folder = damaged_weights(tmp_path, lambda t: t.__setitem__(name, t[name].to(torch.int64)))
