@@ -26,9 +26,9 @@ def reveal_accuracy(model, batches, intervention=None):
     """
     if not isinstance(batches, list) or (batches and isinstance(batches[0], str)):
         batches = [batches]
-    batches = [as_batch(model, batch) for batch in batches]  # text, token ids or batches (interp/batch_inputs.py)
-    for batch in batches:
-        require_labels(batch, "reveal accuracy")
+    sources, batches = batches, [as_batch(model, batch) for batch in batches]  # text, ids or batches (batch_inputs.py)
+    for source, batch in zip(sources, batches):
+        require_labels(batch, "reveal accuracy", source)
     hooks = [] if intervention is None else list(intervention)
     was_training = model.training
     model.eval()

@@ -38,20 +38,54 @@ def as_batch(model, source: Any) -> dict[str, torch.Tensor]:
         parsed = _parsed_tokens(model, tokens)
         if parsed is not None:
             return parsed
-        return {"tokens": tokens.long().cpu(), "lengths": torch.full((tokens.shape[0],), tokens.shape[1])}
+        return {"tokens": tokens.long().cpu(), "lengths": _unpadded_lengths(model, tokens)}
     raise DeltalensError(
         f"give a batch of traces (checkpoint.batch(n)), a token tensor (batch, pos) or REPL text, not "
         f"{type(source).__name__}"
     )
 
 
-def require_labels(batch: dict, what: str) -> None:
-    """One sentence unless `batch` carries the reveals' labels."""
+def require_labels(batch: dict, what: str, source: Any = None) -> None:
+    """One sentence unless `batch` carries the reveals' labels; where `source` was text that does not replay as a
+    REPL transcript (a print showing a value the statements do not give, say), the parser's sentence."""
     if "reveal_mask" not in batch or "answers" not in batch:
+        why = _why_not_a_transcript(source)
+        if why:
+            raise DeltalensError(
+                f"{what} needs the reveals' labels, and the text does not replay as a REPL trace: {why}"
+            )
         raise DeltalensError(
             f"{what} needs the reveals' labels, which bare token ids do not carry: pass REPL text, or a batch of "
             "traces (model.checkpoint.batch(n), tasks.dataset.make_batch)"
         )
+
+
+def _why_not_a_transcript(source: Any) -> str | None:
+    """The parser's first line on the first text of `source` it refuses (None: not text, or every text parses)."""
+    from deltalens.tasks.traces import parse_trace
+
+    texts = [source] if isinstance(source, str) else source if isinstance(source, (list, tuple)) else []
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            return None
+        try:
+            parse_trace(text if text.endswith("\n") else text + "\n")
+        except DeltalensError as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else "it is empty"
+            return first if len(texts) == 1 else f"text {i}: {first}"
+    return None
+
+
+def _unpadded_lengths(model, tokens: torch.Tensor) -> torch.Tensor:
+    """Each row's length without its trailing <pad> tokens (to_tokens right-pads a list of texts with them);
+    the full width where the model's tokenizer names no pad id."""
+    pad = getattr(getattr(model, "tokenizer", None), "pad_id", None)
+    T = tokens.shape[1]
+    if not isinstance(pad, int) or T == 0:
+        return torch.full((tokens.shape[0],), T)
+    real = (tokens.cpu() != pad).long()
+    last = T - real.flip(1).argmax(1)  # one past the last real token
+    return torch.where(real.any(1), last, torch.zeros_like(last))
 
 
 def _tokenizer(model):
@@ -74,7 +108,7 @@ def _from_text(model, texts: list[str]) -> dict[str, torch.Tensor]:
         traces = [parse_trace(text if text.endswith("\n") else text + "\n") for text in texts]
     except DeltalensError:  # not a REPL transcript: the tokens alone
         ids = model.to_tokens(texts if len(texts) > 1 else texts[0])
-        return {"tokens": ids.cpu(), "lengths": torch.full((ids.shape[0],), ids.shape[1])}
+        return {"tokens": ids.cpu(), "lengths": _unpadded_lengths(model, ids)}
     return collate([tokenizer.encode_trace(trace) for trace in traces])
 
 

@@ -46,6 +46,7 @@ from transformer_lens import HookedRootModule
 
 from deltalens.core.display import progress
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 from deltalens.interp.batch_inputs import as_batch
 from deltalens.interp.capture_disk import CaptureWriter, open_capture
 from deltalens.interp.capture_names import (  # re-exported: the names a capture is asked for
@@ -83,6 +84,7 @@ Names = Union[str, Sequence[str], Callable[[str], bool], None]
 
 
 @torch.no_grad()
+@integer_indices("layers")
 def capture(
     model,
     batch: dict[str, torch.Tensor],

@@ -28,6 +28,7 @@ import torch
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 from deltalens.models.architecture import architecture_of, article_of, is_delta_rule
 
 __all__ = [
@@ -156,6 +157,7 @@ def head_attribution(model, clean: dict, corrupt: dict) -> HeadAttribution:
     )
 
 
+@integer_indices("on_head")
 def patch_grid(model, clean: dict, corrupt: dict, site: str = "z", progress: bool = True, on_head=None):
     """Activation patching of every head's hook_{site} from the clean into the corrupted run (a PatchGrid),
     scored by reveal_metric; on_head(layer, head) is called before each head (a progress bar).

@@ -174,8 +174,8 @@ def splice_report(model, dictionary, batch, score=None, fact: tuple[int, int] | 
     >>> 0.0 <= report.spliced <= report.baseline == 1.0
     True
     """
-    batch = as_batch(model, batch)
-    require_labels(batch, "a splice report")
+    source, batch = batch, as_batch(model, batch)
+    require_labels(batch, "a splice report", source)
     plain, variable, answer = _reveal_outcomes(model, batch, None)
     spliced, _, _ = _reveal_outcomes(model, batch, splice_sae(model, dictionary))
     report = SpliceReport(baseline=float(plain.float().mean()), spliced=float(spliced.float().mean()))

@@ -38,6 +38,7 @@ import plotly.graph_objects as go
 import torch
 
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 from deltalens.interp.capture_plan import capture_limit
 from deltalens.models.architecture import architecture_of, require_delta_rule, require_householder
 
@@ -175,6 +176,7 @@ def _cache_for(model, tokens, layers: Sequence[int]):
     return logits, cache
 
 
+@integer_indices("layer", "head")
 def effective_attention(
     model,
     tokens,
@@ -221,6 +223,7 @@ def effective_attention(
     return A[:, 0] if head is not None else A
 
 
+@integer_indices("layers")
 def run_with_effective_pattern(model, tokens, layers: Optional[Sequence[int]] = None, names_filter=None):
     """(logits, cache) of `model.run_with_cache(tokens)` plus blocks.{l}.attn.hook_effective_pattern for each
     layer in `layers` (None = all): (batch, head, query, key[, factor]), TransformerLens's pattern layout.
@@ -251,6 +254,7 @@ def run_with_effective_pattern(model, tokens, layers: Optional[Sequence[int]] = 
     return logits, cache
 
 
+@integer_indices("factor")
 def effective_attention_figure(
     A: torch.Tensor,
     labels: Optional[Sequence[str]] = None,

@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError, did_you_mean
+from deltalens.core.indices import integer_indices
 from deltalens.interp.batch_inputs import as_batch
 from deltalens.interp.intervention_kinds import INTERVENTIONS, KINDS, kind_of_sweep
 from deltalens.interp.interventions import (
@@ -135,6 +136,7 @@ def _ablation_builder(model, intervention: str, batches) -> Builder:
     )
 
 
+@integer_indices("factor", "on_head")
 def sweep(
     model,
     batch: Union[dict, list],

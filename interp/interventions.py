@@ -44,6 +44,7 @@ from typing import Any, Union
 import torch
 
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 from deltalens.interp.accuracy import accuracy_under, reveal_accuracy  # noqa: E402,F401 (re-exported)
 from deltalens.interp.capture import Capture, capture, expand_names
 from deltalens.interp.capture_names import site_layers
@@ -125,21 +126,21 @@ def _position_mask(positions: Positions, B: int, T: int, device) -> torch.Tensor
     if positions is None:
         return None
     try:  # a list or a numpy array of bools is a mask too, not the indices 0 and 1
-        positions = torch.as_tensor(positions)
+        given = torch.as_tensor(positions)
     except (TypeError, ValueError, RuntimeError) as err:
         raise DeltalensError(f"positions must be indices or a bool mask, got {positions!r}") from err
-    if positions.is_floating_point() and not positions.numel():  # [] reads as float: no position at all
-        positions = positions.long()
-    if positions.is_floating_point() or positions.is_complex():
-        raise DeltalensError(f"positions must be whole numbers (indices) or bools (a mask), got {positions.tolist()}")
-    if positions.dtype == torch.bool:
-        mask = positions.to(device)
+    if given.is_floating_point() and not given.numel():  # [] reads as float: no position at all
+        given = given.long()
+    if given.is_floating_point() or given.is_complex():
+        raise DeltalensError(f"positions must be whole numbers (indices) or bools (a mask), got {given.tolist()}")
+    if given.dtype == torch.bool:
+        mask = given.to(device)
         if mask.ndim == 1:
             mask = mask[None, :].expand(B, -1)
         if mask.shape != (B, T):
             raise DeltalensError(f"a position mask must be (T,) or (B, T) = ({B}, {T}); got {tuple(mask.shape)}.")
         return mask
-    index = positions.reshape(-1).long()
+    index = given.reshape(-1).long()
     if index.numel() and (index.min() < -T or index.max() >= T):
         raise DeltalensError(f"positions {index.tolist()} are outside a sequence of {T} tokens.")
     mask = torch.zeros(T, dtype=torch.bool)
@@ -184,6 +185,7 @@ def check_factor(model, factor: int | None, layer: int = 0) -> int:
     return n_factors
 
 
+@integer_indices("layer", "head", "factor")
 def rescale_beta(
     model,
     layer: int,
@@ -255,6 +257,7 @@ def _target_range(to: Any) -> tuple[float, float]:
     return pair[0], pair[1]
 
 
+@integer_indices("layer", "head", "factor")
 def clip_beta(model, layer: int, head: int | None, hi: float = 1.0, factor: int | None = None) -> Intervention:
     """beta' = min(beta, hi) on a head: with hi = 1 the negative eigenvalues go (1 - beta >= 0), but so
     does part of every write with beta > 1 (beta k v^T); split_interventions.clip_transition keeps it.
@@ -282,6 +285,7 @@ def clip_beta(model, layer: int, head: int | None, hi: float = 1.0, factor: int 
     return Intervention(f"{where} beta clipped at {ceiling:g}", [(f"blocks.{layer}.attn.hook_beta", hook)], layer, head)
 
 
+@integer_indices("layer", "head", "factor")
 def reflect_beta(model, layer: int, head: int | None, factor: int | None = None) -> Intervention:
     """beta' = 2 - beta on a head: the transition's eigenvalue along k_t, 1 - beta, becomes beta - 1,
     its mirror image. Every contraction keeps its size |1 - beta| and flips its sign, so a head that
@@ -313,6 +317,7 @@ def reflect_beta(model, layer: int, head: int | None, factor: int | None = None)
 # ---- the decay gate ---------------------------------------------------------------------------
 
 
+@integer_indices("layer", "head")
 def clamp_gate(model, layer: int, head: int | None, lo: float = 1.0, hi: float = 1.0) -> Intervention:
     """Clamp a head's decay alpha_t (blocks.{layer}.attn.hook_gate) into [lo, hi]; the default [1, 1]
     switches forgetting off. Same as `model.set_gate_range(layer, head, lo, hi)`, as a hook.
@@ -364,6 +369,7 @@ def head_means(model, batch: dict[str, torch.Tensor], site: str = "z") -> dict[i
     }
 
 
+@integer_indices("layer", "head")
 def ablate_head(
     model,
     layer: int,
@@ -430,6 +436,7 @@ def _source_tensor(source: Any, name: str) -> torch.Tensor:
         raise DeltalensError(f"the patch source has no {name!r}; run the source with that hook cached.") from None
 
 
+@integer_indices("head")
 def patch_activation(
     name: str, source: Any, positions: Positions = None, head: int | None = None, label: str | None = None
 ) -> Intervention:
@@ -473,6 +480,7 @@ def patch_activation(
     return Intervention(label or f"patch {name}{where}", [(name, hook)], None, head)
 
 
+@integer_indices("layer", "head")
 def patch_state(layer: int, head: int | None, source: Any, positions: Positions = None) -> Intervention:
     """Patch one head's state S_t (blocks.{layer}.attn.hook_state) from another run at `positions`.
 

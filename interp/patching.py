@@ -34,6 +34,7 @@ from deltalens.core.colour_scales import KINDS
 from deltalens.core.display import Summary
 from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 from deltalens.interp.capture_names import site_layers
 from deltalens.models.architecture import architecture_of, is_delta_rule
 
@@ -211,6 +212,7 @@ class PatchGrid(Summary):
         return self.frame()
 
 
+@integer_indices("on_head")
 def patch_heads(
     model,
     clean,

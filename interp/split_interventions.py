@@ -43,6 +43,7 @@ from collections.abc import Callable
 import torch
 
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 from deltalens.interp.interventions import Intervention, _check_head, check_factor
 from deltalens.models.architecture import require_delta_rule, require_householder
 
@@ -142,6 +143,7 @@ def split_beta(
     return Intervention(f"{where} {label}", hooks, layer, head)
 
 
+@integer_indices("layer", "head", "factor")
 def clip_transition(model, layer: int, head: int | None, hi: float = 1.0, factor: int | None = None) -> Intervention:
     """Transition beta' = min(beta, hi), the write kept: with hi = 1 only the negative eigenvalues go.
 
@@ -155,6 +157,7 @@ def clip_transition(model, layer: int, head: int | None, hi: float = 1.0, factor
     return split_beta(model, layer, head, lambda beta: beta.clamp(max=ceiling), label, factor)
 
 
+@integer_indices("layer", "head", "factor")
 def rescale_transition(
     model, layer: int, head: int | None, to: tuple[float, float] = (0.0, 1.0), factor: int | None = None
 ) -> Intervention:
@@ -181,6 +184,7 @@ def rescale_transition(
     return split_beta(model, layer, head, remap, f"transition beta {span} (write kept)", factor)
 
 
+@integer_indices("layer", "head", "factor")
 def abs_eigenvalue(model, layer: int, head: int | None, factor: int | None = None) -> Intervention:
     """The transition's eigenvalue along k, 1 - beta, becomes |1 - beta| (beta' = 1 - |1 - beta|): every
     negative eigenvalue turns positive with its size kept, the write kept.
@@ -193,6 +197,7 @@ def abs_eigenvalue(model, layer: int, head: int | None, factor: int | None = Non
     return split_beta(model, layer, head, lambda beta: 1.0 - (1.0 - beta).abs(), label, factor)
 
 
+@integer_indices("layer", "head", "factor")
 def clip_write(model, layer: int, head: int | None, hi: float = 1.0, factor: int | None = None) -> Intervention:
     """The write becomes min(beta, hi) k v^T, the transition I - beta k k^T kept: with hi = 1, the part of
     clip_beta that transition-only clipping leaves out (clip_beta = clip_transition + clip_write). Unlike a
@@ -209,6 +214,7 @@ def clip_write(model, layer: int, head: int | None, hi: float = 1.0, factor: int
     return split_beta(model, layer, head, None, label, factor, write=lambda beta: beta.clamp(max=ceiling))
 
 
+@integer_indices("layer", "head", "factor")
 def scale_write(model, layer: int, head: int | None, scale: float = 0.5, factor: int | None = None) -> Intervention:
     """The write becomes scale * beta k v^T (v -> scale v), the transition I - beta k k^T kept.
 

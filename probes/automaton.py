@@ -42,6 +42,7 @@ import torch
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 from deltalens.interp.capture import Capture
 from deltalens.probes.automaton_graph import (
     _apply,
@@ -314,6 +315,7 @@ def _purity(cluster: dict[int, int], truth: dict, k: int) -> tuple[float, list]:
     return sum(Counter(members[c]).most_common(1)[0][1] for c in members) / len(cluster), majority
 
 
+@integer_indices("layer", "head")
 def extract_automaton(
     cap: Capture,
     layer: int,

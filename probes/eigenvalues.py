@@ -44,6 +44,7 @@ import torch
 from deltalens.core.colour_scales import scale_for
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 from deltalens.interp.capture import delta_rule_capture, require_layers
 from deltalens.models.architecture import require_householder
 from deltalens.tasks.groups import is_even, lex_unrank
@@ -65,6 +66,7 @@ __all__ = [
 NAMES = ("beta", "k")  # what a capture needs for this probe
 REFLECTION_THRESHOLD = -0.9
 KIND_NAMES = {int(kind): kind.name.lower() for kind in TokenKind}
+UNLABELLED = "unlabelled"  # a token without a kind (-1): ids that are no trace of the task
 
 
 def transition_eigenvalues(beta: torch.Tensor, k: torch.Tensor | None = None) -> torch.Tensor:
@@ -200,7 +202,8 @@ def _token_frame(
             "position": np.repeat(cap.labels["position"].numpy().repeat(n_f), L * H),
             "factor": np.repeat(np.tile(np.arange(n_f), len(cap)), L * H),
             "kind": pd.Categorical(
-                np.repeat([KIND_NAMES[k] for k in kinds], L * H), categories=list(KIND_NAMES.values())
+                np.repeat([KIND_NAMES.get(k, UNLABELLED) for k in kinds], L * H),
+                categories=[*KIND_NAMES.values(), UNLABELLED],
             ),
             "layer": np.tile(np.repeat(np.asarray(layers), H), N),
             "head": np.tile(np.arange(H), N * L),
@@ -283,6 +286,12 @@ def eigenvalue_report(
     require_householder(source, "eigenvalue_report")
     cap = delta_rule_capture(source, batch, NAMES)
     layers = require_layers(cap, NAMES, "eigenvalue_report")
+    if len(cap) and bool((cap.labels["kind"] < 0).all()):
+        raise DeltalensError(
+            "eigenvalue_report reads the transitions of action tokens, and this capture's tokens carry no token kinds "
+            "(ids or text that are not a REPL trace of the model's task): capture a batch of traces or REPL text, "
+            "or read any text with dl.census"
+        )
     first = cap.layer("beta", layers[0])
     n_f = first.shape[-1] if first.ndim == 3 else 1  # factors per token
     rows_of = [factor_rows(cap.layer("beta", l), cap.layer("k", l)) for l in layers]  # one row per factor
@@ -423,6 +432,7 @@ def beta_kind_heatmap(report: EigenvalueReport, value: str = "mean_beta"):
     return fig
 
 
+@integer_indices("layer", "head")
 def eigenvalue_histogram(
     report: EigenvalueReport, layer: int | None = None, head: int | None = None, value: str = "eigenvalue"
 ):
@@ -451,6 +461,7 @@ def eigenvalue_histogram(
     return fig
 
 
+@integer_indices("layer", "head")
 def product_eigenvalue_figure(report: EigenvalueReport, layer: int | None = None, head: int | None = None):
     """Non-trivial eigenvalues of the per-action transition products in the complex plane.
 

@@ -61,6 +61,7 @@ import torch
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 from deltalens.interp.capture import delta_rule_capture, require_layers
 from deltalens.models.architecture import require_householder
 from deltalens.probes.eigenvalues import transition_products
@@ -412,6 +413,7 @@ def product_report(
     )
 
 
+@integer_indices("layer", "head")
 def product_decoding_figure(report: ProductReport, layer: int | None = None, head: int | None = None):
     """Held-out actions of one head: true cycle type vs the cycle type read off P_t's spectrum.
 

@@ -38,6 +38,7 @@ import torch
 from deltalens.core.atomic import write_json_atomic
 from deltalens.core.display import progress
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 from deltalens.probes.dictionary_sites import SITES, site_names
 
 __all__ = ["SITES", "Dictionary", "load_sae", "site_names", "site_vectors", "train_sae"]
@@ -200,6 +201,7 @@ def _fit(coder, data, steps: int, batch_size: int, lr: float, dead_after, genera
     return fvu
 
 
+@integer_indices("layer", "head")
 def train_sae(
     source,
     batch=None,

@@ -44,6 +44,7 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 from deltalens.models.architecture import delta_layer_index
 from deltalens.models.init_skipped import random_init_skipped
 from deltalens.models.io.configs import FlaSettings, fla_class, fla_model_config, to_fla_config
@@ -212,6 +213,7 @@ class HookedDeltaLM(LensModel, HookedRootModule):
             attention_layers=self.attention_layers,
         )
 
+    @integer_indices("layer")
     def mixer_input(self, layer: int, resid_pre: torch.Tensor) -> torch.Tensor:
         """What layer `layer`'s mixer reads from the residual stream: attn_norm(resid_pre)."""
         return self.model.layers[layer].attn_norm(resid_pre)
@@ -331,6 +333,7 @@ class HookedDeltaLM(LensModel, HookedRootModule):
         skip = set(self.attention_layers)
         return [layer for layer in range(self.config.num_hidden_layers) if layer not in skip]
 
+    @integer_indices("layer", "head", "factor")
     def set_beta_range(
         self,
         layer: Optional[int],
@@ -353,17 +356,20 @@ class HookedDeltaLM(LensModel, HookedRootModule):
             else:
                 mixer.set_beta_range(lo, hi, head, factor=factor)
 
+    @integer_indices("layer")
     def reset_beta_range(self, layer: Optional[int] = None) -> None:
         """Restore [0, 2] (allow_neg_eigval) or [0, 1] for one layer or, by default, all layers."""
         for mixer in self._mixers(layer):
             mixer.reset_beta_range()
 
+    @integer_indices("layer")
     def beta_range(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(lo, hi), each [n_heads] ([n_heads, n_factors] for a DeltaProduct), of one layer."""
         mixer = self._mixers(layer)[0]
         return mixer.beta_lo.clone(), mixer.beta_hi.clone()
 
     @contextmanager
+    @integer_indices("layer")
     def state_edit(self, layer: int, edit: Callable[[int, torch.Tensor], torch.Tensor]) -> Iterator[HookedDeltaLM]:
         """Within the block, layer `layer` runs the reference recurrence with S_t := edit(t, S_t).
 

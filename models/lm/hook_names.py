@@ -48,6 +48,7 @@ hook_k (batch, pos, head, factor, d_k), hook_v (..., factor, d_v), hook_beta_log
 from __future__ import annotations
 
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 
 __all__ = ["ATTN_HOOKS", "BLOCK_HOOKS", "act_name", "deltanet_hook_names", "lens_name"]
 
@@ -136,6 +137,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+@integer_indices("layer")
 def act_name(name: str, layer: int | None = None) -> str:
     """A hook's full name from its short name: act_name("beta", 0) -> "blocks.0.attn.hook_beta".
 

@@ -31,6 +31,7 @@ from transformer_lens.utilities import Slice
 from transformer_lens.utilities import remove_batch_dim as drop_batch_dim
 
 from deltalens.core.errors import DeltalensError, did_you_mean
+from deltalens.core.indices import integer_indices
 from deltalens.models.layers.replayed_states import note_recorder
 from deltalens.models.lm.hook_names import act_name
 from deltalens.tasks.tokenizers import BOS_ID, PAD_ID, Tokenizer
@@ -174,6 +175,7 @@ class LensModel:
     tokenizer: Tokenizer | None = None
     cfg: Any  # the model's config, set by the model class (declared for the type checker)
 
+    @integer_indices("layers")
     def run_with_cache(self, *model_args: Any, layers: Sequence[int] | None = None, **kwargs: Any):
         """`HookedRootModule.run_with_cache`, returning an ActivationCache instead of a dict.
 

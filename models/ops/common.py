@@ -14,6 +14,8 @@ from typing import Optional
 
 import torch
 
+from deltalens.core.errors import DeltalensError
+
 __all__ = [
     "StateEdit",
     "RENORM_EPS",
@@ -126,13 +128,24 @@ def scan_tokens(
     for t in range(T):
         S = step(t, S)
         if edit is not None:
-            S = edit(t, S)
+            S = _edited(edit(t, S), S, t)
         states.append(S)
         outputs.append(torch.einsum("bhkv,bhk->bhv", S, read[:, t]))  # o_t = S_t^T (scale q_t)
     if T == 0:
         no_o = read.new_zeros(B, 0, H, d_v, dtype=torch.float32).to(out_dtype)
         return no_o, S, read.new_zeros(B, 0, H, K, d_v, dtype=torch.float32)
     return torch.stack(outputs, 1).to(out_dtype), S, torch.stack(states, 1)
+
+
+def _edited(edited: object, S: torch.Tensor, t: int) -> torch.Tensor:
+    """A state_edit's return value as the state S_t, or one sentence: it must be S's shape (no broadcasting)."""
+    if isinstance(edited, torch.Tensor) and edited.shape == S.shape:
+        return edited.to(S.dtype)
+    got = f"shape {tuple(edited.shape)}" if isinstance(edited, torch.Tensor) else type(edited).__name__
+    raise DeltalensError(
+        f"a state_edit returns the state it is given, edited: a tensor of shape {tuple(S.shape)} (batch, head, d_k, "
+        f"d_v); at step {t} it returned {got}"
+    )
 
 
 def scan_chunks(

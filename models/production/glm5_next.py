@@ -46,6 +46,7 @@ from transformers.models.glm5_next import modeling_glm5_next as modeling
 from transformers.models.glm5_next.configuration_glm5_next import Glm5NextConfig, Glm5NextTextConfig
 
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 from deltalens.models.production.family import ProductionFamily, check_config
 from deltalens.models.production.hooked_kda import HookedKimiDeltaAttention
 from deltalens.models.production.kimi_linear import KimiLinearInputs, hook_router
@@ -208,6 +209,7 @@ class HookedGlm5Next(HookedProductionLM):
             lambda m, i, out: _replace_first(out, _combined(m.hook_resid_post, _first(out)))
         )  # fmt: skip
 
+    @integer_indices("layer")
     def mixer_input(self, layer: int, resid_pre: torch.Tensor) -> torch.Tensor:
         """Not defined here: a mixer reads sum_n pre_n x_n of the streams, which the combined stream does not fix."""
         from deltalens.models.architecture import require_one_stream

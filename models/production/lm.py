@@ -39,6 +39,7 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from deltalens.core.errors import DeltalensError
+from deltalens.core.indices import integer_indices
 from deltalens.models.architecture import delta_layer_index
 from deltalens.models.io.hf_folder import refuse_nonfinite
 from deltalens.models.lm.delta_lm import HookedDeltaLM
@@ -289,6 +290,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
         bias = getattr(self.lm_head, "bias", None)
         return torch.zeros(self.text_config.vocab_size, device=self.device) if bias is None else bias
 
+    @integer_indices("layer")
     def mixer_input(self, layer: int, resid_pre: torch.Tensor) -> torch.Tensor:
         """What layer `layer`'s mixer reads from the residual stream: its input norm applied to `resid_pre`."""
         return self.text_model.layers[layer].input_layernorm(resid_pre)

@@ -39,3 +39,22 @@ def test_ids_that_are_no_repl_trace_capture_but_cannot_be_scored(shipped_s3):
         dl.accuracy_under(shipped_s3, ids)
     with pytest.raises(DeltalensError, match="token ids are an integer tensor"):
         dl.capture(shipped_s3, torch.zeros(2, 3), names=("beta",))
+
+
+def test_text_that_does_not_replay_says_where_when_labels_are_needed(shipped_s3):
+    wrong = TEXT.replace("a 2\n", "a 3\n")  # the print shows a value the statements do not give
+    assert len(dl.capture(shipped_s3, wrong, names=("beta",))) > 0  # the model reads it as any text
+    with pytest.raises(DeltalensError, match=r"line 6: the print shows 'a 3' but replaying the statements gives 'a 2'"):
+        dl.accuracy_under(shipped_s3, wrong)
+    with pytest.raises(DeltalensError, match=r"text 1: line 6: the print shows 'a 3'"):
+        dl.accuracy_under(shipped_s3, [TEXT, wrong])
+
+
+def test_padded_ids_keep_their_lengths_and_unlabelled_ones_are_refused_by_the_eigenvalue_report(shipped_s3):
+    ids = shipped_s3.to_tokens([">>> a = 1\n>>> b = 2\n", ">>> a = 1\n"])  # the second row right-padded
+    assert ids[1, -1] == shipped_s3.tokenizer.pad_id
+    cap = dl.capture(shipped_s3, ids, names=("beta", "k"))
+    assert cap.lengths.tolist() == [3, 2] and len(cap) == 5  # the <pad> is no token of the trace
+    with pytest.raises(DeltalensError, match="carry no token kinds.*dl.census"):
+        dl.eigenvalue_report(cap)
+    assert len(dl.census(shipped_s3, ids).heads) == 8  # the census reads any tokens

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from fla.models import DeltaNetConfig
 
 import deltalens.models.layers.deltanet_mixer as mixer_module
+from deltalens.core.errors import DeltalensError
 from deltalens.models.lm.deltanet import HookedDeltaNet
 from deltalens.models.lm.hook_names import deltanet_hook_names
 from deltalens.models.ops.delta_rule import delta_rule_recurrence
@@ -293,6 +294,21 @@ def test_state_edit_context_applies_fn_after_every_step():
     assert maxerr(cache[a + "hook_z"], expected_o) <= 1e-4
     assert torch.einsum("ki,bthkv->bthiv", basis, cache[a + "hook_state"]).abs().max() < 1e-5
     assert maxerr(edited, base) > 1e-4
+
+
+@pytest.mark.parametrize(
+    ("edit", "returned"),
+    [
+        (lambda t, S: S[:, :1], r"shape \(2, 1, "),  # would broadcast over the heads without a word
+        (lambda t, S: S[0], r"shape \(\d+, \d+, \d+\)"),  # the batch axis dropped
+        (lambda t, S: None, "NoneType"),  # a forgotten `return S`
+    ],
+)
+def test_a_state_edit_that_returns_another_shape_is_refused(edit, returned):
+    model = make_model()
+    refused = pytest.raises(DeltalensError, match=f"a state_edit returns .* it returned {returned}")
+    with model.state_edit(0, edit), refused:
+        model(tokens())
 
 
 def test_single_step_edit_agrees_between_hook_and_state_edit():
