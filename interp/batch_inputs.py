@@ -24,7 +24,28 @@ __all__ = ["as_batch", "require_labels"]
 
 
 def as_batch(model, source: Any) -> dict[str, torch.Tensor]:
-    """The batch dict of `source` (module docstring)."""
+    """The batch dict of `source` (module docstring), its ids checked against the model's vocabulary."""
+    return _checked(model, _batch_of(model, source))
+
+
+def _checked(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`batch`, unless it holds no token or ids outside the model's vocabulary: then one sentence (every model,
+    the Transformer included, whose forward would fail deep in torch)."""
+    tokens = batch.get("tokens")
+    if not isinstance(tokens, torch.Tensor):
+        raise DeltalensError("a batch is a dict with 'tokens' (batch, pos) ids: checkpoint.batch(n), make_batch")
+    if tokens.numel() == 0:
+        raise DeltalensError(
+            f"the batch holds no token (tokens of shape {tuple(tokens.shape)}): give at least one trace"
+        )
+    vocab = getattr(getattr(model, "cfg", None), "d_vocab", None)
+    low, high = int(tokens.min()), int(tokens.max())
+    if isinstance(vocab, int) and (low < 0 or high >= vocab):
+        raise DeltalensError(f"token ids must lie in 0..{vocab - 1} (this model's vocabulary), got {low} to {high}")
+    return batch
+
+
+def _batch_of(model, source: Any) -> dict[str, torch.Tensor]:
     if isinstance(source, dict):
         return source
     if isinstance(source, str) or (isinstance(source, (list, tuple)) and source and isinstance(source[0], str)):

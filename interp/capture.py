@@ -410,14 +410,17 @@ def _joined(parts: list[torch.Tensor], name: str, plan: CapturePlan) -> torch.Te
 
 
 def require_layers(cap: Capture, names: Sequence[str], tool: str) -> list[int]:
-    """The capture's delta-rule layers (a hybrid's attention layers left out), after checking that it holds
-    every `names` hook of each; else one sentence saying what is missing and how to capture it."""
+    """The capture's delta-rule layers (a hybrid's attention layers left out) that hold every `names` hook (a
+    capture made with layers= has only those); none: one sentence saying what is missing and how to capture it."""
     layers = cap.recurrent_layers
     if not layers:
         raise DeltalensError(
             f"{tool} reads the delta rule's layers, and this capture of {article_of(cap.arch)} has none; "
             "use the residual-stream probes (linear_probes on 'resid') instead."
         )
+    held = [l for l in layers if all(f"blocks.{l}.attn.hook_{x}" in cap for x in names)]
+    if held:
+        return held
     missing = [f"blocks.{l}.attn.hook_{x}" for l in layers for x in names if f"blocks.{l}.attn.hook_{x}" not in cap]
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")

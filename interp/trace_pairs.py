@@ -90,12 +90,29 @@ def reveal_metric(clean: dict, corrupt: dict, reduce: bool = True) -> Callable[[
     >>> float(metric(model(clean["tokens"]))) > 0 > float(metric(model(corrupt["tokens"])))
     True
     """
+    shapes = tuple(clean["tokens"].shape), tuple(corrupt["tokens"].shape)
+    same_reveals = (
+        shapes[0] != shapes[1]
+        or "reveal_mask" not in corrupt
+        or torch.equal(clean["reveal_mask"], corrupt["reveal_mask"])
+    )  # (only asked of a pair of one shape)
+    if shapes[0] != shapes[1] or not same_reveals:
+        raise DeltalensError(
+            f"clean and corrupt must be a pair: as many traces of one length, reveals at the same positions "
+            f"(dl.trace_pair makes one); got tokens {shapes[0]} and {shapes[1]}"
+            + ("" if same_reveals else " with reveals at other positions")
+        )
     reveal = clean["reveal_mask"].clone()
     reveal[:, 0] = False
     b, t = reveal.nonzero(as_tuple=True)
     good, bad = clean["tokens"][b, t], corrupt["tokens"][b, t]
     if not len(b):
         raise DeltalensError("these traces reveal no values; there is no answer to measure.")
+    if bool((good == bad).all()):
+        raise DeltalensError(
+            "the clean and corrupt traces reveal the same values, so the metric is 0 whatever is patched: give a "
+            "pair whose answers differ (dl.trace_pair)"
+        )
 
     def metric(logits: torch.Tensor) -> torch.Tensor:
         rows = logits[b.to(logits.device), (t - 1).to(logits.device)]  # (N, vocab)

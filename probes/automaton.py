@@ -215,6 +215,8 @@ def _head_states(cap: Capture, layer: int, head: int, label: str, delay) -> torc
     """The layer's captured states (N, H, d_k, d_v), after checking the arguments that name them."""
     if label not in ("auto", "arrangement", "product"):
         raise DeltalensError(f"label must be 'auto', 'arrangement' or 'product', got {label!r}.")
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < cap.n_layers:
+        raise DeltalensError(f"layer {layer!r} is out of range: the captured model has layers 0..{cap.n_layers - 1}.")
     name = f"blocks.{layer}.attn.hook_state"
     if name not in cap:
         raise DeltalensError(f"the capture has no {name}; capture names=('state',) first.")

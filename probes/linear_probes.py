@@ -109,6 +109,20 @@ class ProbeReport(Summary):
         return out[out["kind"] == "resid"].drop(columns=["head"]).reset_index(drop=True)
 
 
+def _check_arguments(sites, targets, max_tokens, seed) -> None:
+    """linear_probes' choices, each refused in one sentence before any work (not numpy's or pandas's error)."""
+    if sites is not None and not list(sites):
+        raise DeltalensError("sites names no site: give 'resid' and/or 'state', or None for every site the model has")
+    if isinstance(targets, str) or not list(targets):
+        raise DeltalensError(f"targets is a list of 'value' and/or 'source', got {targets!r}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
+        raise DeltalensError(
+            f"max_tokens must be a whole number >= 2 (a probe needs tokens to fit), got {max_tokens!r}"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise DeltalensError(f"seed must be a whole number >= 0, got {seed!r}")
+
+
 def probe_sites(source, sites: Sequence[str] | None = None) -> list[tuple[str, str, int, int | None, str]]:
     """(site label, kind, layer, head, hook name) for every probe site a model (or Capture) has.
 
@@ -265,6 +279,7 @@ def linear_probes(
     """
     if not 0 < test_fraction < 1:
         raise DeltalensError(f"test_fraction must be between 0 and 1, got {test_fraction!r}.")
+    _check_arguments(sites, targets, max_tokens, seed)
     plan = probe_sites(source, sites)
     cap = _probe_capture(source, batch, list(dict.fromkeys(name for *_, name in plan)))
     if cap.n_traces < 2:

@@ -227,6 +227,8 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Train
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise DeltalensError(f"config file {path} is a folder: give the run's TOML file (e.g. {path}/train.toml)")
         if not path.is_file():
             raise DeltalensError(f"config file {path} does not exist")
         try:

@@ -271,16 +271,7 @@ class HookedDeltaLM(LensModel, HookedRootModule):
         ((logits, loss)) or None (run for the hooks only; returns None). Text is read with the model's
         tokenizer first, as HookedTransformer(text) does.
         """
-        tokens = self._token_input(tokens)
-        if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.long, torch.int, torch.int32):
-            raise TypeError(
-                f"{type(self).__name__} takes token ids as an integer tensor [batch, pos]; encode text with the "
-                "task's tokenizer first."
-            )
-        if tokens.ndim == 1:
-            tokens = tokens[None]
-        if tokens.ndim != 2:
-            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}.")
+        tokens = self._checked_tokens(tokens)
         if return_type not in ("logits", "loss", "both", None):
             raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}.")
         tokens = tokens.to(self.device)

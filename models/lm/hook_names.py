@@ -154,6 +154,8 @@ def act_name(name: str, layer: int | None = None) -> str:
         raise DeltalensError(f"unknown activation {name!r}; use a full hook name or one of {', '.join(_SITES)}.")
     if site == "":
         return _GLOBAL[short]
-    if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+    if layer is None:
         raise DeltalensError(f"{short!r} has one hook per layer: give the layer, e.g. act_name({short!r}, 0).")
+    if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+        raise DeltalensError(f"act_name's layer is a layer index >= 0 (blocks.{{layer}}), got {layer!r}.")
     return f"blocks.{layer}.attn.hook_{short}" if site == "attn" else f"blocks.{layer}.hook_{short}"

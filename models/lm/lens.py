@@ -175,6 +175,26 @@ class LensModel:
     tokenizer: Tokenizer | None = None
     cfg: Any  # the model's config, set by the model class (declared for the type checker)
 
+    hook_dict: dict[str, Any]  # HookedRootModule's, by TransformerLens name
+
+    def hooks(self, fwd_hooks: Sequence = (), bwd_hooks: Sequence = (), *args: Any, **kwargs: Any):
+        """`HookedRootModule.hooks`, a hook name this model does not have refused in one sentence (not a KeyError)."""
+        self._known_hooks([*fwd_hooks, *bwd_hooks])
+        return super().hooks(list(fwd_hooks), list(bwd_hooks), *args, **kwargs)  # type: ignore[misc]
+
+    def add_hook(self, name: Any, *args: Any, **kwargs: Any) -> None:
+        """`HookedRootModule.add_hook`, an unknown hook name refused as `hooks` refuses it."""
+        self._known_hooks([(name, None)])
+        super().add_hook(name, *args, **kwargs)  # type: ignore[misc]
+
+    def _known_hooks(self, hooks: Sequence) -> None:
+        for name, _ in hooks:
+            if isinstance(name, str) and name not in self.hook_dict:
+                raise DeltalensError(
+                    f"this {type(self).__name__} has no hook named {name!r}{did_you_mean(name, self.hook_dict)} "
+                    "(an intervention made for another model, or a misspelt name; its hooks: model.hook_dict)"
+                )
+
     @integer_indices("layers")
     def run_with_cache(self, *model_args: Any, layers: Sequence[int] | None = None, **kwargs: Any):
         """`HookedRootModule.run_with_cache`, returning an ActivationCache instead of a dict.
@@ -226,6 +246,27 @@ class LensModel:
 
     def to_single_token(self, string: str) -> int:
         return to_single_token(self, string)
+
+    def _checked_tokens(self, tokens: Any) -> torch.Tensor:
+        """The forward's input as ids (B, T): text read with the tokenizer, (T,) made one row; anything that is not
+        ids of this model's vocabulary, or holds no token, refused in one sentence (not deep in torch)."""
+        tokens = self._token_input(tokens)
+        if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.long, torch.int, torch.int32):
+            raise TypeError(
+                f"{type(self).__name__} takes token ids as an integer tensor [batch, pos]; encode text with the "
+                "model's tokenizer first (model.to_tokens)."
+            )
+        if tokens.ndim == 1:
+            tokens = tokens[None]
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}.")
+        if tokens.numel() == 0:
+            raise DeltalensError(f"tokens must hold at least one token, got shape {tuple(tokens.shape)}")
+        vocab = self.cfg.d_vocab
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= vocab:
+            raise DeltalensError(f"token ids must lie in 0..{vocab - 1} (this model's vocabulary), got {low} to {high}")
+        return tokens
 
     def _token_input(self, tokens: Any) -> Any:
         """model(text) as HookedTransformer(text): a string (or a list of them) becomes to_tokens(text)."""

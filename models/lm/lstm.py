@@ -307,9 +307,7 @@ class HookedLSTM(LensModel, HookedRootModule):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         # tokens: (B, T) int64, or (T,) for one sequence, or text (read with the tokenizer) -> logits (B, T, d_vocab)
-        tokens = self._token_input(tokens)
-        if tokens.dim() == 1:
-            tokens = tokens.unsqueeze(0)
+        tokens = self._checked_tokens(tokens)
         x = self.hook_embed(self.embed(tokens))  # (B, T, d_model)
         for block in self.blocks:
             x = block(x)  # (B, T, d_model)

@@ -179,7 +179,8 @@ def _context_guard(n_ctx: int, positional_embedding_type: str):
             if positional_embedding_type in ("rotary", "none"):
                 fix = (
                     f"{positional_embedding_type} positions have no per-position weights, so load the checkpoint "
-                    f"with a larger context (models.load(path, n_ctx={n_tokens})) or use shorter traces"
+                    f"with a larger context (in Python: deltalens.models.load(path, n_ctx={n_tokens})) or use "
+                    "shorter traces"
                 )
             else:
                 fix = "retrain with a larger n_ctx or use shorter traces"

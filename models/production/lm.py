@@ -396,11 +396,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
 
     def forward(self, tokens: torch.Tensor, return_type: Optional[str] = "logits", attention_mask=None) -> Any:
         """tokens [B, T] -> logits [B, T, vocab] (return_type "logits", "loss", "both" or None)."""
-        tokens = self._token_input(tokens)  # text, as HookedTransformer(text)
-        if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.long, torch.int, torch.int32):
-            raise TypeError(f"{type(self).__name__} takes token ids as an integer tensor [batch, pos].")
-        if tokens.ndim == 1:
-            tokens = tokens[None]
+        tokens = self._checked_tokens(tokens)  # text, as HookedTransformer(text); ids of its vocabulary
         if return_type not in ("logits", "loss", "both", None):
             raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}.")
         tokens = tokens.to(self.device).long()

@@ -58,3 +58,21 @@ def test_padded_ids_keep_their_lengths_and_unlabelled_ones_are_refused_by_the_ei
     with pytest.raises(DeltalensError, match="carry no token kinds.*dl.census"):
         dl.eigenvalue_report(cap)
     assert len(dl.census(shipped_s3, ids).heads) == 8  # the census reads any tokens
+
+
+@pytest.mark.parametrize("name", ["s3-deltanet-neg-statement", "s3-lstm-statement-prob", "s3-transformer-statement"])
+def test_ids_outside_the_vocabulary_and_empty_batches_are_refused_at_the_door(name):
+    model = dl.load(name)
+    vocab = model.cfg.d_vocab
+    for bad, why in [
+        (torch.tensor([[1, vocab]]), rf"token ids must lie in 0..{vocab - 1} .* got 1 to {vocab}"),
+        (torch.tensor([[-1, 2]]), "token ids must lie in"),
+        (torch.zeros(1, 0, dtype=torch.long), "holds no token"),
+    ]:
+        with pytest.raises(DeltalensError, match=why):
+            dl.capture(model, bad, names=("resid",))
+        if name != "s3-transformer-statement":  # TransformerLens's own forward: its errors, not ours
+            with pytest.raises(DeltalensError, match=why.replace("holds no token", "hold at least one token")):
+                model(bad)
+    with pytest.raises(DeltalensError, match="holds no token"):
+        dl.accuracy_under(model, {key: value[:0] for key, value in model.checkpoint.batch(2).items()})

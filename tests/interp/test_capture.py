@@ -133,3 +133,15 @@ def test_checkpoint_without_task_metadata(hand, tmp_path):
     models.save(hand.model, tmp_path / "bare")
     with pytest.raises(DeltalensError, match="has no tokenizer, .* copy the tokenizer.json"):
         checkpoint_batch(tmp_path / "bare")
+
+
+def test_a_capture_of_some_layers_is_read_on_those_layers(shipped_s3, shipped_s3_batch):
+    """layers=[-1] (the last layer, as Python counts): the probes report that layer, not a missing hook."""
+    import deltalens as dl
+
+    cap = dl.capture(shipped_s3, shipped_s3_batch, names=("beta", "k"), layers=[-1])
+    assert cap.names == ["blocks.1.attn.hook_beta", "blocks.1.attn.hook_k"]
+    report = dl.eigenvalue_report(cap)
+    assert set(report.heads["layer"]) == {1}
+    full = dl.eigenvalue_report(dl.capture(shipped_s3, shipped_s3_batch, names=("beta", "k")))
+    assert report.heads.equals(full.heads[full.heads["layer"] == 1].reset_index(drop=True))

@@ -96,3 +96,14 @@ def test_shipped_s3_tracking_head_carries_the_answer(shipped_s3):
     assert grid.clean > 5 > -5 > grid.corrupt
     assert grid.top() == (0, 3)
     assert float(grid.normalised()[0, 3]) > 0.9
+
+
+def test_reveal_metric_needs_a_pair_whose_answers_differ(shipped_s3):
+    import deltalens as dl
+
+    clean, corrupt = dl.trace_pair(shipped_s3, 2)
+    assert float(dl.reveal_metric(clean, corrupt)(shipped_s3(clean["tokens"]))) > 0
+    with pytest.raises(DeltalensError, match="reveal the same values, so the metric is 0"):
+        dl.reveal_metric(clean, clean)
+    with pytest.raises(DeltalensError, match=r"must be a pair: .* got tokens \(2, \d+\) and \(1, \d+\)$"):
+        dl.reveal_metric(clean, {key: value[:1] for key, value in corrupt.items()})

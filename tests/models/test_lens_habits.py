@@ -110,3 +110,17 @@ def test_a_folder_without_a_tokenizer_gets_the_right_advice(tmp_path):
         opened.to_tokens(">>> a = 1\n")
     assert opened(torch.tensor([[1, 2, 3]])).shape == (1, 3, model.cfg.d_vocab)
     shutil.rmtree(folder)
+
+
+def test_a_hook_name_the_model_lacks_is_refused_in_words(shipped_s3, shipped_s3_batch):
+    """An intervention made for a deeper model, or a misspelt name: one sentence, not TransformerLens's KeyError."""
+    hybrid = dl.load("s3-deltanet-hybrid-statement")
+    deeper = dl.rescale_beta(hybrid, hybrid.cfg.n_layers - 1, 0)  # a layer shipped_s3 does not have
+    assert hybrid.cfg.n_layers > shipped_s3.cfg.n_layers
+    with pytest.raises(DeltalensError, match=r"has no hook named 'blocks\.2\.attn\.hook_beta'"):
+        dl.accuracy_under(shipped_s3, shipped_s3_batch, deeper)
+    with pytest.raises(DeltalensError, match=r"did you mean 'blocks\.0\.attn\.hook_beta'"):
+        shipped_s3.run_with_hooks(shipped_s3_batch["tokens"][:1], fwd_hooks=[("blocks.0.attn.hook_betaa", print)])
+    with pytest.raises(DeltalensError, match="has no hook named"):
+        shipped_s3.add_hook("blocks.0.hook_nothing", print)
+    assert not any(hook.has_hooks() for hook in shipped_s3.hook_dict.values())  # nothing left attached

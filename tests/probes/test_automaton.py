@@ -80,3 +80,5 @@ def test_bad_delay_is_one_sentence(shipped_s3):
     cap = dl.capture(shipped_s3, shipped_s3.checkpoint.batch(4), names=("state",))
     with pytest.raises(DeltalensError, match="delay"):
         extract_automaton(cap, 0, 3, delay=-1)
+    with pytest.raises(DeltalensError, match=r"layer 9 is out of range: the captured model has layers 0\.\.1"):
+        extract_automaton(cap, 9, 0)

@@ -232,3 +232,18 @@ def test_majority_rate_is_the_score_of_always_guessing_the_training_majority(cap
     best = last[(last["target"] == "value")].sort_values("layer").iloc[-1]
     assert best["accuracy"] > max(best["control_accuracy"], best["majority_rate"])
     assert set(report.summary().columns) >= {"accuracy", "control_accuracy", "majority_rate"}
+
+
+@pytest.mark.parametrize(
+    ("options", "why"),
+    [
+        (dict(targets=[]), "targets is a list of 'value' and/or 'source'"),
+        (dict(targets="value"), "targets is a list"),
+        (dict(sites=[]), "sites names no site"),
+        (dict(max_tokens=1), "max_tokens must be a whole number >= 2"),
+        (dict(seed=-1), "seed must be a whole number >= 0"),
+    ],
+)
+def test_probe_arguments_are_refused_in_words_before_any_work(cap, options, why):
+    with pytest.raises(DeltalensError, match=why):
+        linear_probes(cap, **options)

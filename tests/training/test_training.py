@@ -93,6 +93,8 @@ def test_config_file_and_overrides(tmp_path):
         load_config(path, ["optim.learning_rate=1"])
     with pytest.raises(DeltalensError, match="table.key=value"):
         apply_overrides({}, ["lr=1"])
+    with pytest.raises(DeltalensError, match=r"is a folder: give the run's TOML file"):
+        load_config(tmp_path)
 
 
 def test_data_stream_is_a_function_of_seed_and_step():
