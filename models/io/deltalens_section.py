@@ -137,6 +137,12 @@ def interpret_config(
         )
     if not isinstance(section, dict):
         raise DeltalensError(f"{config_file} has a {SECTION!r} entry that is not a JSON object; re-save the checkpoint")
+    version = section.get("format_version", FORMAT_VERSION)
+    if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
+        raise DeltalensError(
+            f"{config_file} was written in checkpoint format {version}, newer than this deltalens reads "
+            f"({FORMAT_VERSION}): open it with a newer deltalens"
+        )
     arch = section.get("architecture")
     if arch not in architectures():
         raise DeltalensError(

@@ -145,6 +145,16 @@ def test_a_nan_set_in_memory_is_not_blamed_on_the_file():
     assert torch.isfinite(model(tokens)).all()
 
 
+def test_a_checkpoint_of_a_newer_format_is_refused(tmp_path):
+    folder = tmp_path / "newer"
+    shutil.copytree(SHIPPED, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["deltalens"]["format_version"] = 99
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DeltalensError, match="checkpoint format 99, newer than this deltalens reads"):
+        models.load(folder)
+
+
 def test_integer_weights_for_a_float_parameter_are_refused(tmp_path):
     name = "lm_head.weight"
     folder = damaged_weights(tmp_path, lambda t: t.__setitem__(name, t[name].to(torch.int64)))
