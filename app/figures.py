@@ -123,6 +123,26 @@ def explain_empty_panels(fig: go.Figure, sentence: str = "no sweep runs in this 
             font={"color": "#777", "size": 11},
             hovertext=title,
         )
+    return _row_ticks_beside_empty_panels(fig, used)
+
+
+def _row_ticks_beside_empty_panels(fig: go.Figure, used: set) -> go.Figure:
+    """Shared y axes show their tick labels on a row's first panel only: where that panel is empty, the row's
+    first panel with data shows them (else no panel of that row had a scale)."""
+    rows: dict[tuple, list[tuple[float, str, bool]]] = {}
+    for name in fig.layout:
+        if name.startswith("xaxis") and fig.layout[name].anchor and fig.layout[name].domain:
+            y = fig.layout[name].anchor
+            yaxis = fig.layout["yaxis" + y[1:]]
+            if yaxis.domain:
+                has_data = ("x" + name[5:], y) in used
+                rows.setdefault(tuple(yaxis.domain), []).append((fig.layout[name].domain[0], y, has_data))
+    for panels in rows.values():
+        panels.sort()
+        if panels and not panels[0][2]:
+            first = next((y for _, y, has_data in panels if has_data), None)
+            if first is not None:
+                fig.layout["yaxis" + first[1:]].showticklabels = True
     return fig
 
 
@@ -169,4 +189,5 @@ def level_line_labels(fig: go.Figure, size: int = 10) -> go.Figure:
 
 def show(fig: go.Figure, where=st, title_width: int = 58, **kwargs) -> None:
     """st.plotly_chart of the figure, with distinct colours and a title that fits."""
+    fig.update_yaxes(automargin=True)  # tick labels ("layer 0") whole, not cut at the left edge
     where.plotly_chart(wrap_title(distinct_colours(fig), title_width), width="stretch", **kwargs)

@@ -8,6 +8,7 @@ Read with tasks.traces.read_query_trace (the strict parse_trace refuses both).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -66,14 +67,17 @@ def _answer(model, tokenizer, lines: list[str], query: Query, n: int, top_k: int
     return _output_line(query, print_line, chosen), answers
 
 
-def ask(model, tokenizer, text: str, top_k: int = 3) -> QueryView:
-    """The query view of a pasted transcript (see the module docstring)."""
+def ask(model, tokenizer, text: str, top_k: int = 3, progress: Callable[[int, int], None] | None = None) -> QueryView:
+    """The query view of a pasted transcript (see the module docstring); progress(done, total) after each print
+    the model answers (one forward over the transcript before it, each)."""
     trace, queries = read_query_trace(text)
     n = trace.n
     lines, answers = list(trace.lines), {}
-    for query in queries:
-        if query.given is None:
-            lines[query.line], answers[query.line] = _answer(model, tokenizer, lines, query, n, top_k)
+    open_queries = [query for query in queries if query.given is None]
+    for done, query in enumerate(open_queries, 1):
+        lines[query.line], answers[query.line] = _answer(model, tokenizer, lines, query, n, top_k)
+        if progress is not None:
+            progress(done, len(open_queries))
     fed = dataclasses.replace(trace, lines=lines)
     rows = trace_predictions(model, tokenizer, fed, top_k=top_k)
     return _view(model, tokenizer, fed, queries, rows, answers)

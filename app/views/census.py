@@ -133,6 +133,16 @@ def heatmap(result, controls: Controls):
     figures.show(fig, title_width=110)
 
 
+def reads(checkpoint, text: str) -> bool:
+    """Whether this checkpoint's model reads `text` (its tokenizer encodes it): pasted text carried from another
+    checkpoint only then, as the Trace explorer carries a transcript."""
+    try:
+        checkpoint.model.to_tokens(text)
+    except DeltalensError:
+        return False
+    return True
+
+
 def inputs(checkpoint, controls: Controls):
     """(source, traces, seed, text) from the controls: traces of the task by default, or pasted text."""
     label = "pasted text" if own_tokenizer(checkpoint) else "pasted REPL trace"
@@ -140,7 +150,19 @@ def inputs(checkpoint, controls: Controls):
     source = controls.widget(left.radio, "source", "read", ["traces", "paste"], default="traces", horizontal=True)
     text = ""
     if source == "paste":
-        text = controls.widget(st.text_area, "text", label, default=default_text(checkpoint), height=180)
+        name = checkpoint.path.name
+        text = controls.widget(
+            st.text_area,
+            "text",
+            label,
+            default=default_text(checkpoint),
+            carry=lambda pasted: reads(checkpoint, pasted),
+            why=lambda pasted, other: (
+                f"The text pasted on {other} does not read with {name}'s tokenizer (another group or "
+                "tokenizer): the box holds a trace of its own task."
+            ),
+            height=180,
+        )
         return source, 0, 0, text
     n_traces = controls.widget(middle.selectbox, "traces", "held-out traces", TRACES, default=64)
     seed = controls.widget(right.number_input, "seed", "trace seed", min_value=0, max_value=10**6, default=0)

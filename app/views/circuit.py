@@ -222,17 +222,22 @@ def patching_section(checkpoint, controls: Controls, found, n_pairs: int, seed: 
         figures.show(
             patch_grid_figure(
                 approx,
-                title=f"attribution patching: hook_{site} ({found.forward_equivalents:.1f} forward-equivalents)",
+                title=f"attribution patching: hook_{site} (time of {found.forward_equivalents:.1f} forwards)",
                 scale=scale,
                 numbers=True,
             ),
             right,
         )
+        cell = (
+            "the fraction of the clean answer's logit difference restored"
+            if grid.span_ok
+            else "the raw change of the metric (the runs differ too little for a fraction)"
+        )
         st.caption(
-            f"Both grids share one colour scale, {-span:g} to {span:g}. Each cell: the fraction of the clean "
-            "answer's logit difference restored when that head's activation comes from the clean run (activation "
-            "patching: measured; attribution patching: its first-order estimate), clean "
-            f"{grid.clean:.2f}, corrupt {grid.corrupt:.2f}."
+            f"Both grids share one colour scale, {-span:g} to {span:g}. Each cell: {cell} when that head's "
+            "activation comes from the clean run (activation patching: measured; attribution patching: its "
+            f"first-order estimate); the metric is {grid.clean:.3g} on the clean run, {grid.corrupt:.3g} on the "
+            "corrupted one."
         )
         agreement = method_agreement(grid, estimate)
         st.info(f"How far the two methods agree on {checkpoint.path.name}, {agreement.sentence()}")

@@ -69,19 +69,43 @@ def longest_that_fits(checkpoint, trace, seed: int, n_ctx: int) -> int:
     return lo
 
 
+MANY_QUESTIONS = 10  # prints without their output, past which asking them shows a progress bar
+
+
+def why_no_further(checkpoint) -> str:
+    """Why this Transformer stops at its context, by its kind of positions."""
+    kind = getattr(checkpoint.model.cfg, "positional_embedding_type", None)
+    if kind in ("rotary", "none"):
+        return (
+            f"its {kind} positions have no per-position weights, so it could read further, but the dashboard opens "
+            "it at the context it was trained with"
+        )
+    return "it has one learned position embedding per token, so it cannot read further"
+
+
 def asked(checkpoint, text: str):
     """ask(), or None after one sentence; a transcript longer than a Transformer's context is told how much
     to cut, in lines, not in code."""
+    bar = None
+
+    def progress(done: int, total: int) -> None:  # one forward per print the model answers: named when many
+        nonlocal bar
+        if total >= MANY_QUESTIONS:
+            bar = bar or st.progress(0.0)
+            bar.progress(done / total, text=f"asking the model: print {done} of {total}")
+
     with model_lock(str(checkpoint.path)):
         try:
-            return ask(checkpoint.model, checkpoint.tokenizer, text)
+            view = ask(checkpoint.model, checkpoint.tokenizer, text, progress=progress)
+            if bar is not None:
+                bar.empty()
+            return view
         except ContextTooLong as err:
             lines = max(len(text.splitlines()), 1)
             keep = max(int(lines * err.n_ctx / err.n_tokens) - 1, 0)
             st.error(
                 f"This transcript is {err.n_tokens} tokens, and {checkpoint.path.name}'s context is {err.n_ctx} "
-                f"tokens (a Transformer has one position embedding per token, so it cannot read further): keep "
-                f"about its first {keep} of {lines} lines."
+                f"tokens ({why_no_further(checkpoint)}): keep about its first {keep} of {lines} lines."
             )
         except Exception as err:
             one_sentence(err)
@@ -101,7 +125,7 @@ def predictions_of(checkpoint, controls: Controls, trace, seed: int):
             return None
     st.error(
         f"This trace is {too_long.n_tokens} tokens, and {checkpoint.path.name}'s context is {too_long.n_ctx} tokens "
-        "(a Transformer has one position embedding per token, so it cannot read further): "
+        f"({why_no_further(checkpoint)}): "
         + (
             f"with this seed and spacing, {fits_here} actions fit. Set **actions** to {fits_here} or fewer."
             if fits_here
@@ -225,6 +249,8 @@ elif checkpoint is not None:
         if text.strip():
             view = asked(checkpoint, text)
             rows = None if view is None else view.rows
+        else:
+            st.info("The box is empty: paste a REPL transcript (assignments, swaps or cycles, prints) to read it.")
     else:
         controls.show_notes()
         if generated is not None:

@@ -72,3 +72,11 @@ def test_census_page_gives_bad_input_one_sentence():
     app.selectbox(key="census-ckpt").select(TRANSFORMER).run()
     assert not app.exception and not app.error
     assert any("no delta rule" in i.value for i in app.info) and not app.dataframe
+
+
+def test_a_paste_that_does_not_read_with_another_checkpoint_is_not_carried_there():
+    app = page("views/census.py")
+    app.radio(key=key("census-source")).set_value("paste").run()  # the S3 model's own trace in the box
+    app.selectbox(key="census-ckpt").select("a5-deltaproduct-n4-full").run()
+    assert not app.exception and not app.error  # A5's own default, not the S3 trace its tokenizer cannot read
+    assert any("does not read with a5-deltaproduct-n4-full" in note.value for note in app.info)

@@ -80,3 +80,12 @@ def test_the_trace_explorer_answers_a_question_and_shows_a_wrong_value_beside_th
     assert shown["given"] == wrong.split()[1] and shown["model"] == shown["replayed"] == value
     html = app.get("html")[0].proto.body
     assert "asked: the model answers" in html and "is wrong (replaying gives" in html
+
+
+def test_ask_reports_its_progress_one_answered_print_at_a_time(shipped_s3):
+    from deltalens.app.query import ask
+
+    text = ">>> a = 1\n>>> b = 2\n>>> c = 3\n>>> a, b = b, a\n>>> print('a', a)\n>>> b, c = c, b\n>>> print('c', c)\n"
+    seen = []
+    view = ask(shipped_s3, shipped_s3.tokenizer, text, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 2), (2, 2)] and len(view.asked) == 2

@@ -64,3 +64,12 @@ def test_a_pasted_transcript_too_long_is_told_how_many_lines_to_keep():
     app.text_area(key=key("trace-text", TRANSFORMER)).input(text).run()
     assert not app.exception and app.error
     assert "keep about its first" in app.error[0].value and "models.load" not in app.error[0].value
+    assert "rotary positions have no per-position weights" in app.error[0].value  # this Transformer's own kind
+
+
+def test_an_empty_paste_says_so():
+    app = page("views/trace_explorer.py")
+    app.radio(key=key("trace-source")).set_value("paste").run()
+    app.text_area(key=key("trace-text")).input("  \n").run()
+    assert not app.exception and not app.error
+    assert any("The box is empty" in info.value for info in app.info)
