@@ -344,18 +344,20 @@ def joint_decay_figure(result: JointDecay) -> go.Figure:
     fig = go.Figure()
     frame = result.frame
     law = frame[frame.dtype == frame.dtype.iloc[0]]
-    fig.add_trace(go.Scatter(x=law.reveal, y=law.law, name="law P(reveals)", line=dict(color="black", dash="dash")))
     for name, part in frame.groupby("dtype", sort=False):
         part = part[part.mass > 0]  # a log axis cannot show the zeros; the markers do
         fig.add_trace(
             go.Scatter(x=part.reveal, y=part.mass, name=name, mode="lines", line=dict(color=_COLOURS.get(name)))
         )
+    law_line = dict(color="black", dash="dash", width=1.5)  # drawn last, on top of the dtypes; listed first
+    fig.add_trace(go.Scatter(x=law.reveal, y=law.law, name="law P(reveals)", line=law_line, legendrank=1))
     _underflow_markers(fig, result.underflow)
     fig.update_layout(
         title=f"Unnormalised joint belief mass ({result.description})",
         xaxis_title="partial reveals",
-        yaxis_title="||b~||_1",
+        yaxis_title="mass ‖b̃‖₁ (log scale)",
         yaxis_type="log",
+        yaxis_exponentformat="power",  # 10^-12, not "1p", beside 10^-24
         template="plotly_white",
         **LEGEND_BELOW,
     )
@@ -368,11 +370,6 @@ def marginal_decay_figure(result: MarginalDecay) -> go.Figure:
     frame = result.frame
     adv = frame[frame.sequence == "adversarial"]
     law = adv[adv.dtype == adv.dtype.iloc[0]]
-    fig.add_trace(
-        go.Scatter(
-            x=law.reveal, y=law.law, name=f"law h(1-p/h)^k, rate {result.rate:g}", line=dict(color="black", dash="dash")
-        )
-    )
     for (sequence, name), part in frame.groupby(["sequence", "dtype"], sort=False):
         column = "chosen_mass" if sequence == "adversarial" else "min_row_mass"
         part = part[part[column] > 0]
@@ -385,12 +382,16 @@ def marginal_decay_figure(result: MarginalDecay) -> go.Figure:
                 line=dict(color=_COLOURS.get(name), dash="solid" if sequence == "adversarial" else "dot"),
             )
         )
+    law_line = dict(color="black", dash="dash", width=1.5)  # drawn last: on top of the dtypes that follow it
+    law_name = f"law h(1-p/h)^k, rate {result.rate:g}"
+    fig.add_trace(go.Scatter(x=law.reveal, y=law.law, name=law_name, line=law_line, legendrank=1))  # listed first
     _underflow_markers(fig, {k: v for k, v in result.underflow.items() if k[0] == "adversarial"}, "adversary ")
     fig.update_layout(
         title="Unnormalised marginal belief: adversarial (chosen entries) vs random (smallest row)",
         xaxis_title="partial reveals",
-        yaxis_title="mass",
+        yaxis_title="mass (log scale)",
         yaxis_type="log",
+        yaxis_exponentformat="power",  # 10^-12, not "1p", beside 10^-24
         template="plotly_white",
         **LEGEND_BELOW,
     )

@@ -120,6 +120,7 @@ def test_marginal_decay_figure():
     result = marginal_decay(cycles=60, p=0.9, random_reveals=30, dtypes=("float16", "float32"))
     fig = marginal_decay_figure(result)
     names = [t.name for t in fig.data]
-    assert names[0].startswith("law") and {"adversarial float16", "random float32"} <= set(names)
+    assert names[-1].startswith("law") and {"adversarial float16", "random float32"} <= set(names)
+    assert fig.data[-1].legendrank < min(t.legendrank or 1000 for t in fig.data[:-1])  # on top, listed first
     assert len(fig.layout.shapes) == 1  # fp16 hits 0 within 60 cycles, fp32 does not
     assert result.summary().loc[("adversarial", "float16"), "underflow"] == result.underflow[("adversarial", "float16")]

@@ -276,5 +276,6 @@ def test_swap_probability_other_than_half_does_not_halve():
 def test_joint_decay_figure_has_law_dtypes_and_underflow_marks():
     fig = joint_decay_figure(halving_decay(reveals=160, dtypes=("float32", "float16")))
     names = [t.name for t in fig.data]
-    assert names[0].startswith("law") and set(names[1:]) == {"float32", "float16"}
+    assert names[-1].startswith("law") and set(names[:-1]) == {"float32", "float16"}  # the law drawn on top
+    assert fig.data[-1].legendrank < min(t.legendrank or 1000 for t in fig.data[:-1])  # and listed first
     assert len(fig.layout.shapes) == 2 and fig.layout.yaxis.type == "log"
