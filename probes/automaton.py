@@ -52,6 +52,7 @@ from deltalens.probes.automaton_graph import (
     _permutation_of_actions,
     _transitions,
 )
+from deltalens.tasks.permutations import VARIABLE_NAMES
 from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = ["Automaton", "extract_automaton", "centroid_intervention", "automaton_figure"]
@@ -390,8 +391,17 @@ def extract_automaton(
             "purity_product": purities["product"][0],
             "delay": delay,
             "separation": separation,  # delay -> held-out nearest-class-mean accuracy of the arrangement
+            "statements": {a: _statement(sigma[a]) for a in actions if a in sigma},  # perm id -> "a, b = b, a"
         },
     )
+
+
+def _statement(sigma: tuple[int, ...]) -> str:
+    """The REPL statement of an action (after[i] = before[sigma[i]]): "a, b = b, a"; "pass" for the identity."""
+    moved = [i for i, j in enumerate(sigma) if i != j]
+    if not moved:
+        return "pass"
+    return f"{', '.join(VARIABLE_NAMES[i] for i in moved)} = {', '.join(VARIABLE_NAMES[sigma[i]] for i in moved)}"
 
 
 @torch.no_grad()
@@ -469,7 +479,7 @@ def automaton_figure(automaton: Automaton, title: Optional[str] = None) -> go.Fi
                 x=ex,
                 y=ey,
                 mode="lines",
-                name=f"action {action}",
+                name=automaton.extra.get("statements", {}).get(action, f"action {action}"),
                 line={"color": palette[index % len(palette)], "width": 1},
             )
         )
