@@ -51,8 +51,8 @@ from deltalens.probes.automaton_graph import (
     _minimised,
     _permutation_of_actions,
     _transitions,
+    statement_of,
 )
-from deltalens.tasks.permutations import VARIABLE_NAMES
 from deltalens.tasks.tokenizers import TokenKind
 
 __all__ = ["Automaton", "extract_automaton", "centroid_intervention", "automaton_figure"]
@@ -391,17 +391,9 @@ def extract_automaton(
             "purity_product": purities["product"][0],
             "delay": delay,
             "separation": separation,  # delay -> held-out nearest-class-mean accuracy of the arrangement
-            "statements": {a: _statement(sigma[a]) for a in actions if a in sigma},  # perm id -> "a, b = b, a"
+            "statements": {a: statement_of(sigma[a]) for a in actions if a in sigma},  # perm id -> "a, b = b, a"
         },
     )
-
-
-def _statement(sigma: tuple[int, ...]) -> str:
-    """The REPL statement of an action (after[i] = before[sigma[i]]): "a, b = b, a"; "pass" for the identity."""
-    moved = [i for i, j in enumerate(sigma) if i != j]
-    if not moved:
-        return "pass"
-    return f"{', '.join(VARIABLE_NAMES[i] for i in moved)} = {', '.join(VARIABLE_NAMES[sigma[i]] for i in moved)}"
 
 
 @torch.no_grad()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from deltalens.interp.capture import Capture
+from deltalens.tasks.permutations import VARIABLE_NAMES
 
 
 def _transitions(cap: Capture, cluster: dict[int, int], sequences: list[list[int]]):
@@ -45,6 +46,14 @@ def _permutation_of_actions(cap: Capture, sequences: list[list[int]]) -> dict[in
                 before, after = list(states[prev]), list(states[cur])
                 sigma[a] = tuple(before.index(x) for x in after)
     return sigma
+
+
+def statement_of(sigma: tuple[int, ...]) -> str:
+    """The REPL statement of an action (after[i] = before[sigma[i]]): "a, b = b, a"; "pass" for the identity."""
+    moved = [i for i, j in enumerate(sigma) if i != j]
+    if not moved:
+        return "pass"
+    return f"{', '.join(VARIABLE_NAMES[i] for i in moved)} = {', '.join(VARIABLE_NAMES[sigma[i]] for i in moved)}"
 
 
 def _apply(state: tuple[int, ...], sigma: tuple[int, ...]) -> tuple[int, ...]:
