@@ -40,7 +40,7 @@ from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.interp.attribution_runs import SiteNames, attribution_runs
 from deltalens.interp.patching import PatchGrid, _check_site, tokens_of
-from deltalens.models.architecture import architecture_of, is_delta_rule, require_householder
+from deltalens.models.architecture import architecture_of, is_delta_rule, require_householder, require_one_pattern
 
 __all__ = ["AttributionResult", "attribution_patching", "attribution_of_intervention", "state_adjoint", "reveal_margin"]
 
@@ -225,6 +225,7 @@ def attribution_patching(
         _check_site(model, site)
     if "state" in sites:  # its adjoint scan runs the transitions alpha (I - beta k k^T) backwards
         require_householder(model, "attribution patching of 'state'")
+        require_one_pattern(model, "attribution patching of 'state'")
     if "state" in sites and bool(getattr(model, "state_norm_every", 0)):  # its estimates anti-correlate (-0.97)
         raise DeltalensError(
             "attribution patching of 'state' is wrong on a model that renormalises its state (state_norm_every > 0): "
@@ -308,6 +309,7 @@ def attribution_of_intervention(model, batch: dict, build, metric: Optional[Metr
     state_layers = {int(n.split(".")[1]) for n in names if n.endswith("hook_state")}
     if state_layers:  # the state adjoint (as attribution_patching's)
         require_householder(model, "the attribution of a state intervention")
+        require_one_pattern(model, "the attribution of a state intervention")
     grad_names = {n for n in names if not n.endswith("hook_state")} | {
         f"blocks.{lay}.attn.hook_z" for lay in state_layers
     }

@@ -30,6 +30,7 @@ from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
 from deltalens.core.indices import integer_indices
 from deltalens.models.architecture import architecture_of, article_of, is_delta_rule
+from deltalens.models.registry import family
 
 __all__ = [
     "HeadAttribution",
@@ -42,13 +43,17 @@ __all__ = [
 
 
 def attribution_sites(model) -> tuple[str, ...]:
-    """The sites attribution patching can estimate on this model: z, beta and state on the delta rule, z elsewhere."""
+    """The sites attribution patching can estimate on this model: z, beta and state on the delta rule (state where its
+    adjoint scan applies: transitions alpha (I - beta k k^T), no value gate), z elsewhere."""
     arch = architecture_of(model)
     if arch == "lstm":
         raise DeltalensError(
             f"{article_of(arch)} has no attention heads, so there is nothing to attribute or patch per head."
         )
-    return ("z", "beta", "state") if is_delta_rule(arch) else ("z",)
+    if not is_delta_rule(arch):
+        return ("z",)
+    adjoint = {"householder", "one_pattern"} <= family(arch).capabilities  # the state adjoint's transitions
+    return ("z", "beta", "state") if adjoint else ("z", "beta")
 
 
 @dataclass(repr=False)

@@ -40,7 +40,7 @@ import torch
 from deltalens.core.errors import DeltalensError
 from deltalens.core.indices import integer_indices
 from deltalens.interp.capture_plan import capture_limit
-from deltalens.models.architecture import architecture_of, require_delta_rule, require_householder
+from deltalens.models.architecture import architecture_of, require_delta_rule, require_householder, require_one_pattern
 
 __all__ = [
     "EFFECTIVE_PATTERN",
@@ -60,6 +60,7 @@ def _check_model(model, layer: int) -> None:
     require_householder(model, "effective attention")
     if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < model.cfg.n_layers:
         raise DeltalensError(f"layer {layer!r} is out of range: this model has {model.cfg.n_layers} layers.")
+    require_one_pattern(model, "effective attention")
     if getattr(model, "state_norm_every", 0):
         raise DeltalensError(
             "this model renormalises its state (state_norm_every > 0), which is not linear in the values; "

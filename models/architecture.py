@@ -101,6 +101,20 @@ def require_householder(source, tool: str) -> None:
         )
 
 
+def require_one_pattern(source, tool: str) -> None:
+    """Raise a DeltalensError if `source` (a model, a Capture or an arch name) has a value gate (the value-gated
+    DeltaNet: each value column of S_t decays at its own rate), which `tool`, reading a head's read-out as one
+    pattern over positions (the transitions alone, run forwards or backwards), leaves out."""
+    arch = source if isinstance(source, str) else getattr(source, "arch", None) or architecture_of(source)
+    record = family(arch) if arch in architectures() else None
+    if record is not None and record.delta_rule and "one_pattern" not in record.capabilities:
+        raise DeltalensError(
+            f"{tool} reads a head through its transitions alone, and {article_of(arch)} also has a value gate that "
+            "decays each value column of S_t at its own rate (hook_vgate), which it would leave out; use activation "
+            "patching (dl.patch_heads) and the state's own hooks instead"
+        )
+
+
 def require_one_stream(model, tool: str) -> None:
     """Raise a DeltalensError if `model` keeps several residual streams (hyper-connections: GLM-5 Next), which
     `tool`, splitting one residual stream into what the layers write, cannot read."""

@@ -39,6 +39,7 @@ CAPABILITIES = {
     "delta": "a delta-rule layer (beta and a matrix state S_t)",
     "keys": "the keys k_t of its delta-rule layers",
     "householder": "transitions alpha (I - beta k k^T) (Comba's and RWKV-7's are not)",
+    "one_pattern": "a read-out that is one attention pattern over positions (no value gate decaying each column)",
     "gate": "a gate (hook_gate)",
     "decay": "a decay gate on its delta-rule layers",
     "state": "a matrix state S_t",
@@ -65,7 +66,7 @@ TOOLS: dict[str, tuple[str, ...]] = {
     "linear_probes:state": ("state",),
     "probe_summary": (),
     "census": ("delta",),
-    "effective_attention": ("delta", "householder"),
+    "effective_attention": ("delta", "householder", "one_pattern"),
     "logit_attribution": ("lens",),
     "patch_grid": ("heads",),
     "attribution_patching": ("heads",),
@@ -113,6 +114,8 @@ def capabilities_of(model) -> frozenset[str]:
                 found.add("householder")
         if any(f"blocks.{l}.attn.hook_gate" in hooks for l in delta):
             found.add("decay")
+        if not any(f"blocks.{l}.attn.hook_vgate" in hooks for l in delta):
+            found.add("one_pattern")
     if any(f"blocks.{l}.attn.hook_gate" in hooks for l in layers):
         found.add("gate")
     if any(f"blocks.{l}.attn.hook_state" in hooks for l in layers):

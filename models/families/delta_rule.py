@@ -17,7 +17,9 @@ HOOKS = "q, k, v, beta_logit, beta, state, z"
 PROBES = "eigenvalues, state rank and subspaces, linear probes, belief decay"
 INTERVENTIONS = "beta range, head ablation, state patching"
 # what an fla delta-rule family's models can have (models/capabilities.py); a hybrid (fla's `attn`) adds attention
-CAPABILITIES = frozenset({"delta", "keys", "householder", "state", "heads", "attention", "residual", "lens"})
+CAPABILITIES = frozenset(
+    {"delta", "keys", "householder", "one_pattern", "state", "heads", "attention", "residual", "lens"}
+)
 
 
 def projection_weights(config: dict[str, Any], hidden: float, key: float, value: float, factors: float) -> float:

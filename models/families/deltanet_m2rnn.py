@@ -22,6 +22,8 @@ register(
         probes="linear probes; on the DeltaNet layers " + delta_rule.PROBES,
         interventions="beta range and state edits on the DeltaNet layers, head ablation, state patching",
         weights=m2rnn.weights,  # the DeltaNet layers' b_proj is not counted: a lower bound still
-        capabilities=frozenset({"residual", "lens", "delta", "keys", "householder", "state", "heads", "gate"}),
+        capabilities=frozenset(
+            {"residual", "lens", "delta", "keys", "householder", "one_pattern", "state", "heads", "gate"}
+        ),
     )
 )

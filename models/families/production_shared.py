@@ -59,7 +59,7 @@ PRODUCTION: list[str] = []  # the arch of every family registered here, in regis
 
 
 CAPABILITIES = frozenset(
-    {"residual", "lens", "delta", "keys", "householder", "gate", "decay", "state", "heads", "attention"}
+    {"residual", "lens", "delta", "keys", "householder", "one_pattern", "gate", "decay", "state", "heads", "attention"}
 )  # what a transformers hybrid has (models/capabilities.py)
 
 
