@@ -34,6 +34,23 @@ def _check_site(dictionary) -> None:
         )
 
 
+def _check_fits(model, dictionary) -> None:
+    """One sentence unless the dictionary's layer, head and site are this model's (a dictionary trained on another
+    model failed deep in the forward, and left the layer's state_edit set)."""
+    layer, head, site = dictionary.layer, dictionary.head, dictionary.site
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    where = "hook_resid_post" if site == "resid" else "attn.hook_z" if site == "z" else "attn.hook_state"
+    fits = isinstance(layer, int) and 0 <= layer < n_layers and f"blocks.{layer}.{where}" in model.hook_dict
+    if site != "resid":
+        fits = fits and isinstance(head, int) and 0 <= head < n_heads
+    if not fits:
+        at = f"layer {layer}" + ("" if site == "resid" else f", head {head}")
+        raise DeltalensError(
+            f"this dictionary codes {site} at {at}, which this model ({n_layers} layers of {n_heads} heads) does not "
+            "have: splice a dictionary trained on this model"
+        )
+
+
 def _reconstructor(dictionary, dropped):
     """x (..., site shape) -> its reconstruction, in place of one head's part of an activation."""
     head, site = dictionary.head, dictionary.site
@@ -62,6 +79,7 @@ def splice_sae(model, dictionary, drop: Sequence[int] | None = None) -> Interven
     its state_edit set until the layer's next hook_z: run the next forward with the splice, or set
     `model.blocks[layer].attn.state_edit = None`.)"""
     _check_site(dictionary)
+    _check_fits(model, dictionary)
     layer, site = dictionary.layer, dictionary.site
     dropped = None
     if drop is not None:

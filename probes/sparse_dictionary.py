@@ -241,6 +241,8 @@ def train_sae(
             raise DeltalensError(f"{name} must be a whole number >= 1, got {value!r}.")
     if k > width:
         raise DeltalensError(f"k={k} latents per row cannot exceed the width, num_latents={width}.")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
+        raise DeltalensError(f"lr must be a finite learning rate > 0, got {lr!r}.")
     scale = float(x_train.pow(2).sum(1).mean().sqrt().clamp_min(1e-12))
     generator = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng():
@@ -250,6 +252,12 @@ def train_sae(
     where = f"L{layer}" + ("" if head is None else f"H{head}")
     start = time.perf_counter()
     fvu = _fit(coder, data, steps, batch_size, lr, dead_after, generator, f"dictionary {site} {where}", progress_bar)
+    finite = math.isfinite(fvu) and all(bool(torch.isfinite(p).all()) for p in coder.parameters())
+    if not finite:
+        raise DeltalensError(
+            f"training diverged: the dictionary's error or weights are not finite after {steps} steps at lr {lr:g}; "
+            "train again with a smaller lr"
+        )
     coder.eval()
     meta = {
         "arch": cap.arch,

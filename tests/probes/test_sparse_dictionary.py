@@ -154,3 +154,17 @@ def test_on_a_production_stand_in_its_states_and_writes_are_coded_and_scored(kin
         checkpoint.model, batch, site="state", layer=layer, head=0, num_latents=32, k=4, steps=20, progress_bar=False
     ), batch)  # fmt: skip
     assert 0.0 <= report.spliced <= 1.0
+
+
+def test_a_dictionary_of_another_model_and_a_bad_lr_are_refused_before_any_work(paper):
+    model, batch, cap, _ = paper
+    d = dl.train_sae(cap, site="state", layer=0, head=3, num_latents=16, k=2, steps=5, progress_bar=False)
+    other = dl.build("deltanet", vocab_size=model.cfg.d_vocab, hidden_size=24, num_hidden_layers=1, num_heads=3)
+    with pytest.raises(DeltalensError, match="codes state at layer 0, head 3, which this model .* does not have"):
+        dl.splice_report(other, d, batch)
+    assert other(batch["tokens"][:2]).shape[:2] == batch["tokens"][:2].shape  # the refused splice left nothing set
+    for lr in (float("nan"), -1.0, float("inf")):
+        with pytest.raises(DeltalensError, match="lr must be a finite learning rate > 0"):
+            dl.train_sae(cap, site="state", layer=0, head=3, num_latents=16, k=2, steps=5, lr=lr)
+    with pytest.raises(DeltalensError, match="training diverged"):
+        dl.train_sae(cap, site="state", layer=0, head=3, num_latents=16, k=2, steps=30, lr=1e30, progress_bar=False)
