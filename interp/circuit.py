@@ -231,7 +231,8 @@ def method_agreement(exact, estimate: torch.Tensor) -> MethodAgreement:
         raise DeltalensError(f"the two grids cover different heads ({a.numel()} and {b.numel()}).")
     rho = pd.Series(a.numpy()).corr(pd.Series(b.numpy()), method="spearman")
     H = exact.values.shape[1]
-    top_a, top_b = int(a.abs().argmax()), int(b.abs().argmax())
+    # a layer without the site (a hybrid's attention layer) is NaN in both: never the top head
+    top_a, top_b = (int(torch.nan_to_num(x.abs(), nan=-1.0).argmax()) for x in (a, b))
     from deltalens.interp.patching import standout_sentence
 
     unit = "fraction restored" if exact.span_ok else "change of the metric"

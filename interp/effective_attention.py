@@ -40,7 +40,14 @@ import torch
 from deltalens.core.errors import DeltalensError
 from deltalens.core.indices import integer_indices
 from deltalens.interp.capture_plan import capture_limit
-from deltalens.models.architecture import architecture_of, require_delta_rule, require_householder, require_one_pattern
+from deltalens.models.architecture import (
+    architecture_of,
+    delta_layers_of,
+    is_delta_rule,
+    require_delta_rule,
+    require_householder,
+    require_one_pattern,
+)
 
 __all__ = [
     "EFFECTIVE_PATTERN",
@@ -73,6 +80,11 @@ def layer_inputs(model, cache, layer: int) -> dict[str, torch.Tensor]:
     (B, T, H, d_k) per channel (KDA), or None, z (B, T, H, d_v) of one layer from a run_with_cache cache (v
     and z None where not cached); a factor axis is added where absent."""
     name = f"blocks.{layer}.attn.hook_"
+    if f"{name}beta" not in getattr(model, "hook_dict", {f"{name}beta": None}):  # no beta: not a delta-rule layer
+        raise DeltalensError(
+            f"layer {layer} has no delta rule to unroll (a hybrid's softmax-attention or M²RNN layer); "
+            f"its delta-rule layers: {delta_layers_of(model)}"
+        )
     try:
         q, k, beta = (cache[name + x] for x in ("q", "k", "beta"))
     except KeyError:
@@ -227,7 +239,8 @@ def effective_attention(
 @integer_indices("layers")
 def run_with_effective_pattern(model, tokens, layers: Optional[Sequence[int]] = None, names_filter=None):
     """(logits, cache) of `model.run_with_cache(tokens)` plus blocks.{l}.attn.hook_effective_pattern for each
-    layer in `layers` (None = all): (batch, head, query, key[, factor]), TransformerLens's pattern layout.
+    layer in `layers` (None = every delta-rule layer: a hybrid's attention layers have their own hook_pattern):
+    (batch, head, query, key[, factor]), TransformerLens's pattern layout.
 
     names_filter: what else to cache (None = everything, as run_with_cache).
 
@@ -235,6 +248,7 @@ def run_with_effective_pattern(model, tokens, layers: Optional[Sequence[int]] = 
     >>> cache["blocks.0.attn.hook_effective_pattern"].shape[1]     # heads
     4
     """
+    layers = delta_layers_of(model) if layers is None and is_delta_rule(architecture_of(model)) else layers
     layers = list(range(model.cfg.n_layers)) if layers is None else list(layers)
     for layer in layers:
         _check_model(model, layer)

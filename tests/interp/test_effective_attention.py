@@ -103,3 +103,17 @@ def test_refuses_other_architectures():
     transformer = models.build("transformer", d_vocab=11, d_model=16, n_layers=1, n_heads=2, n_ctx=16)
     with pytest.raises(DeltalensError):
         effective_attention(transformer, torch.zeros(1, 4, dtype=torch.long), 0)
+
+
+def test_on_a_hybrid_the_default_is_its_delta_rule_layers_and_an_attention_layer_is_named():
+    import deltalens as dl
+    from deltalens.core.errors import DeltalensError
+
+    model = dl.load("s3-deltanet-hybrid-statement")  # softmax attention at layer 1
+    tokens = model.checkpoint.batch(2)["tokens"][:1]
+    _, cache = dl.run_with_effective_pattern(model, tokens)
+    assert sorted(k for k in cache.keys() if k.endswith("hook_effective_pattern")) == [
+        "blocks.0.attn.hook_effective_pattern", "blocks.2.attn.hook_effective_pattern"
+    ]  # fmt: skip
+    with pytest.raises(DeltalensError, match=r"layer 1 has no delta rule to unroll .* delta-rule layers: \[0, 2\]"):
+        dl.effective_attention(model, tokens, 1, 0)

@@ -27,6 +27,9 @@ def test_agreement_reads_ranks_top_heads_and_sizes_in_one_sentence():
     assert other.spearman < 0 and other.top_estimate == (0, 0) and "different top heads" in other.sentence()
     with pytest.raises(Exception, match="different heads"):
         method_agreement(exact, torch.zeros(3, 2))
+    nan = float("nan")  # a hybrid's attention layer has no state: NaN in both grids, never the top head
+    hybrid = method_agreement(grid([[0.4, 1.9], [nan, nan]]), torch.tensor([[0.1, 0.9], [nan, nan]]))
+    assert hybrid.top_exact == hybrid.top_estimate == (0, 1) and "nan" not in hybrid.sentence()
 
 
 def test_attribution_result_prints_a_summary_not_tensors():
