@@ -229,6 +229,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
     @classmethod
     def from_config(cls, config) -> HookedProductionLM:
         """A freshly initialised model of the family from transformers' config object (models.build)."""
+        _check_pad(config)
         return cls(cls.family.lm_class(config).eval(), cls.family)
 
     @classmethod
@@ -242,6 +243,7 @@ class HookedProductionLM(LensModel, HookedRootModule):
         from deltalens.models.io.safetensors_header import check_weight_files
 
         check_weight_files(Path(folder) / "model.safetensors", float_only=True)
+        _check_pad(config)
         _check_weight_count(folder, config, cls.family.arch)
         dtype = dtype or torch.float32
         config._attn_implementation = "eager"
@@ -414,3 +416,15 @@ class HookedProductionLM(LensModel, HookedRootModule):
         tokens = torch.as_tensor(tokens, dtype=torch.long, device=self.device).reshape(1, -1)
         options.setdefault("do_sample", False)
         return self.hf.generate(tokens, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, **options)
+
+
+def _check_pad(config) -> None:
+    """One sentence if the padding id lies outside the vocabulary (transformers' embedding asserts deep inside):
+    a family's default pad id (OLMo-Hybrid's 100277) with a small vocab_size, say."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    pad, vocab = getattr(text, "pad_token_id", None), getattr(text, "vocab_size", None)
+    if isinstance(pad, int) and isinstance(vocab, int) and not 0 <= pad < vocab:
+        raise DeltalensError(
+            f"pad_token_id {pad} lies outside the vocabulary (vocab_size {vocab}): give pad_token_id=None, or an id "
+            "below vocab_size"
+        )

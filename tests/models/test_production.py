@@ -199,3 +199,17 @@ def test_exact_effective_attention_reconstructs_every_delta_rule_layer(opened, k
         z = cache["z", layer].double()
         rebuilt = torch.einsum("bhqk,bkhd->bqhd", A, cache["v", layer].double())
         assert (rebuilt - z).norm() / z.norm() < 1e-5
+
+
+def test_a_pad_id_outside_a_small_vocabulary_is_refused_in_words():
+    """A family's default pad id (OLMo-Hybrid's 100277) with vocab_size 32 hit an assertion inside torch."""
+    import deltalens as dl
+    from deltalens.models.production import production_family
+
+    config = production_family("olmo_hybrid").tiny(32).to_dict()
+    sizes = {key: config[key] for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+             "num_attention_heads", "num_key_value_heads", "layer_types", "linear_num_key_heads",
+             "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")}  # fmt: skip
+    with pytest.raises(dl.DeltalensError, match="pad_token_id 100277 lies outside the vocabulary"):
+        dl.build("olmo_hybrid", **sizes)
+    assert dl.build("olmo_hybrid", **sizes, pad_token_id=None).cfg.d_vocab == 32
