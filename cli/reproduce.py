@@ -161,4 +161,7 @@ def run(args) -> int:
     if outcome.interrupted:
         print("deltalens: interrupted; rerun `deltalens reproduce` to resume", file=sys.stderr)
         return 130
+    if outcome.failed:  # the report is written from the other cells, but a script must not read this as success
+        print(f"deltalens: {outcome.failed} run(s) failed (reasons above)", file=sys.stderr)
+        return 1
     return 0

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import sys
 import time
@@ -90,6 +89,7 @@ from deltalens.grids.grid_results import (
 from deltalens.grids.lanes import run_in_lanes
 from deltalens.loading.evaluate_checkpoint import evaluate_checkpoint
 from deltalens.training.config import TrainConfig
+from deltalens.training.history import read_trainer_state
 from deltalens.training.loop import LAST, TRAINER_STATE, train
 
 __all__ = [  # the runner's names and, re-exported, those of the sweep modules it runs
@@ -237,7 +237,7 @@ def run_cell(
     config = job_config(cell, sweep)
     run_dir = Path(runs_dir) / f"{cell.name}-{config_hash(config)}"
     state_file = run_dir / LAST / TRAINER_STATE
-    state = json.loads(state_file.read_text()) if state_file.is_file() else None
+    state = read_trainer_state(run_dir / LAST) if state_file.is_file() else None
     finished = state is not None and (state["step"] >= config.run.steps or state.get("stopped_early", False))
     failure = None
     if state is None or not finished:  # (finished implies a state; said here for the type checker)
@@ -251,7 +251,7 @@ def run_cell(
             # a learning rate that diverges is a search result: recorded with its curve so far, so
             # the choice can be made (and is not retried forever)
             failure = str(err)
-            state = json.loads(state_file.read_text()) if state_file.is_file() else None
+            state = read_trainer_state(run_dir / LAST) if state_file.is_file() else None
             steps, wall, history = (state["step"], state["wall_time_s"], state["history"]) if state else (0, 0.0, [])
     else:  # trained, but killed before its result was written
         steps, wall, history = state["step"], state["wall_time_s"], state["history"]

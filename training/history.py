@@ -17,6 +17,22 @@ from deltalens.core.errors import DeltalensError
 TRAINER_STATE = "trainer_state.json"
 
 
+def read_trainer_state(folder) -> dict[str, Any]:
+    """A run's last/trainer_state.json, or one sentence if it is damaged (a grid marks that cell failed; a resume
+    says which file to remove)."""
+    path = Path(folder) / TRAINER_STATE
+    try:
+        state = json.loads(path.read_text())
+        if not isinstance(state, dict) or not isinstance(state.get("step"), int) or "config" not in state:
+            raise ValueError("no step and config")
+    except (OSError, ValueError) as err:
+        raise DeltalensError(
+            f"{path} is damaged ({str(err).splitlines()[0] or type(err).__name__}): remove the run folder "
+            f"{Path(folder).parent} to train it again"
+        ) from None
+    return state
+
+
 def training_history(folder) -> list[dict[str, Any]]:
     """A checkpoint's evaluations during training (step, reveal_accuracy, ...): its trainer_state.json
     (a run's last/), else the history an export keeps in its metadata; [] when it keeps none."""

@@ -37,7 +37,7 @@ from deltalens.models.ops.precision import training_autocast
 from deltalens.training.config import TrainConfig, dump_toml
 from deltalens.training.data import TrainingData
 from deltalens.training.evaluate import evaluate
-from deltalens.training.history import TRAINER_STATE, training_history  # noqa: F401 (re-exported)
+from deltalens.training.history import TRAINER_STATE, read_trainer_state, training_history  # noqa: F401 (re-exported)
 from deltalens.training.optimizer_state import load_optimizer, save_optimizer
 from deltalens.training.schedule import learning_rate
 
@@ -112,7 +112,7 @@ def _resume_and_train(
     if resume:
         if not (last / TRAINER_STATE).is_file():
             raise DeltalensError(f"cannot resume: {last} holds no trainer state; start without --resume")
-        state = json.loads((last / TRAINER_STATE).read_text())
+        state = read_trainer_state(last)
         if _resume_key(state["config"]) != _resume_key(config.to_dict()):
             raise DeltalensError(
                 f"cannot resume: the task, model, optimiser, seed or step budget differ from the config "

@@ -282,3 +282,16 @@ def test_validation_uses_its_own_seed_and_a_quiet_run_prints_nothing(tmp_path, c
     assert seeds == [3, 3, 7, 7]  # -1 (the default) means the run's seed; else its own split
     assert capsys.readouterr().out == ""  # the caller's stdout stays its own (benchmarks print one JSON line)
     assert [h["step"] for h in own] == [h["step"] for h in other] == [1, 2]
+
+
+def test_a_damaged_trainer_state_is_refused_in_words(tmp_path):
+    from deltalens.training.history import read_trainer_state
+
+    last = tmp_path / "run" / "last"
+    last.mkdir(parents=True)
+    for text in ("{not json", "[]", '{"step": "3"}'):
+        (last / "trainer_state.json").write_text(text)
+        with pytest.raises(DeltalensError, match=r"trainer_state.json is damaged .* remove the run folder"):
+            read_trainer_state(last)
+    (last / "trainer_state.json").write_text('{"step": 3, "config": {}}')
+    assert read_trainer_state(last)["step"] == 3
