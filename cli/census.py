@@ -64,7 +64,7 @@ def run(args) -> int:
         where = "action tokens" if column.endswith("_action") else "tokens"
         print(f"most reflecting head: layer {top[0]} head {top[1]} (eigenvalue below -0.9 on the most {where})")
     elif result.heads["beta_gt1"].max() > 0:
-        print("no head reflects (no eigenvalue below -0.9) on these tokens; some have beta > 1 (a negative eigenvalue)")
+        print(f"no head reflects (no eigenvalue below -0.9) on these tokens; {result.negative_clause()}")
     else:
         print("no head has beta > 1 (no negative eigenvalue) on these tokens")
     return 0

@@ -110,6 +110,14 @@ class Census:
             return column, None
         return column, self.top(column)
 
+    def negative_clause(self) -> str:
+        """Whether any transition has a negative eigenvalue 1 - beta ||k||^2, in words: beta > 1 alone does not
+        say so (keys shorter than unit length, as in a barely trained model, keep the eigenvalue above 0)."""
+        lowest = float(self.heads["min_eigenvalue"].min())
+        if lowest < 0:
+            return f"some transitions have a negative eigenvalue (the smallest {lowest:.3f})"
+        return f"some have beta > 1, but with keys that short no eigenvalue is negative (the smallest {lowest:.3f})"
+
 
 def _inputs(tokens, model=None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(token ids, kinds or None, lengths or None) from ids, REPL text or a batch of traces."""

@@ -25,7 +25,7 @@ STATISTICS = {  # census column -> what the selectbox and the heatmap call it
     "reflection_fraction_action": "share of action tokens with eigenvalue below -0.9 (a near-reflection)",
     "beta_gt1_action": "share of action tokens with beta > 1",
     "reflection_fraction": "share of tokens with eigenvalue below -0.9 (a near-reflection)",
-    "beta_gt1": "share of tokens with beta > 1 (a negative eigenvalue)",
+    "beta_gt1": "share of tokens with beta > 1 (a negative eigenvalue where the key has unit length)",
     "neg_gate": "share of negative gate channels",
     "complex_fraction": "share of tokens whose transition has complex eigenvalues (RWKV-7)",
     "min_eigenvalue": "smallest eigenvalue 1 - beta ||k||^2 over the tokens",
@@ -92,10 +92,7 @@ def headline(result, name: str) -> str:
     column, top = result.most_reflecting()
     if top is None:
         if result.heads["beta_gt1"].max() > 0:
-            return (
-                f"On {name} no head reflects on these tokens (no eigenvalue below -0.9), though some have beta > 1 "
-                "(a negative eigenvalue)."
-            )
+            return f"On {name} no head reflects on these tokens (no eigenvalue below -0.9); {result.negative_clause()}."
         return f"On {name} no head has beta > 1 on these tokens: no transition has a negative eigenvalue."
     layer, head = top
     row = result.heads.set_index(["layer", "head"]).loc[(layer, head)]

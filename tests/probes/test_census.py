@@ -108,3 +108,18 @@ def test_the_census_command_refuses_binary_text_and_too_many_traces_first(tmp_pa
     monkeypatch.setenv("DELTALENS_MAX_CAPTURE_GB", "1")
     assert main(["census", "s3-deltanet-neg-statement", "--n-traces", "1000000"]) == 2
     assert "count fewer traces" in capsys.readouterr().err
+
+
+def test_beta_above_one_is_called_a_negative_eigenvalue_only_where_one_is():
+    """Barely trained keys are short: beta > 1 with 1 - beta ||k||^2 still above 0 (a review found the census
+    saying "a negative eigenvalue" beside a smallest eigenvalue of +0.018)."""
+    import pandas as pd
+
+    from deltalens.probes.census import Census
+
+    def said(min_eigenvalue: float) -> str:
+        heads = pd.DataFrame({"beta_gt1": [0.4], "min_eigenvalue": [min_eigenvalue]})
+        return Census.negative_clause(type("C", (), {"heads": heads})())
+
+    assert "no eigenvalue is negative (the smallest 0.018)" in said(0.018)
+    assert "a negative eigenvalue (the smallest -0.500)" in said(-0.5)
