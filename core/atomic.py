@@ -33,11 +33,16 @@ def write_atomic(path: str | os.PathLike, write: Callable[[str], object]) -> Non
         try:
             write(tmp)
             fsync_file(tmp)
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; an ordinary write would not
+            usual_mode(tmp)  # mkstemp makes 0600; an ordinary write would not
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
+
+
+def usual_mode(path: str | os.PathLike) -> None:
+    """Give a file another library wrote the mode an ordinary write gives (safetensors writes 0600)."""
+    os.chmod(path, 0o666 & ~_umask())
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

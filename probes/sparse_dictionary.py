@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from deltalens.core.atomic import write_json_atomic
+from deltalens.core.atomic import usual_mode, write_json_atomic
 from deltalens.core.display import progress
 from deltalens.core.errors import DeltalensError
 from deltalens.core.indices import integer_indices
@@ -136,6 +136,9 @@ class Dictionary:
         """sparsify's folder (cfg.json, sae.safetensors) plus deltalens.json (site, scale, training record)."""
         folder = Path(folder)
         self.coder.save_to_disk(folder)
+        for name in ("cfg.json", "sae.safetensors"):  # sparsify's files, as readable as the ones written here
+            if (folder / name).is_file():
+                usual_mode(folder / name)
         record = {"site": self.site, "layer": self.layer, "head": self.head, "scale": self.scale, **self.meta}
         write_json_atomic(folder / META, record)
         return folder

@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from deltalens.core.atomic import usual_mode
+
 TENSORS = "optimizer.safetensors"
 GROUPS = "optimizer.json"
 
@@ -24,6 +26,7 @@ def save_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> None:
         for name, value in entries.items()
     }
     save_file(tensors, str(directory / TENSORS))
+    usual_mode(directory / TENSORS)  # safetensors writes 0600: the run folder's other files are readable
     (directory / GROUPS).write_text(json.dumps({"param_groups": state["param_groups"]}))
 
 

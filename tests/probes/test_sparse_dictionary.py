@@ -168,3 +168,27 @@ def test_a_dictionary_of_another_model_and_a_bad_lr_are_refused_before_any_work(
             dl.train_sae(cap, site="state", layer=0, head=3, num_latents=16, k=2, steps=5, lr=lr)
     with pytest.raises(DeltalensError, match="training diverged"):
         dl.train_sae(cap, site="state", layer=0, head=3, num_latents=16, k=2, steps=30, lr=1e30, progress_bar=False)
+
+
+def test_saved_weights_are_as_readable_as_the_other_files(paper, tmp_path):
+    """safetensors writes 0600; the dictionary's and the optimizer's weights get the mode an ordinary write gets."""
+    import os
+
+    import torch
+
+    from deltalens.training.optimizer_state import save_optimizer
+
+    _, _, cap, _ = paper
+    d = dl.train_sae(cap, site="state", layer=0, head=3, num_latents=16, k=2, steps=2, progress_bar=False)
+    folder = d.save(tmp_path / "sae")
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.AdamW([weight])
+    weight.sum().backward()
+    optimizer.step()
+    (tmp_path / "opt").mkdir()
+    save_optimizer(optimizer, tmp_path / "opt")
+    umask = os.umask(0)
+    os.umask(umask)
+    usual = 0o666 & ~umask
+    for path in (folder / "sae.safetensors", folder / "cfg.json", tmp_path / "opt" / "optimizer.safetensors"):
+        assert path.stat().st_mode & 0o777 == usual, path
