@@ -50,7 +50,7 @@ def run(args) -> int:
     overrides = [*args.overrides, *([f"run.precision={args.precision}"] if args.precision else [])]
     config = load_config(args.config, overrides)
     if args.export:  # before training, not after it
-        check_export_target(args.export, args.replace)
+        check_export_target(args.export, args.replace, run_dir=args.out)
     result = train(config, args.out, resume=args.resume, progress=not args.no_progress, log=args.log)
     final = result.history[-1]
     if args.export:

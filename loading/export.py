@@ -6,6 +6,7 @@ written atomically together with `train.toml` (the config it was trained from) a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,18 @@ from deltalens.training.loop import LAST, training_history
 EXPORTED_FILES = {"train.toml", "CARD.md", "tokenizer.json", "tokenizer_config.json"}
 
 
-def check_export_target(target: str | Path, replace: bool = False) -> None:
+def check_export_target(target: str | Path, replace: bool = False, run_dir: str | Path | None = None) -> None:
     """Refuse to export over a checkpoint (a shipped one, say) or anything else already at `target`
-    unless `replace`; a folder holding only the config the export is to sit beside is fine."""
+    unless `replace`; a folder holding only the config the export is to sit beside is fine. Also, before any
+    training: a target inside the run folder `run_dir`, or where nothing can be written."""
     target = Path(target)
+    if run_dir is not None and target.resolve().is_relative_to(Path(run_dir).resolve()):
+        raise DeltalensError(
+            f"--export {target} is the run folder (--out {run_dir}) or inside it: export beside the run, not into it"
+        )
+    parent = next((p for p in [target, *target.parents] if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK):
+        raise DeltalensError(f"cannot write --export {target}: {parent} is not writable (nothing was trained)")
     fresh = target.is_dir() and {p.name for p in target.iterdir()} <= EXPORTED_FILES
     if target.exists() and replace and not is_replaceable(target, EXPORTED_FILES):
         raise DeltalensError(

@@ -109,3 +109,11 @@ def test_the_belief_parser_takes_only_ascii_digits(digit, name):
     with pytest.raises(DeltalensError, match=f"^line 5: '{digit}' \\({name}\\)"):
         parse_prob_trace(f"{head}>>> b = 2\n>>> print('a', a)\na {digit}\n")
     assert parse_prob_trace(f"{head}>>> b = 2\n>>> print('a', a)\na 1\n")
+
+
+def test_an_export_into_the_run_folder_is_refused_before_training(tmp_path, capsys):
+    config = Path(__file__).resolve().parents[2] / "checkpoints" / "s3-deltanet-neg-statement" / "train.toml"
+    run = tmp_path / "run"
+    code = main(["train", str(config), "--out", str(run), "--export", str(run / "export"), "--no-progress"])
+    assert code == 2 and "is the run folder (--out" in capsys.readouterr().err
+    assert not run.exists()  # nothing trained, nothing written
