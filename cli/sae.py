@@ -58,6 +58,22 @@ def _fact(text: str | None, n_vars: int) -> tuple[int, int] | None:
     return names.index(name.strip()), int(value) - 1
 
 
+def _check_before_training(args) -> None:
+    """What would otherwise be refused only after the training (minutes at the default steps), refused first."""
+    from deltalens.probes.dictionary_scores import _kind_ids
+
+    if args.score_at is not None:
+        _kind_ids(args.score_at)  # an unknown token kind: one sentence now
+    if args.n_traces < 2:
+        raise DeltalensError(f"--n-traces {args.n_traces}: a dictionary trains on even traces, is scored on odd ones")
+    if args.fact is not None and args.site == "write":
+        raise DeltalensError("--fact ablates a fact's latents in the splice, and a 'write' dictionary is not spliced")
+    if args.out is not None and Path(args.out).exists():
+        names = {p.name for p in Path(args.out).iterdir()} if Path(args.out).is_dir() else None
+        if names:  # an earlier dictionary, or any other folder: never overwritten or mixed into
+            raise DeltalensError(f"--out {args.out} exists and is not empty: choose a new folder (nothing was trained)")
+
+
 def run(args) -> int:
     from deltalens.interp.capture import capture
     from deltalens.interp.dictionary_splice import splice_report
@@ -68,6 +84,7 @@ def run(args) -> int:
 
     if args.site != "resid" and args.head is None:
         raise DeltalensError(f"site {args.site!r} is one head's: give --head")
+    _check_before_training(args)
     checkpoint = open_checkpoint(getattr(args, "folder", None) or args.checkpoint)
     model = checkpoint.model
     batch = checkpoint.batch(args.n_traces, seed=args.seed)

@@ -130,6 +130,14 @@ def test_the_command_prints_scores_and_saves(tmp_path, capsys):
     assert "give --head" in capsys.readouterr().err
     assert main(["sae", "s3-deltanet-neg-statement", "--layer", "0", "--head", "3", "--fact", "d=9"]) == 2
     assert "--fact takes VARIABLE=VALUE" in capsys.readouterr().err
+    head = ["sae", "s3-deltanet-neg-statement", "--layer", "0", "--head", "3", "--steps", "100000"]  # refused at once
+    for extra, why in [
+        (["--score-at", "nope"], "unknown token kind 'nope'"),
+        (["--n-traces", "1"], "trains on even traces"),
+        (["--site", "write", "--fact", "a=2"], "'write' dictionary is not spliced"),
+        (["--out", str(tmp_path / "d")], "exists and is not empty"),  # the dictionary saved above
+    ]:
+        assert main(head + extra) == 2 and why in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("kind", ["qwen3_5_text", "olmo_hybrid", "kimi_linear"])
