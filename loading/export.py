@@ -77,7 +77,7 @@ def export_run(
     extra = {key: meta[key] for key in ("tokenizer", "task", "training")}
     history = training_history(last)  # the curves the Checkpoints page draws, kept with the model
     extra["training"] = {**extra["training"], "command": command, **({"history": history} if history else {})}
-    card = model_card(Path(target).name, meta, reports, command, kl)
+    card = model_card(Path(target).name, meta, reports, command, kl, where=str(target))
     tokenizer = open_checkpoint(last, load_model=False).tokenizer
     if tokenizer is None:  # evaluate_checkpoint above encoded with it: a run without one stops there
         raise DeltalensError(missing_tokenizer(last))
@@ -116,8 +116,15 @@ def belief_kl_report(
 
 
 def model_card(
-    name: str, meta: dict[str, Any], reports: list[dict[str, Any]], command: str, kl: dict[str, Any] | None = None
+    name: str,
+    meta: dict[str, Any],
+    reports: list[dict[str, Any]],
+    command: str,
+    kl: dict[str, Any] | None = None,
+    where: str | None = None,
 ) -> str:
+    """The CARD.md of an export; `where`: the folder as the export command named it (a shipped one's is
+    checkpoints/NAME), which the card's eval command opens."""
     config = meta["training"]["config"]
     task, model = config["task"], config["model"]
     report = reports[0]
@@ -153,7 +160,7 @@ one or all by the probabilistic family's full_reveal_prob.
 |---|---|---|---|---|
 {rows}
 
-{_skipped_lines(reports)}Reproduce with `deltalens eval checkpoints/{name}`.
+{_skipped_lines(reports)}Reproduce with `deltalens eval {where or f"checkpoints/{name}"}`.
 """ + (_kl_section(kl) if kl else "")
 
 

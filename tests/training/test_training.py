@@ -149,6 +149,7 @@ def test_export_writes_card_config_and_loadable_weights(tmp_path):
     assert "optimizer.safetensors" not in {p.name for p in target.iterdir()}
     card = (target / "CARD.md").read_text()
     assert "| `one` | 12 (2x) |" in card and "| `all` | 12 (2x) |" in card
+    assert f"Reproduce with `deltalens eval {target}`" in card  # the folder it is in, not checkpoints/NAME
     assert meta["metrics"]["eval_reveal_all"]["reveal"] == "all"
     assert load_config(target / "train.toml").to_dict() == config.to_dict()
     models.load(target)
