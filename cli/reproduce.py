@@ -158,10 +158,16 @@ def run(args) -> int:
         print(f"  {figure.html}" + (f", {figure.png}" if figure.png else ""))
     if report.png_error:
         print(f"deltalens: warning: {report.png_error}", file=sys.stderr)
+    return _exit_code(outcome)
+
+
+def _exit_code(outcome) -> int:
+    """130 when interrupted, 1 when a run failed (the report is written from the others, but a script must not
+    read this as success), else 0."""
     if outcome.interrupted:
         print("deltalens: interrupted; rerun `deltalens reproduce` to resume", file=sys.stderr)
         return 130
-    if outcome.failed:  # the report is written from the other cells, but a script must not read this as success
+    if outcome.failed:
         print(f"deltalens: {outcome.failed} run(s) failed (reasons above)", file=sys.stderr)
         return 1
     return 0

@@ -80,7 +80,8 @@ if TYPE_CHECKING:
     from deltalens.models.architecture import ARCHITECTURES, FAMILY
     from deltalens.models.build import build
     from deltalens.models.lm.hook_names import ACT_NAMES, act_name
-    from deltalens.probes.automaton import Automaton, automaton_figure, centroid_intervention, extract_automaton
+    from deltalens.probes.automaton import Automaton, automaton_figure, extract_automaton
+    from deltalens.probes.automaton_intervention import centroid_intervention
     from deltalens.probes.census import Census, census, census_figure
     from deltalens.probes.dictionary_scores import DictionaryScore, score_sae
     from deltalens.probes.eigenvalues import (

@@ -20,7 +20,7 @@ import torch
 
 from deltalens.core.errors import DeltalensError
 
-__all__ = ["as_batch", "require_labels"]
+__all__ = ["as_batch", "require_batch", "require_labels"]
 
 
 def as_batch(model, source: Any) -> dict[str, torch.Tensor]:
@@ -64,6 +64,17 @@ def _batch_of(model, source: Any) -> dict[str, torch.Tensor]:
         f"give a batch of traces (checkpoint.batch(n)), a token tensor (batch, pos) or REPL text, not "
         f"{type(source).__name__}"
     )
+
+
+def require_batch(batch: Any, what: str) -> None:
+    """One sentence unless `batch` is a labelled batch of traces (a dict): tools that read the reveals' answers and
+    the true states take no token ids or text here."""
+    if not isinstance(batch, dict):
+        raise DeltalensError(
+            f"{what} takes a batch of traces with their labels (dl.trace_pair(model, n), checkpoint.batch(n)), not "
+            f"{type(batch).__name__}"
+        )
+    require_labels(batch, what)
 
 
 def require_labels(batch: dict, what: str, source: Any = None) -> None:

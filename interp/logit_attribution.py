@@ -34,6 +34,7 @@ from einops import rearrange
 
 from deltalens.core.display import Summary
 from deltalens.core.errors import DeltalensError
+from deltalens.interp.batch_inputs import require_batch
 from deltalens.interp.effective_attention import effective_pattern, layer_inputs
 from deltalens.models.architecture import architecture_of, article_of, delta_layers_of, require_one_stream
 from deltalens.models.layers.head_results import has_read_out, head_results, read_out_bias
@@ -143,6 +144,7 @@ def reveal_rows(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Ten
     >>> against.shape[1]
     2
     """
+    require_batch(batch, "reveal_rows")
     reveal = batch["reveal_mask"].clone()
     reveal[:, 0] = False
     tokens, answers = batch["tokens"], batch["answers"]
@@ -252,6 +254,14 @@ def _bias_components(model, lm_w, answer, against) -> list[tuple[str, torch.Tens
     return found
 
 
+def _check_ids(vocab: int, **ids) -> None:
+    """One sentence unless every given token id (answer, against) lies in the vocabulary."""
+    for what, given in ids.items():
+        given = None if given is None else torch.as_tensor(given)
+        if given is not None and given.numel() and (int(given.min()) < 0 or int(given.max()) >= vocab):
+            raise DeltalensError(f"{what} token ids must lie in 0..{vocab - 1} (this model's vocabulary)")
+
+
 @torch.no_grad()
 def logit_attribution(
     model,
@@ -290,6 +300,7 @@ def logit_attribution(
     answer = torch.as_tensor(answer).long().flatten().cpu()
     if answer.numel() != N:
         raise DeltalensError(f"give one answer token per row: {N} rows, {answer.numel()} answers.")
+    _check_ids(model.cfg.d_vocab, answer=answer, against=against)
     W_U = model.W_U.float()  # (d_model, vocab), the final norm's weight folded in
     lm_w = model.lm_head.weight.float()  # (vocab, d_model)
     direction = W_U[:, answer].T  # (N, d_model)

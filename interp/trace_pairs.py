@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 
 from deltalens.core.errors import DeltalensError
+from deltalens.interp.batch_inputs import require_batch
 from deltalens.tasks.dataset import collate
 from deltalens.tasks.traces import parse_trace
 
@@ -90,6 +91,8 @@ def reveal_metric(clean: dict, corrupt: dict, reduce: bool = True) -> Callable[[
     >>> float(metric(model(clean["tokens"]))) > 0 > float(metric(model(corrupt["tokens"])))
     True
     """
+    require_batch(clean, "reveal_metric's clean run")
+    require_batch(corrupt, "reveal_metric's corrupted run")
     shapes = tuple(clean["tokens"].shape), tuple(corrupt["tokens"].shape)
     same_reveals = (
         shapes[0] != shapes[1]

@@ -107,3 +107,19 @@ def test_reveal_metric_needs_a_pair_whose_answers_differ(shipped_s3):
         dl.reveal_metric(clean, clean)
     with pytest.raises(DeltalensError, match=r"must be a pair: .* got tokens \(2, \d+\) and \(1, \d+\)$"):
         dl.reveal_metric(clean, {key: value[:1] for key, value in corrupt.items()})
+
+
+def test_tools_that_read_the_reveals_refuse_token_ids_in_one_sentence(shipped_s3):
+    import deltalens as dl
+
+    clean, corrupt = dl.trace_pair(shipped_s3, 2)
+    for call in (
+        lambda: dl.patch_grid(shipped_s3, clean["tokens"], corrupt["tokens"], progress=False),
+        lambda: dl.head_attribution(shipped_s3, clean["tokens"], corrupt),
+    ):
+        with pytest.raises(DeltalensError, match="takes a batch of traces with their labels"):
+            call()
+    _, cache = shipped_s3.run_with_cache(clean["tokens"])
+    positions, answer, _ = dl.reveal_rows(clean)
+    with pytest.raises(DeltalensError, match="answer token ids must lie in"):
+        dl.logit_attribution(shipped_s3, cache, positions, answer * 0 + 999)

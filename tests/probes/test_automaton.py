@@ -51,12 +51,19 @@ def test_shipped_s3_tracking_head(shipped_s3):
 
 def test_centroid_intervention_moves_the_shipped_s3_reveal(shipped_s3):
     import deltalens as dl
-    from deltalens.probes.automaton import centroid_intervention
+    from deltalens.probes.automaton_intervention import centroid_intervention
 
     cap = dl.capture(shipped_s3, shipped_s3.checkpoint.batch(24), names=("state",))
     result = extract_automaton(cap, 0, 3, candidates=(6,))
     moved = centroid_intervention(shipped_s3, shipped_s3.checkpoint.batch(4, seed=3), result, max_cases=8)
     assert moved["cases"] == 8 and moved["follows_centroid"] >= 0.9 and moved["correct_without"] == 1.0
+    import pytest
+
+    with pytest.raises(dl.DeltalensError, match="takes a batch of traces with their labels"):
+        centroid_intervention(shipped_s3, shipped_s3.checkpoint.batch(4)["tokens"], result)
+    s5 = dl.load("s5-deltanet-neg-statement")  # the same state shape, five variables
+    with pytest.raises(dl.DeltalensError, match="read off L0H3 of another model"):
+        centroid_intervention(s5, s5.checkpoint.batch(4), result)
 
 
 def test_delayed_rows_stay_inside_their_trace():
