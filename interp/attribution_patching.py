@@ -221,6 +221,10 @@ def attribution_patching(
     ((0, 3), ['beta', 'z'])
     """
     sites = (sites,) if isinstance(sites, str) else tuple(sites)
+    if not sites:
+        raise DeltalensError(
+            "sites names no site: give one or more of 'z', 'beta', 'state' (a Transformer: z, q, k, v)"
+        )
     for site in sites:
         _check_site(model, site)
     if "state" in sites:  # its adjoint scan runs the transitions alpha (I - beta k k^T) backwards

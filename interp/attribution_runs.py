@@ -34,6 +34,7 @@ from typing import Optional
 import torch
 
 from deltalens.core.errors import DeltalensError
+from deltalens.interp.trace_pairs import metric_value
 from deltalens.models.layers.carry import Carry
 from deltalens.models.layers.hooked_recurrence import HookedRecurrenceMixin, StateTap
 
@@ -211,7 +212,7 @@ def _clean(model, tokens, names: SiteNames, span: _Span, metric, taps) -> tuple:
     hooks = [(name, partial(_keep, cache, key=name)) for name in names.keep] + span.hooks
     with torch.no_grad(), taps, model.hooks(fwd_hooks=hooks):
         logits = span.place(None, model(tokens), tokens.shape[1])
-        value = float(metric(logits))
+        value = metric_value(metric(logits))
     return cache, logits, value
 
 

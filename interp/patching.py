@@ -36,6 +36,7 @@ from deltalens.core.display import progress as progress_bar
 from deltalens.core.errors import DeltalensError
 from deltalens.core.indices import integer_indices
 from deltalens.interp.capture_names import site_layers
+from deltalens.interp.trace_pairs import metric_value
 from deltalens.models.architecture import architecture_of, is_delta_rule
 
 __all__ = ["PatchGrid", "patch_heads", "path_patch", "patch_grid_figure", "tokens_of"]
@@ -124,7 +125,7 @@ def _check_head(model, layer: int, head: int, what: str) -> None:
 def _run(model, tokens: torch.Tensor, metric: Metric, hooks=()) -> float:
     with model.hooks(fwd_hooks=list(hooks)):
         logits = model(tokens)
-    return float(metric(logits))
+    return metric_value(metric(logits))
 
 
 @torch.no_grad()
@@ -252,7 +253,7 @@ def patch_heads(
         layers = site_layers(model, site)  # a hybrid: the layers that have the site (NaN rows elsewhere)
         names = {_hook_name(layer, site) for layer in layers}
         clean_logits, source = _cache(model, clean_t, names)
-        clean_value = float(metric(clean_logits))
+        clean_value = metric_value(metric(clean_logits))
         corrupt_value = _run(model, corrupt_t, metric)
         shape = (L, H, T) if per_position else (L, H)
         values = torch.full(shape, float("nan"), dtype=torch.float64)
@@ -337,6 +338,8 @@ def path_patch(
         raise DeltalensError(f"clean {tuple(clean_t.shape)} and corrupt {tuple(corrupt_t.shape)} runs must match.")
     L, H = model.cfg.n_layers, model.cfg.n_heads
     senders = [(layer, head) for layer in range(r_layer) for head in range(H)] if sender is None else [tuple(sender)]
+    if not senders:
+        raise DeltalensError(f"the receiver sits in layer {r_layer}: no earlier layer has a head to send to it")
     for s_layer, s_head in senders:
         _check_head(model, s_layer, s_head, "sender")
         if s_layer >= r_layer:
@@ -350,7 +353,7 @@ def path_patch(
         z_names = {_hook_name(layer, "z") for layer in range(L)}
         clean_logits, clean_z = _cache(model, clean_t, z_names)
         corrupt_logits, corrupt_z = _cache(model, corrupt_t, z_names)
-        clean_value, corrupt_value = float(metric(clean_logits)), float(metric(corrupt_logits))
+        clean_value, corrupt_value = metric_value(metric(clean_logits)), metric_value(metric(corrupt_logits))
         receiver_name = _hook_name(r_layer, via)
         results = {}
         for s_layer, s_head in progress_bar(

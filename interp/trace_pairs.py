@@ -23,7 +23,7 @@ from deltalens.interp.batch_inputs import require_batch
 from deltalens.tasks.dataset import collate
 from deltalens.tasks.traces import parse_trace
 
-__all__ = ["relabel_values", "reveal_metric", "trace_pair"]
+__all__ = ["metric_value", "relabel_values", "reveal_metric", "trace_pair"]
 
 _INIT = re.compile(r"^(>>> [a-z]+ = )(\d+)$")
 _OUTPUT = re.compile(r"^([a-z]+ )(\d+)$")
@@ -125,3 +125,13 @@ def reveal_metric(clean: dict, corrupt: dict, reduce: bool = True) -> Callable[[
         return diff.mean() if reduce else diff
 
     return metric
+
+
+def metric_value(value) -> float:
+    """A metric's value as one number, or one sentence: a metric returns a scalar (reveal_metric's reduce=True)."""
+    if torch.is_tensor(value) and value.numel() != 1:
+        raise DeltalensError(
+            f"the metric returned a tensor of shape {tuple(value.shape)}: it must return one number (a scalar "
+            "tensor); reduce it, e.g. dl.reveal_metric(clean, corrupt) with its default reduce=True"
+        )
+    return float(value)

@@ -123,3 +123,20 @@ def test_tools_that_read_the_reveals_refuse_token_ids_in_one_sentence(shipped_s3
     positions, answer, _ = dl.reveal_rows(clean)
     with pytest.raises(DeltalensError, match="answer token ids must lie in"):
         dl.logit_attribution(shipped_s3, cache, positions, answer * 0 + 999)
+
+
+def test_a_metric_that_is_not_one_number_and_a_path_with_no_sender_are_refused(shipped_s3):
+    import deltalens as dl
+
+    clean, corrupt = dl.trace_pair(shipped_s3, 2)
+    per_reveal = dl.reveal_metric(clean, corrupt, reduce=False)
+    for call in (
+        lambda: dl.patch_heads(shipped_s3, clean, corrupt, per_reveal, progress=False),
+        lambda: dl.attribution_patching(shipped_s3, clean, corrupt, per_reveal),
+    ):
+        with pytest.raises(DeltalensError, match="it must return one number"):
+            call()
+    with pytest.raises(DeltalensError, match="sites names no site"):
+        dl.attribution_patching(shipped_s3, clean, corrupt, dl.reveal_metric(clean, corrupt), sites=())
+    with pytest.raises(DeltalensError, match="no earlier layer has a head to send"):
+        dl.path_patch(shipped_s3, clean, corrupt, dl.reveal_metric(clean, corrupt), None, (0, 3), progress=False)
