@@ -115,6 +115,12 @@ def hub_folder(repo_id: str, revision: str | None = None, check: Callable[[Path]
             )
         )
     except LocalEntryNotFoundError:
+        partial = _partial_snapshot(cache, repo_id, revision)
+        if partial is not None and (offline or unreachable):
+            raise DeltalensError(
+                f"{repo_id}{at} is in the Hugging Face cache, but its snapshot {partial} lacks {CONFIG_NAME} (a "
+                "partial or damaged download): download it again on a machine that reaches the Hub"
+            ) from None
         if unreachable:
             raise DeltalensError(
                 f"{repo_id}{at} is not in the Hugging Face cache {cache} and the Hub cannot be reached "
@@ -176,3 +182,13 @@ def put_in_cache(folder, repo_id: str, revision: str | None = None, cache=None, 
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / branch).write_text(revision)
     return snapshot
+
+
+def _partial_snapshot(cache: Path, repo_id: str, revision: str | None) -> Path | None:
+    """The cached snapshot of `repo_id` at `revision` (the Hub's layout: models--ORG--NAME/refs/REF ->
+    snapshots/COMMIT) when it exists without a config.json (a partial download); else None."""
+    repo = Path(cache) / f"models--{repo_id.replace('/', '--')}"
+    ref = repo / "refs" / (revision or "main")
+    commit = ref.read_text().strip() if ref.is_file() else (revision or "")
+    snapshot = repo / "snapshots" / commit if commit else None
+    return snapshot if snapshot is not None and snapshot.is_dir() and not (snapshot / CONFIG_NAME).exists() else None

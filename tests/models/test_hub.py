@@ -174,3 +174,17 @@ def test_a_hub_id_load_reads_config_json_once_and_checks_memory_once(offline, mo
     assert _same_weights(model, offline["models"][NEW])
     model_reads = len(opened) - tokenizer_checks.count("config.json")
     assert (model_reads, len(budgets), len(metas)) == (1, 1, 0), opened
+
+
+def test_a_cached_snapshot_without_its_config_is_called_a_partial_download(offline):
+    config = offline["home"] / "hub" / "models--org--tiny" / "snapshots" / NEW / "config.json"  # refs/main
+    kept = config.read_bytes()
+    config.unlink()
+    try:
+        with pytest.raises(DeltalensError, match=r"org/tiny is in the Hugging Face cache, but its snapshot .* lacks"):
+            dl.load("org/tiny")
+        assert _same_weights(dl.load("org/tiny", revision=OLD), offline["models"][OLD])  # that revision is whole
+        with pytest.raises(DeltalensError, match="is not in the Hugging Face cache"):
+            dl.load("org/tiny", revision="v9")  # a revision the cache does not hold: not a partial download
+    finally:
+        config.write_bytes(kept)  # the cache is the module's
