@@ -74,3 +74,40 @@ def tiny_sweep(tmp_path, steps: int = 3) -> Path:
     path = tmp_path / "tiny.toml"
     path.write_text(TINY.format(steps=steps))
     return path
+
+
+# `deltalens reproduce` on tiny_sweep: its cells, the command, and a hand-made result file
+TINY_CELLS = [
+    "s3-deltanet-neg-statement-k1-s0",
+    "s3-deltanet-neg-statement-k2-s0",
+    "s3-lstm-statement-k1-s0",
+    "s3-lstm-statement-k2-s0",
+]
+
+
+def reproduce_tiny(tmp_path, *extra: str) -> int:
+    """`deltalens reproduce` on the tiny sweep written under tmp_path (tiny_sweep), in this process."""
+    from deltalens.cli.main import main
+
+    return main(
+        [
+            "reproduce",
+            "--grid",
+            str(tmp_path / "tiny.toml"),
+            "--results",
+            str(tmp_path / "results"),
+            "--out",
+            str(tmp_path / "reports"),
+            "--runs",
+            str(tmp_path / "runs"),
+            "--no-progress",
+            "--no-pfsa",
+            *extra,
+        ]
+    )
+
+
+def hand_result(arch: str, k: int, accs: list[float], group: str = "S3", tokenizer: str = "statement") -> dict:
+    """A hand-made result file: reveal accuracy at 1x, 2x, 4x (16 actions)."""
+    lengths = [{"actions": 16 * m, "x_train": float(m), "reveal_accuracy": a} for m, a in zip((1, 2, 4), accs)]
+    return {"group": group, "arch": arch, "spacing": k, "tokenizer": tokenizer, "eval": {"lengths": lengths}}

@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import plotly.io
 import pytest
-from tiny_runs import TINY, tiny_sweep
+from tiny_runs import TINY, TINY_CELLS, hand_result, reproduce_tiny, tiny_sweep
 
 import deltalens.grids.grid as sweep_module
-from deltalens.cli.main import main
 from deltalens.core.errors import DeltalensError
 from deltalens.grids.grid import (
     Cell,
     CellStatus,
     SearchRun,
-    Thresholds,
     cell_config,
     choose_lrs,
     load_grid,
@@ -30,38 +23,11 @@ from deltalens.grids.grid import (
     run_cell,
     with_choices,
 )
-from deltalens.reports.claims import DOES_NOT_HOLD, HOLDS, NOT_MEASURED, NOT_TESTABLE, evaluate_claims
 from deltalens.training.config import load_config
-from deltalens.training.loop import LAST, TRAINER_STATE, RunLock
+from deltalens.training.loop import LAST, TRAINER_STATE
 from lab.experiments.report.reproduce import write_report
 
 REPO = Path(__file__).resolve().parents[3]
-
-CELLS = [
-    "s3-deltanet-neg-statement-k1-s0",
-    "s3-deltanet-neg-statement-k2-s0",
-    "s3-lstm-statement-k1-s0",
-    "s3-lstm-statement-k2-s0",
-]
-
-
-def cli(tmp_path, *extra: str) -> int:
-    return main(
-        [
-            "reproduce",
-            "--grid",
-            str(tmp_path / "tiny.toml"),
-            "--results",
-            str(tmp_path / "results"),
-            "--out",
-            str(tmp_path / "reports"),
-            "--runs",
-            str(tmp_path / "runs"),
-            "--no-progress",
-            "--no-pfsa",
-            *extra,
-        ]
-    )
 
 
 def test_paper_sweep_has_every_cell_the_search_and_the_shipped_task():
@@ -122,9 +88,9 @@ def test_paper_sweep_has_every_cell_the_search_and_the_shipped_task():
 
 def test_tiny_sweep_end_to_end_then_nothing_is_retrained(tmp_path, monkeypatch, capsys):
     tiny_sweep(tmp_path)
-    assert cli(tmp_path) == 0
+    assert reproduce_tiny(tmp_path) == 0
     results = tmp_path / "results"
-    assert sorted(p.name for p in results.iterdir()) == sorted(f"{c}.json" for c in CELLS)  # no temp files left
+    assert sorted(p.name for p in results.iterdir()) == sorted(f"{c}.json" for c in TINY_CELLS)  # no temp files left
     record = json.loads((results / "s3-lstm-statement-k2-s0.json").read_text())
     assert record["steps"] == 3 and record["config"]["task"]["eval_spacing"] == 2
     assert record["config"]["task"]["spacing_schedule"] == [[0, 1, 1], [1, 1, 2], [2, 2, 2]]
@@ -156,13 +122,13 @@ def test_tiny_sweep_end_to_end_then_nothing_is_retrained(tmp_path, monkeypatch, 
     monkeypatch.setattr(sweep_module, "evaluate_lengths", no_training)
     before = {p.name: p.read_text() for p in results.iterdir()}
     capsys.readouterr()
-    assert cli(tmp_path) == 0
+    assert reproduce_tiny(tmp_path) == 0
     assert "trained 0 run(s)" in capsys.readouterr().out
     assert {p.name: p.read_text() for p in results.iterdir()} == before
 
     # a missing result: --no-train reports it, --only trains just that cell
     (results / "s3-lstm-statement-k1-s0.json").unlink()
-    assert cli(tmp_path, "--no-train") == 0
+    assert reproduce_tiny(tmp_path, "--no-train") == 0
     md = (tmp_path / "reports" / "reproduce.md").read_text()
     assert "not run (not trained yet)" in md and "`s3-lstm-statement-k1-s0`: no result file" in md
     monkeypatch.undo()
@@ -174,12 +140,12 @@ def test_tiny_sweep_end_to_end_then_nothing_is_retrained(tmp_path, monkeypatch, 
         return real_run_cell(cell, *args, **kwargs)
 
     monkeypatch.setattr(sweep_module, "run_cell", counting)
-    assert cli(tmp_path, "--only", "s3-lstm-*", "s3-nothing") == 0
+    assert reproduce_tiny(tmp_path, "--only", "s3-lstm-*", "s3-nothing") == 0
     assert trained == ["s3-lstm-statement-k1-s0"]  # its finished run was evaluated again, not retrained
     assert "**4 of 4 runs measured**" in (tmp_path / "reports" / "reproduce.md").read_text()
 
     # another budget: the old results no longer count
-    assert cli(tmp_path, "--no-train", "--steps", "5") == 0
+    assert reproduce_tiny(tmp_path, "--no-train", "--steps", "5") == 0
     md = (tmp_path / "reports" / "reproduce.md").read_text()
     assert "**0 of 4 runs measured**" in md and "is from a 3-step run, the grid asks for 5 steps" in md
 
@@ -214,88 +180,10 @@ def test_killed_cell_resumes_from_its_run(tmp_path, monkeypatch):
     assert read_results(sweep, tmp_path / "results")[0].result == json.loads(json.dumps(record))
 
 
-def result(arch: str, k: int, accs: list[float], group: str = "S3", tokenizer: str = "statement") -> dict:
-    """A hand-made result file: reveal accuracy at 1x, 2x, 4x (16 actions)."""
-    lengths = [{"actions": 16 * m, "x_train": float(m), "reveal_accuracy": a} for m, a in zip((1, 2, 4), accs)]
-    return {"group": group, "arch": arch, "spacing": k, "tokenizer": tokenizer, "eval": {"lengths": lengths}}
-
-
-def verdicts(results, **thresholds) -> dict[str, str]:
-    return {c.key: c.verdict for c in evaluate_claims(results, Thresholds(**thresholds))}
-
-
-def test_claims_follow_the_thresholds():
-    paper_like = [
-        result("deltanet-neg", 1, [1.0, 1.0, 0.99]),
-        result("deltanet-neg", 4, [0.99, 0.98, 0.95]),
-        result("deltanet-neg", 8, [0.95, 0.94, 0.93]),
-        result("deltanet-pos", 1, [0.97, 0.6, 0.4]),
-        result("deltanet-pos", 4, [0.5, 0.4, 0.35]),
-        result("deltanet-pos", 8, [0.4, 0.4, 0.35]),
-        result("transformer", 1, [0.99, 0.5, 0.3]),
-        result("transformer", 4, [0.6, 0.4, 0.3]),
-        result("transformer", 8, [0.45, 0.4, 0.3]),
-        result("lstm", 4, [1.0, 1.0, 1.0]),
-    ]
-    assert set(verdicts(paper_like).values()) == {HOLDS}
-    claims = evaluate_claims(paper_like)
-    assert len(claims) == 5 and {c.setting for c in claims} == {"S3 statement"}
-    sparse = next(c for c in claims if c.key == "neg-sparse")
-    assert sparse.evidence == "1x: k=4: 0.990, k=8: 0.950"
-    # the same numbers against a stricter threshold: DeltaNet [0,2] at k=8 no longer counts as learned
-    strict = verdicts(paper_like, learned=0.97, extrapolates=0.9)
-    assert strict["neg-sparse"] == DOES_NOT_HOLD and strict["neg-extrapolates"] == HOLDS
-
-    opposite = [
-        result("deltanet-neg", 4, [0.99, 0.7, 0.5]),  # learns, but does not extrapolate
-        result("deltanet-pos", 4, [0.95, 0.9, 0.9]),  # [0,1] succeeds
-        result("transformer", 1, [0.99, 0.99, 0.99]),
-        result("transformer", 4, [0.98, 0.97, 0.95]),
-    ]
-    assert verdicts(opposite) == {
-        "neg-sparse": HOLDS,
-        "neg-extrapolates": DOES_NOT_HOLD,
-        "pos-fails": DOES_NOT_HOLD,
-        "transformer-dense": DOES_NOT_HOLD,
-        "transformer-no-extrapolation": DOES_NOT_HOLD,
-    }
-
-    # results, but not the ones a claim needs: no sparse DeltaNet cell, no dense Transformer cell
-    missing = [result("deltanet-neg", 1, [0.95, 0.9, 0.9]), result("transformer", 4, [0.5, 0.4, 0.3])]
-    assert verdicts(missing) == {
-        "neg-sparse": NOT_MEASURED,
-        "neg-extrapolates": HOLDS,
-        "pos-fails": NOT_MEASURED,
-        "transformer-dense": NOT_MEASURED,
-        "transformer-no-extrapolation": NOT_TESTABLE,
-    }
-    # a claim about the cells that learned, when none did, cannot be tested (it neither holds nor fails)
-    none_learned = [result("deltanet-neg", 1, [0.5, 0.4, 0.3]), result("deltanet-neg", 4, [0.89, 0.4, 0.3])]
-    claim = next(c for c in evaluate_claims(none_learned) if c.key == "neg-extrapolates")
-    assert claim.verdict == NOT_TESTABLE and claim.evidence.endswith("1x: k=1: 0.500, k=4: 0.890")
-    # one that learned but was never evaluated beyond 1x is still waiting to be measured
-    short = [
-        {
-            **result("deltanet-neg", 4, [0.95, 0.4, 0.3]),
-            "eval": {"lengths": [{"actions": 16, "x_train": 1, "reveal_accuracy": 0.95}]},
-        }
-    ]
-    assert verdicts(short)["neg-extrapolates"] == NOT_MEASURED
-    # claims are judged per setting: S5 results do not vouch for S3
-    per_setting = evaluate_claims([result("deltanet-neg", 4, [1, 1, 1], group="S5"), result("lstm", 4, [1, 1, 1])])
-    assert {(c.setting, c.key): c.verdict for c in per_setting if c.key == "neg-sparse"} == {
-        ("S5 statement", "neg-sparse"): HOLDS,
-        ("S3 statement", "neg-sparse"): NOT_MEASURED,
-    }
-    assert evaluate_claims([]) == []
-    nothing = evaluate_claims([], settings=["S5 statement"])
-    assert len(nothing) == 5 and {(c.setting, c.verdict) for c in nothing} == {("S5 statement", NOT_MEASURED)}
-
-
 def test_png_failure_is_one_line_and_the_rest_is_written(tmp_path, monkeypatch, capsys):
     sweep = load_grid(tiny_sweep(tmp_path))
     statuses = [CellStatus(c, short="not trained yet", reason="no result file") for c in sweep.cells]
-    statuses[1].result = {**result("deltanet-neg", 2, [0.95, 0.9, 0.8]), "wall_time_s": 60.0}
+    statuses[1].result = {**hand_result("deltanet-neg", 2, [0.95, 0.9, 0.8]), "wall_time_s": 60.0}
     stale = tmp_path / "reports" / "figures" / "accuracy_vs_length.png"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"an old figure")
@@ -331,7 +219,7 @@ def test_pngs_take_each_figures_own_size_and_every_chance_line_is_named(tmp_path
     The length figure's chance lines are labelled once per setting, never with plotly's "new text"."""
     sweep = load_grid(tiny_sweep(tmp_path))
     statuses = [CellStatus(c, short="not trained yet", reason="no result file") for c in sweep.cells]
-    statuses[1].result = {**result("deltanet-neg", 2, [0.95, 0.9, 0.8]), "wall_time_s": 60.0}
+    statuses[1].result = {**hand_result("deltanet-neg", 2, [0.95, 0.9, 0.8]), "wall_time_s": 60.0}
     asked = {}
 
     def record(figs, files, **kwargs):
@@ -396,7 +284,7 @@ def test_pngs_take_each_figures_own_size_and_every_chance_line_is_named(tmp_path
 def test_bad_sweep_file_is_one_clear_line(tmp_path, capsys, text, message):
     if text is not None:
         (tmp_path / "tiny.toml").write_text(text)
-    assert cli(tmp_path, "--no-train") == 2
+    assert reproduce_tiny(tmp_path, "--no-train") == 2
     err = capsys.readouterr().err
     assert err.startswith("deltalens: error: ") and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "reports").exists()
@@ -407,7 +295,7 @@ def test_bad_sweep_file_is_one_clear_line(tmp_path, capsys, text, message):
 def test_bad_model_table_stops_before_any_training(tmp_path, capsys, monkeypatch):
     (tmp_path / "tiny.toml").write_text(TINY.format(steps=3).replace("d_model = 32", "d_modle = 32"))
     monkeypatch.setattr(sweep_module, "train", lambda *a, **k: pytest.fail("trained despite a broken [models] table"))
-    assert cli(tmp_path) == 2
+    assert reproduce_tiny(tmp_path) == 2
     err = capsys.readouterr().err
     assert err.startswith("deltalens: error: grid file") and "[models.lstm]" in err and err.count("\n") == 1, err
 
@@ -419,61 +307,10 @@ def test_interrupt_still_writes_the_report(tmp_path, capsys, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(sweep_module, "run_cell", interrupted)
-    assert cli(tmp_path) == 130
+    assert reproduce_tiny(tmp_path) == 130
     assert "rerun `deltalens reproduce` to resume" in capsys.readouterr().err
     md = (tmp_path / "reports" / "reproduce.md").read_text()
     assert "not run (interrupted)" in md and md.count("not run (not trained yet)") == 3
-
-
-def test_claims_need_the_seed_mean_and_two_of_three_seeds():
-    def seeds(arch, k, per_seed):
-        return [{**result(arch, k, accs), "seed": i} for i, accs in enumerate(per_seed)]
-
-    dense = seeds("transformer", 1, [[0.95, 0.5, 0.3]] * 3)
-    # mean at k=4 is 0.85 < 0.9 but one seed learned: "needs dense reveals" holds for 2 of 3 seeds
-    two_of_three = dense + seeds("transformer", 4, [[0.95, 0.5, 0.3], [0.8, 0.5, 0.3], [0.8, 0.5, 0.3]])
-    claim = next(c for c in evaluate_claims(two_of_three, seeds=3) if c.key == "transformer-dense")
-    assert claim.verdict == HOLDS and "holds for 2 of 3 seeds" in claim.evidence
-    # the mean stays below 0.9 (0.883) yet two seeds learned at k=4: only 1 of 3 seeds holds
-    one_of_three = dense + seeds("transformer", 4, [[0.95, 0.5, 0.3], [0.95, 0.5, 0.3], [0.75, 0.5, 0.3]])
-    claim = next(c for c in evaluate_claims(one_of_three, seeds=3) if c.key == "transformer-dense")
-    assert claim.verdict == DOES_NOT_HOLD and "holds for 1 of 3 seeds" in claim.evidence
-    # a cell with 2 of its 3 seeds does not count yet
-    partial = dense + seeds("transformer", 4, [[0.5, 0.5, 0.3], [0.5, 0.5, 0.3]])
-    claim = next(c for c in evaluate_claims(partial, seeds=3) if c.key == "transformer-dense")
-    assert claim.verdict == NOT_MEASURED
-    # and with the sweep's cells known, "every k > 1" waits for k = 8 too, however k = 4 came out
-    expected = {"S3 statement": {("transformer", 1), ("transformer", 4), ("transformer", 8)}}
-    claim = next(c for c in evaluate_claims(two_of_three, seeds=3, expected=expected) if c.key == "transformer-dense")
-    assert claim.verdict == NOT_MEASURED and "cells not complete yet: transformer k=8" in claim.evidence
-
-
-def test_needs_dense_reveals_is_untestable_once_the_dense_cell_failed():
-    def seeds(k, per_seed):  # one Transformer cell on S5, a result per seed
-        return [{**result("transformer", k, accs, group="S5"), "seed": i} for i, accs in enumerate(per_seed)]
-
-    def judged(results):
-        return {c.key: c for c in evaluate_claims(results, seeds=3, expected=expected)}
-
-    expected = {"S5 statement": {("transformer", 1), ("transformer", 4), ("transformer", 8)}}
-    failed = seeds(1, [[0.68, 0.5, 0.3], [0.59, 0.5, 0.3], [0.62, 0.5, 0.3]])
-    # decided by the complete k = 1 cell alone: the sparse cells (still training) cannot change it
-    claims = judged(failed)
-    assert claims["transformer-dense"].verdict == NOT_TESTABLE
-    assert "k=1 at 1x 0.630 [0.590–0.680], 0 of 3 seeds ≥ 0.9" in claims["transformer-dense"].evidence
-    assert claims["transformer-no-extrapolation"].verdict == NOT_MEASURED  # k = 4, 8 might still learn
-    # with the sparse cells in (not learning either), both are untestable rather than refuted
-    everything = failed + seeds(4, [[0.3, 0.3, 0.3]] * 3) + seeds(8, [[0.3, 0.3, 0.3]] * 3)
-    assert {key: c.verdict for key, c in judged(everything).items()} == {
-        "transformer-dense": NOT_TESTABLE,
-        "transformer-no-extrapolation": NOT_TESTABLE,
-    }
-    # a dense cell whose mean passes but where only 1 of 3 seeds learned is no baseline either
-    shaky = judged(seeds(1, [[0.99, 0.5, 0.3], [0.89, 0.5, 0.3], [0.89, 0.5, 0.3]]))["transformer-dense"]
-    assert shaky.verdict == NOT_TESTABLE and "1 of 3 seeds" in shaky.evidence
-    # a dense cell that learned leaves the verdict to the sparse cells
-    learned = judged(seeds(1, [[0.95, 0.5, 0.3]] * 3))["transformer-dense"]
-    assert learned.verdict == NOT_MEASURED and "cells not complete yet" in learned.evidence
 
 
 def test_search_runs_first_and_its_choice_configures_every_cell(tmp_path, capsys):
@@ -484,7 +321,7 @@ def test_search_runs_first_and_its_choice_configures_every_cell(tmp_path, capsys
         .replace("[sweep]", "[sweep]\nvalidation_seed = 5\nseeds = [0, 1]")
     )
     (tmp_path / "tiny.toml").write_text(text)
-    assert cli(tmp_path, "--only", "search-*", "*-k1-s1") == 0
+    assert reproduce_tiny(tmp_path, "--only", "search-*", "*-k1-s1") == 0
     sweep = load_grid(tmp_path / "tiny.toml")
     searches = read_search(sweep, tmp_path / "results")
     assert sorted(s.cell.name for s in searches) == sorted(
@@ -523,97 +360,6 @@ def test_choose_lrs_takes_the_highest_validation_peak_then_the_faster_run():
     assert choose_lrs(sweep, searches) == {("S3", "lstm"): 3e-3, ("S3", "transformer"): 3e-3}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "\nState:\tZ" not in state  # a zombie has stopped
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-# 45 s and more each: SIGKILL (no handler runs, the lanes' parent-death signal stops them) in the default run
-@pytest.mark.parametrize(
-    "how", [pytest.param("Ctrl-C", marks=pytest.mark.slow), pytest.param("SIGTERM", marks=pytest.mark.slow), "SIGKILL"]
-)
-def test_lanes_stop_with_the_sweep_and_keep_their_checkpoints(tmp_path, how):
-    """However the sweep process is stopped, its lanes stop too (saving their last checkpoint):
-    an orphaned lane kept training for hours on a locked run folder."""
-    tiny_sweep(tmp_path, steps=1_000_000)
-    command = [
-        sys.executable,
-        "-m",
-        "deltalens.cli.main",
-        "reproduce",
-        "--grid",
-        str(tmp_path / "tiny.toml"),
-        "--results",
-        str(tmp_path / "results"),
-        "--out",
-        str(tmp_path / "reports"),
-        "--runs",
-        str(tmp_path / "runs"),
-        "--no-progress",
-        "--no-pfsa",
-        "--lanes",
-        "2",
-    ]
-    sweep = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    lanes: list[int] = []
-    try:
-        states = lambda: list((tmp_path / "runs").glob(f"*/{LAST}/{TRAINER_STATE}"))  # noqa: E731
-        deadline = time.monotonic() + 120
-        while len(states()) < 2 and time.monotonic() < deadline and sweep.poll() is None:
-            time.sleep(0.5)
-        assert len(states()) == 2, sweep.stderr.read().decode()[-2000:] if sweep.poll() is not None else "no lanes"
-        lanes = [int(lock.read_text().split()[1]) for lock in (tmp_path / "runs").glob("*/.lock")]
-        assert len(lanes) == 2 and all(_alive(pid) for pid in lanes)
-        if how == "Ctrl-C":  # the terminal sends SIGINT to the whole process group
-            os.killpg(sweep.pid, signal.SIGINT)
-        else:
-            os.kill(sweep.pid, getattr(signal, how))
-        sweep.wait(timeout=120)
-        deadline = time.monotonic() + 60
-        while any(_alive(pid) for pid in lanes) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not any(_alive(pid) for pid in lanes), f"lanes still training after the sweep got {how}"
-        if how != "SIGKILL":
-            assert sweep.returncode == 130  # stopped as Ctrl-C stops it: the report says what to resume
-        steps = [json.loads(state.read_text())["step"] for state in states()]
-        assert all(0 < step < 1_000_000 for step in steps)
-        # and the run folders are free again: a resumed sweep could take them (no "being written" refusal)
-        for run_dir in {state.parent.parent for state in states()}:
-            with RunLock(run_dir):
-                pass
-    finally:  # a failing test leaves no sweep or lane behind
-        if sweep.poll() is None:
-            os.killpg(sweep.pid, signal.SIGKILL)
-        for pid in lanes:
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-
-
-def test_lanes_train_in_parallel_and_a_crashing_lane_is_that_cells_failure_only(tmp_path, capsys):
-    """One sweep in 2 lanes (a lane is a process: ~10 s of imports each, so one test covers both)."""
-    from deltalens.grids.grid import config_hash
-
-    sweep = load_grid(tiny_sweep(tmp_path))
-    broken = next(c for c in sweep.cells if c.name == "s3-lstm-statement-k1-s0")
-    # a trainer state that is not JSON: run_cell raises a plain ValueError inside the worker process
-    state = tmp_path / "runs" / f"{broken.name}-{config_hash(cell_config(broken, sweep))}" / LAST / TRAINER_STATE
-    state.parent.mkdir(parents=True)
-    state.write_text("{not json")
-    assert cli(tmp_path, "--lanes", "2") == 1  # the report is written, and the exit code says a run failed
-    out = capsys.readouterr()
-    assert "trained 3 run(s), 1 failed" in out.out and "1 run(s) failed" in out.err
-    assert "s3-lstm-statement-k1-s0: training failed: " in out.err and "trainer_state.json is damaged" in out.err
-    finished = [c for c in CELLS if c != "s3-lstm-statement-k1-s0"]
-    results = tmp_path / "results"
-    assert sorted(p.name for p in results.iterdir()) == sorted(f"{c}.json" for c in finished)
-    records = [json.loads((results / f"{c}.json").read_text()) for c in finished]
-    assert all(r["steps"] == 3 and len(r["eval"]["lengths"]) == 3 for r in records)
-
-
 def test_a_diverging_search_run_is_recorded_and_the_other_lr_is_chosen(tmp_path, monkeypatch):
     text = (
         TINY.format(steps=2)
@@ -630,7 +376,7 @@ def test_a_diverging_search_run_is_recorded_and_the_other_lr_is_chosen(tmp_path,
         return real_train(config, run_dir, **kwargs)
 
     monkeypatch.setattr(sweep_module, "train", diverging)
-    assert cli(tmp_path, "--only", "search-*") == 0
+    assert reproduce_tiny(tmp_path, "--only", "search-*") == 0
     sweep = load_grid(tmp_path / "tiny.toml")
     searches = read_search(sweep, tmp_path / "results")
     failed = [s.result for s in searches if s.result.get("failed")]
@@ -704,7 +450,7 @@ allow_neg_eigval = true
             }
         )
     )
-    assert cli(tmp_path) == 0
+    assert reproduce_tiny(tmp_path) == 0
     md = (tmp_path / "reports" / "reproduce.md").read_text()
     assert md.startswith("# Family test")
     row = next(line for line in md.splitlines() if line.startswith("| `dp2` | DeltaProduct |"))
@@ -720,37 +466,8 @@ allow_neg_eigval = true
     (tmp_path / "products.json").write_text(
         json.dumps({"sweep": "tiny", "traces": 8, "runs": [], "missing_checkpoints": []})
     )
-    assert cli(tmp_path, "--no-train") == 0
+    assert reproduce_tiny(tmp_path, "--no-train") == 0
     assert "Per-token products" not in (tmp_path / "reports" / "reproduce.md").read_text()
-
-
-def test_a_setting_is_not_asked_a_claim_its_grid_cannot_answer():
-    # the code grid trains the Transformer at k = 4 only: "needs dense reveals" compares k = 1 with k > 1
-    expected = {
-        "S3 code": {("deltanet-neg", 4), ("transformer", 4)},
-        "S3 statement": {("transformer", 1), ("transformer", 4)},
-    }
-    claims = evaluate_claims(
-        [result("transformer", 4, [0.5, 0.4, 0.3], tokenizer="code"), result("transformer", 4, [0.5, 0.4, 0.3])],
-        settings=list(expected),
-        expected=expected,
-    )
-    keys = {(c.setting, c.key) for c in claims}
-    assert ("S3 code", "transformer-dense") not in keys and ("S3 statement", "transformer-dense") in keys
-    assert ("S3 code", "transformer-no-extrapolation") in keys and ("S3 code", "neg-sparse") in keys
-
-
-def test_claims_of_a_setting_are_only_about_its_architectures():
-    expected = {
-        "S3 code": {("deltanet-neg", 4), ("transformer", 4)},
-        "S3 statement": {("deltanet-pos", 4), ("deltanet-neg", 4)},
-    }
-    claims = evaluate_claims(
-        [result("deltanet-neg", 4, [1.0], tokenizer="code")], settings=list(expected), expected=expected
-    )
-    keys = {(c.setting, c.key) for c in claims}
-    assert ("S3 code", "pos-fails") not in keys and ("S3 code", "transformer-no-extrapolation") in keys
-    assert ("S3 statement", "pos-fails") in keys and ("S3 statement", "transformer-no-extrapolation") not in keys
 
 
 def test_longer_runs_outside_the_protocol_are_tabled_with_their_trend(tmp_path):
