@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from deltalens.core.errors import DeltalensError
+from deltalens.models.lm.lens import check_token_ids
 
 __all__ = ["as_batch", "require_batch", "require_labels"]
 
@@ -39,9 +40,8 @@ def _checked(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             f"the batch holds no token (tokens of shape {tuple(tokens.shape)}): give at least one trace"
         )
     vocab = getattr(getattr(model, "cfg", None), "d_vocab", None)
-    low, high = int(tokens.min()), int(tokens.max())
-    if isinstance(vocab, int) and (low < 0 or high >= vocab):
-        raise DeltalensError(f"token ids must lie in 0..{vocab - 1} (this model's vocabulary), got {low} to {high}")
+    if isinstance(vocab, int):
+        check_token_ids(tokens, vocab)
     return batch
 
 

@@ -80,7 +80,8 @@ def layer_inputs(model, cache, layer: int) -> dict[str, torch.Tensor]:
     (B, T, H, d_k) per channel (KDA), or None, z (B, T, H, d_v) of one layer from a run_with_cache cache (v
     and z None where not cached); a factor axis is added where absent."""
     name = f"blocks.{layer}.attn.hook_"
-    if f"{name}beta" not in getattr(model, "hook_dict", {f"{name}beta": None}):  # no beta: not a delta-rule layer
+    hooks = getattr(model, "hook_dict", None)
+    if hooks is not None and f"{name}beta" not in hooks:  # no beta: not a delta-rule layer
         raise DeltalensError(
             f"layer {layer} has no delta rule to unroll (a hybrid's softmax-attention or M²RNN layer); "
             f"its delta-rule layers: {delta_layers_of(model)}"

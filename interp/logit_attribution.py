@@ -38,6 +38,7 @@ from deltalens.interp.batch_inputs import require_batch
 from deltalens.interp.effective_attention import effective_pattern, layer_inputs
 from deltalens.models.architecture import architecture_of, article_of, delta_layers_of, require_one_stream
 from deltalens.models.layers.head_results import has_read_out, head_results, read_out_bias
+from deltalens.models.lm.lens import check_token_ids
 
 __all__ = ["LogitAttribution", "logit_attribution", "head_outputs", "reveal_rows", "dla_figure"]
 
@@ -254,14 +255,6 @@ def _bias_components(model, lm_w, answer, against) -> list[tuple[str, torch.Tens
     return found
 
 
-def _check_ids(vocab: int, **ids) -> None:
-    """One sentence unless every given token id (answer, against) lies in the vocabulary."""
-    for what, given in ids.items():
-        given = None if given is None else torch.as_tensor(given)
-        if given is not None and given.numel() and (int(given.min()) < 0 or int(given.max()) >= vocab):
-            raise DeltalensError(f"{what} token ids must lie in 0..{vocab - 1} (this model's vocabulary)")
-
-
 @torch.no_grad()
 def logit_attribution(
     model,
@@ -300,7 +293,8 @@ def logit_attribution(
     answer = torch.as_tensor(answer).long().flatten().cpu()
     if answer.numel() != N:
         raise DeltalensError(f"give one answer token per row: {N} rows, {answer.numel()} answers.")
-    _check_ids(model.cfg.d_vocab, answer=answer, against=against)
+    for what, ids in (("answer", answer), ("against", against)):  # against: None, or (N,) / (N, k) ids
+        check_token_ids(torch.as_tensor([] if ids is None else ids), model.cfg.d_vocab, f"{what} token ids")
     W_U = model.W_U.float()  # (d_model, vocab), the final norm's weight folded in
     lm_w = model.lm_head.weight.float()  # (vocab, d_model)
     direction = W_U[:, answer].T  # (N, d_model)

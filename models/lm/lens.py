@@ -200,10 +200,7 @@ class LensModel(LensHooks):
             raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}.")
         if tokens.numel() == 0:
             raise DeltalensError(f"tokens must hold at least one token, got shape {tuple(tokens.shape)}")
-        vocab = self.cfg.d_vocab
-        low, high = int(tokens.min()), int(tokens.max())
-        if low < 0 or high >= vocab:
-            raise DeltalensError(f"token ids must lie in 0..{vocab - 1} (this model's vocabulary), got {low} to {high}")
+        check_token_ids(tokens, self.cfg.d_vocab)
         return tokens
 
     def _token_input(self, tokens: Any) -> Any:
@@ -231,6 +228,15 @@ class LensModel(LensHooks):
 
     def to_string(self, tokens: torch.Tensor | Sequence[int]) -> str | list[str]:
         return to_string(self, tokens)
+
+
+def check_token_ids(ids: torch.Tensor, vocab: int, what: str = "token ids") -> None:
+    """One sentence unless every id lies in 0..vocab - 1 (an embedding lookup would fail deep in torch); one pass
+    over the ids (a forward, a tool's input, an answer list)."""
+    if ids.numel():
+        low, high = (int(x) for x in torch.aminmax(ids))
+        if low < 0 or high >= vocab:
+            raise DeltalensError(f"{what} must lie in 0..{vocab - 1} (this model's vocabulary), got {low} to {high}")
 
 
 def _layer_filter(names_filter, layers: Sequence[int], n_layers: int):
